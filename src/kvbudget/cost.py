@@ -1,0 +1,287 @@
+"""The affine cost of one cache manager on one rank (DESIGN ledger rule 2).
+
+A manager caching ``T`` tokens costs ``slope x T + intercept`` bytes:
+
+* ``slope``: bytes per cached token, summed over the layers whose cache grows with the
+  sequence (full attention, MLA, and sliding-window layers whose window is at least
+  ``max_seq_len``);
+* ``intercept``: bytes that do not grow with tokens, for ``max_batch_size`` sequences:
+
+  - a sliding-window layer holds at most its window plus the lookahead, worst-case
+    aligned to blocks: ``blocks = ceil((window + lookahead - 1) / tokens_per_block) + 1``
+    per sequence (an interval of n tokens can straddle one more block than n fills);
+  - a recurrent layer (Gated DeltaNet, Mamba2) holds one state per sequence (see
+    :mod:`kvbudget.layers` for the formulas), stored in ``state_dtype``.
+
+Pipeline parallelism gives each stage its layers the way engines split them (vLLM's
+``get_pp_indices``: ``L // pp`` each, the remainder going one each to the stages before
+the last, from the back); MTP layers live on the last stage. :func:`cache_cost` reports
+the stage with the largest cost unless ``pp_stage`` names one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kvbudget._validate import require_int
+from kvbudget.dtypes import parse_dtype
+from kvbudget.errors import InvalidArgumentError
+from kvbudget.layers import AttentionLayer, GatedDeltaNetLayer, Layer, Mamba2Layer
+from kvbudget.model import ModelSpec
+
+LayerSelection = Literal["model", "mtp", "all"]
+
+
+@dataclass(frozen=True)
+class CacheCost:
+    """``slope`` bytes per cached token plus ``intercept`` fixed bytes; integers, immutable."""
+
+    slope: int
+    intercept: int = 0
+
+    def __post_init__(self) -> None:
+        require_int("slope", self.slope)
+        require_int("intercept", self.intercept)
+
+    def __add__(self, other: CacheCost) -> CacheCost:
+        return CacheCost(self.slope + other.slope, self.intercept + other.intercept)
+
+    def __sub__(self, other: CacheCost) -> CacheCost:
+        if other.slope > self.slope or other.intercept > self.intercept:
+            raise InvalidArgumentError(
+                f"cannot subtract {other} from {self}: a cost cannot become negative"
+            )
+        return CacheCost(self.slope - other.slope, self.intercept - other.intercept)
+
+    @property
+    def is_zero(self) -> bool:
+        """True when the manager costs nothing at all."""
+        return self.slope == 0 and self.intercept == 0
+
+    def bytes_for(self, num_tokens: int) -> int:
+        """Bytes to hold ``num_tokens`` tokens: ``slope x num_tokens + intercept``."""
+        require_int("num_tokens", num_tokens)
+        return self.slope * num_tokens + self.intercept
+
+    def tokens_for(self, budget_bytes: int) -> int:
+        """Whole tokens that fit in ``budget_bytes`` after the intercept; never negative.
+
+        Raises InvalidArgumentError for a negative budget or a zero slope (unbounded).
+        """
+        require_int("budget_bytes", budget_bytes)
+        if self.slope == 0:
+            raise InvalidArgumentError("a cost with slope 0 holds any number of tokens")
+        return max(0, (budget_bytes - self.intercept) // self.slope)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowGroup:
+    """The sliding-window layers of one window size on one rank, for one sequence."""
+
+    window_tokens: int
+    num_layers: int
+    bytes_per_token: int  # summed over the group's layers
+    blocks_per_seq: int  # worst-case blocks one sequence holds (window + lookahead)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostDetail:
+    """A manager's cost with its parts, for reports and for building cache pools.
+
+    ``cost.intercept == window_bytes + state_bytes``; ``cost.slope`` is the bytes per
+    token of the growing layers.
+    """
+
+    cost: CacheCost
+    pp_stage: int
+    num_layers: int  # layers of this manager on this stage (cache-less layers excluded)
+    window_groups: tuple[WindowGroup, ...]
+    window_bytes: int
+    state_bytes_per_seq: int
+    state_bytes: int
+
+
+def pp_stage_layers(num_layers: int, pp: int) -> list[range]:
+    """Layer index ranges of each PP stage (vLLM's ``get_pp_indices`` split)."""
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    ranges, start = [], 0
+    for size in sizes:
+        ranges.append(range(start, start + size))
+        start += size
+    return ranges
+
+
+def _check_tp(model: ModelSpec, layers: tuple[Layer, ...], tp: int) -> None:
+    def fits(count: int) -> bool:
+        return count % tp == 0 or tp % count == 0
+
+    def fail(what: str, count: int) -> InvalidArgumentError:
+        ok = [d for d in (1, 2, 4, 8, 16, 32, 64) if count % d == 0 or d % count == 0]
+        return InvalidArgumentError(
+            f"tp={tp} cannot shard {what}={count} of {model.name}; "
+            f"use a tp that divides it or a multiple of it, e.g. {', '.join(map(str, ok))}"
+        )
+
+    has_attention = any(isinstance(x, AttentionLayer) or x.kind == "mla" for x in layers)
+    if has_attention and model.num_attention_heads % tp:
+        raise fail("num_attention_heads", model.num_attention_heads)
+    for layer in layers:
+        if isinstance(layer, AttentionLayer) and not fits(layer.num_kv_heads):
+            raise fail("num_key_value_heads", layer.num_kv_heads)
+        if isinstance(layer, Mamba2Layer):
+            if layer.num_heads % tp:
+                raise fail("mamba_num_heads", layer.num_heads)
+            if not fits(layer.n_groups):
+                raise fail("n_groups", layer.n_groups)
+        if isinstance(layer, GatedDeltaNetLayer):
+            if not fits(layer.num_k_heads):
+                raise fail("linear_num_key_heads", layer.num_k_heads)
+            if layer.num_v_heads % tp:
+                raise fail("linear_num_value_heads", layer.num_v_heads)
+
+
+def cache_cost_detail(
+    model: ModelSpec,
+    *,
+    kv_dtype: str = "bf16",
+    state_dtype: str = "auto",
+    tokens_per_block: int = 32,
+    max_batch_size: int = 1,
+    max_seq_len: int | None = None,
+    tp: int = 1,
+    pp: int = 1,
+    pp_stage: int | None = None,
+    layers: LayerSelection = "model",
+    lookahead_tokens: int = 0,
+) -> CostDetail:
+    """:func:`cache_cost` with its parts (window groups, state bytes, stage). Pure."""
+    require_int("tokens_per_block", tokens_per_block, minimum=1)
+    require_int("max_batch_size", max_batch_size, minimum=1)
+    require_int("tp", tp, minimum=1)
+    require_int("pp", pp, minimum=1)
+    require_int("lookahead_tokens", lookahead_tokens)
+    seq_len = model.max_position_embeddings if max_seq_len is None else max_seq_len
+    require_int("max_seq_len", seq_len, minimum=1)
+    dtype = parse_dtype(kv_dtype, auto=model.dtype)
+    has_state = any(x.kind in ("gated_deltanet", "mamba2") for x in model.layers)
+    # recurrent-state storage matters only for models that have recurrent layers
+    sdtype = parse_dtype(state_dtype, auto=model.dtype, what="state_dtype") if has_state else dtype
+    if layers not in ("model", "mtp", "all"):
+        raise InvalidArgumentError(f"layers must be 'model', 'mtp' or 'all', got {layers!r}")
+    if pp > model.num_layers:
+        raise InvalidArgumentError(
+            f"pp={pp} is more pipeline stages than {model.name} has layers ({model.num_layers})"
+        )
+    if pp_stage is not None:
+        require_int("pp_stage", pp_stage)
+        if pp_stage >= pp:
+            raise InvalidArgumentError(f"pp_stage={pp_stage} must be < pp={pp}")
+
+    stages = pp_stage_layers(model.num_layers, pp)
+    wanted_model = layers in ("model", "all")
+    wanted_mtp = layers in ("mtp", "all")
+    _check_tp(model, model.layers + model.mtp_layers, tp)
+
+    def stage_detail(stage: int) -> CostDetail:
+        chosen: list[Layer] = []
+        if wanted_model:
+            chosen += [model.layers[i] for i in stages[stage]]
+        if wanted_mtp and stage == pp - 1:
+            chosen += list(model.mtp_layers)
+        slope = 0
+        state_per_seq = 0
+        windows: dict[int, tuple[int, int]] = {}  # window -> (layers, bytes per token)
+        counted = 0
+        for layer in chosen:
+            per_token = layer.bytes_per_token(dtype, tp)
+            state = layer.state_bytes(sdtype, tp)
+            if per_token or state:
+                counted += 1
+            state_per_seq += state
+            window = layer.sliding_window
+            if window is not None and window < seq_len:
+                n, b = windows.get(window, (0, 0))
+                windows[window] = (n + 1, b + per_token)
+            else:
+                slope += per_token
+        groups = []
+        for window, (n, per_token) in sorted(windows.items()):
+            span = window + lookahead_tokens
+            blocks = -(-(span - 1) // tokens_per_block) + 1
+            groups.append(
+                WindowGroup(
+                    window_tokens=window, num_layers=n, bytes_per_token=per_token,
+                    blocks_per_seq=blocks,
+                )
+            )
+        window_bytes = max_batch_size * sum(
+            g.blocks_per_seq * tokens_per_block * g.bytes_per_token for g in groups
+        )
+        state_bytes = max_batch_size * state_per_seq
+        return CostDetail(
+            cost=CacheCost(slope, window_bytes + state_bytes),
+            pp_stage=stage,
+            num_layers=counted,
+            window_groups=tuple(groups),
+            window_bytes=window_bytes,
+            state_bytes_per_seq=state_per_seq,
+            state_bytes=state_bytes,
+        )
+
+    if pp_stage is not None:
+        return stage_detail(pp_stage)
+    details = [stage_detail(s) for s in range(pp)]
+    full = max_batch_size * seq_len
+    return max(details, key=lambda d: (d.cost.bytes_for(full), -d.pp_stage))
+
+
+def cache_cost(
+    model: ModelSpec,
+    *,
+    kv_dtype: str = "bf16",
+    state_dtype: str = "auto",
+    tokens_per_block: int = 32,
+    max_batch_size: int = 1,
+    max_seq_len: int | None = None,
+    tp: int = 1,
+    pp: int = 1,
+    pp_stage: int | None = None,
+    layers: LayerSelection = "model",
+    lookahead_tokens: int = 0,
+) -> CacheCost:
+    """The cost of one cache manager over ``model``'s layers on one rank.
+
+    Args:
+        kv_dtype: storage of K/V and MLA latents: fp32, bf16, fp16, fp8, int8, nvfp4 or
+            ``auto`` (the config's dtype).
+        state_dtype: storage of recurrent state (``auto`` = the config's dtype).
+        tokens_per_block: block size; sliding-window layers are costed in whole blocks.
+        max_batch_size: sequences whose fixed costs (window, state) are reserved.
+        max_seq_len: longest sequence (default: the config's ``max_position_embeddings``);
+            a sliding window at least this long is full attention.
+        tp, pp: tensor / pipeline parallel sizes; ``pp_stage`` picks a stage (default:
+            the stage with the largest cost).
+        layers: ``"model"`` (the model's own layers), ``"mtp"`` (its MTP draft layers) or
+            ``"all"``.
+        lookahead_tokens: unverified draft tokens each sequence may hold on top of its
+            window (speculative decoding).
+
+    Raises:
+        InvalidArgumentError: a bad dtype, size, tp (does not shard the heads) or pp.
+    """
+    return cache_cost_detail(
+        model,
+        kv_dtype=kv_dtype,
+        state_dtype=state_dtype,
+        tokens_per_block=tokens_per_block,
+        max_batch_size=max_batch_size,
+        max_seq_len=max_seq_len,
+        tp=tp,
+        pp=pp,
+        pp_stage=pp_stage,
+        layers=layers,
+        lookahead_tokens=lookahead_tokens,
+    ).cost

@@ -1,0 +1,78 @@
+"""Every error kvbudget raises on purpose.
+
+One small tree, so a caller can catch exactly what it can handle::
+
+    KvBudgetError                     base of everything below
+    ├── ConfigError (ValueError)      a model config cannot be read: names the file and field
+    │   ├── UnknownModelError         no preset and no file by that name
+    │   └── UnsupportedArchitectureError
+    ├── InvalidArgumentError (ValueError)
+    │                                 a value passed by the caller is out of range: a dtype,
+    │                                 a size, tp/pp, a GPU name, a tier
+    ├── InfeasibleBudgetError (ValueError)
+    │                                 the budget cannot hold the fixed costs (or the
+    │                                 requested batch / length); says what would fit
+    └── CacheError                    the paged cache refused an operation; state unchanged
+        ├── OutOfBlocksError          not enough free or evictable blocks in some pool
+        ├── UnknownRequestError (KeyError)
+        └── InvalidCacheOperationError (ValueError)
+                                      e.g. admitting a request twice, committing more
+                                      tokens than were reserved
+
+Messages say what was needed, what was available and which setting to change.
+"""
+
+from __future__ import annotations
+
+
+class KvBudgetError(Exception):
+    """Base class of every error kvbudget raises on purpose."""
+
+
+class ConfigError(KvBudgetError, ValueError):
+    """A model config is malformed, incomplete or inconsistent.
+
+    ``source`` names the file (or preset) and ``field`` the offending key, when known.
+    """
+
+    def __init__(self, message: str, *, source: str = "", field: str = "") -> None:
+        self.source = source
+        self.field = field
+        where = f"{source}: " if source else ""
+        what = f"field '{field}': " if field else ""
+        super().__init__(f"{where}{what}{message}")
+
+
+class UnknownModelError(ConfigError):
+    """Neither a built-in preset nor a readable config file matches the given name."""
+
+
+class UnsupportedArchitectureError(ConfigError):
+    """The config describes an architecture kvbudget does not model."""
+
+
+class InvalidArgumentError(KvBudgetError, ValueError):
+    """A value passed by the caller is invalid (unknown dtype, negative size, bad tp...)."""
+
+
+class InfeasibleBudgetError(KvBudgetError, ValueError):
+    """A budget cannot cover what is asked of it (fixed costs, batch, sequence length)."""
+
+
+class CacheError(KvBudgetError):
+    """The paged cache refused an operation; the cache state is unchanged."""
+
+
+class OutOfBlocksError(CacheError):
+    """Not enough free or evictable blocks for an operation, in some role and tier."""
+
+
+class UnknownRequestError(CacheError, KeyError):
+    """An operation named a request id the cache does not hold."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidCacheOperationError(CacheError, ValueError):
+    """An operation that is not valid in the request's current state."""

@@ -1,0 +1,169 @@
+"""Per-layer cache geometry and the exact bytes each layer kind stores on one rank.
+
+Every layer kind is a frozen dataclass that computes its own bytes, given the storage
+format and the tensor-parallel size ``tp``. Two quantities exist:
+
+* ``bytes_per_token(dtype, tp)`` - grows with every cached token (K/V or an MLA latent);
+* ``state_bytes(dtype, tp)`` - a fixed per-sequence state (recurrent layers).
+
+Per-rank sharding (DESIGN ledger rule 6): a layer's KV heads are split over TP ranks as
+``ceil(num_kv_heads / tp)`` (heads are replicated when there are fewer heads than ranks);
+an MLA latent is replicated on every rank; recurrent heads and groups shard the same way
+as KV heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from kvbudget.dtypes import DType
+
+
+def per_rank(count: int, tp: int) -> int:
+    """Heads (or groups) held by one of ``tp`` ranks: ``ceil(count / tp)``, at least 1."""
+    return max(1, -(-count // tp))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionLayer:
+    """Softmax attention (MHA, GQA or MQA), full or over a sliding window.
+
+    Stores K and V for every cached token: ``2 x ceil(kv_heads/tp) x head_dim`` values.
+    ``sliding_window`` is the number of most recent tokens attended to, or None for full
+    attention.
+    """
+
+    index: int
+    num_kv_heads: int
+    head_dim: int
+    sliding_window: int | None = None
+
+    kind: Literal["attention"] = "attention"
+
+    def bytes_per_token(self, dtype: DType, tp: int) -> int:
+        """Bytes one token's K and V take in this layer on one rank."""
+        values = per_rank(self.num_kv_heads, tp) * self.head_dim
+        return 2 * dtype.bytes_for(values)
+
+    def state_bytes(self, dtype: DType, tp: int) -> int:
+        """Attention keeps no per-sequence state besides its KV: 0."""
+        return 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLALayer:
+    """Multi-head latent attention (DeepSeek-V2/V3).
+
+    Stores one compressed latent of ``kv_lora_rank + qk_rope_head_dim`` values per token;
+    the latent is shared by all heads and replicated on every TP rank.
+    """
+
+    index: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+
+    kind: Literal["mla"] = "mla"
+    sliding_window: None = None
+
+    def bytes_per_token(self, dtype: DType, tp: int) -> int:
+        """Bytes of one token's latent (independent of ``tp``: replicated)."""
+        return dtype.bytes_for(self.kv_lora_rank + self.qk_rope_head_dim)
+
+    def state_bytes(self, dtype: DType, tp: int) -> int:
+        """MLA keeps no per-sequence state besides its latent: 0."""
+        return 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatedDeltaNetLayer:
+    """Gated DeltaNet linear attention (Qwen3-Next ``linear_attention`` layers).
+
+    Per-sequence state on one rank, with ``hk = ceil(num_k_heads/tp)`` and
+    ``hv = ceil(num_v_heads/tp)``::
+
+        recurrent state = hv x k_head_dim x v_head_dim
+        conv state      = (conv_kernel - 1) x (2 x hk x k_head_dim + hv x v_head_dim)
+
+    (the causal conv runs over the concatenated q, k and v projections). Nothing grows
+    with the number of tokens.
+    """
+
+    index: int
+    num_k_heads: int
+    num_v_heads: int
+    k_head_dim: int
+    v_head_dim: int
+    conv_kernel: int
+
+    kind: Literal["gated_deltanet"] = "gated_deltanet"
+    sliding_window: None = None
+
+    def bytes_per_token(self, dtype: DType, tp: int) -> int:
+        """Linear attention stores nothing per token: 0."""
+        return 0
+
+    def state_bytes(self, dtype: DType, tp: int) -> int:
+        """Recurrent plus conv state of one sequence on one rank."""
+        hk = per_rank(self.num_k_heads, tp)
+        hv = per_rank(self.num_v_heads, tp)
+        recurrent = hv * self.k_head_dim * self.v_head_dim
+        conv = (self.conv_kernel - 1) * (2 * hk * self.k_head_dim + hv * self.v_head_dim)
+        return dtype.bytes_for(recurrent) + dtype.bytes_for(conv)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mamba2Layer:
+    """Mamba2 selective state-space layer (Nemotron-H ``M`` layers).
+
+    Per-sequence state on one rank, with ``h = ceil(num_heads/tp)`` and
+    ``g = ceil(n_groups/tp)``::
+
+        ssm state  = h x head_dim x ssm_state_size
+        conv state = (conv_kernel - 1) x (h x head_dim + 2 x g x ssm_state_size)
+
+    (the conv runs over x, B and C; B and C have ``n_groups x ssm_state_size`` channels each).
+    """
+
+    index: int
+    num_heads: int
+    head_dim: int
+    n_groups: int
+    ssm_state_size: int
+    conv_kernel: int
+
+    kind: Literal["mamba2"] = "mamba2"
+    sliding_window: None = None
+
+    def bytes_per_token(self, dtype: DType, tp: int) -> int:
+        """Mamba stores nothing per token: 0."""
+        return 0
+
+    def state_bytes(self, dtype: DType, tp: int) -> int:
+        """SSM plus conv state of one sequence on one rank."""
+        h = per_rank(self.num_heads, tp)
+        g = per_rank(self.n_groups, tp)
+        ssm = h * self.head_dim * self.ssm_state_size
+        conv = (self.conv_kernel - 1) * (h * self.head_dim + 2 * g * self.ssm_state_size)
+        return dtype.bytes_for(ssm) + dtype.bytes_for(conv)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoCacheLayer:
+    """A layer that caches nothing (an MLP / MoE block of a hybrid pattern)."""
+
+    index: int
+
+    kind: Literal["none"] = "none"
+    sliding_window: None = None
+
+    def bytes_per_token(self, dtype: DType, tp: int) -> int:
+        """Nothing cached: 0."""
+        return 0
+
+    def state_bytes(self, dtype: DType, tp: int) -> int:
+        """Nothing cached: 0."""
+        return 0
+
+
+Layer: TypeAlias = AttentionLayer | MLALayer | GatedDeltaNetLayer | Mamba2Layer | NoCacheLayer

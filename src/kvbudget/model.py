@@ -1,0 +1,433 @@
+"""Model specs read from Hugging Face ``config.json`` files or built-in presets.
+
+``load_model(name_or_path)`` returns an immutable :class:`ModelSpec`: the per-layer cache
+geometry of a model, exactly as its config expresses it. It knows architectures, not
+memory budgets (that is :mod:`kvbudget.cost`).
+
+Supported families (``model_type``):
+
+* Llama / Mistral / Qwen2 / Qwen3 / Qwen3-MoE: MHA, GQA, MQA; ``head_dim`` explicit or
+  ``hidden_size / num_attention_heads``; a uniform ``sliding_window`` (Mistral) unless
+  ``use_sliding_window`` is false; a ``layer_types`` list where present;
+* Gemma-2 (alternating sliding/full by default) and Gemma-3 (``sliding_window_pattern``,
+  default 6: five local layers then one global; config nested under ``text_config``);
+* gpt-oss (``layer_types`` with ``sliding_attention`` / ``full_attention``);
+* DeepSeek-V2/V3 MLA, with ``num_nextn_predict_layers`` MTP layers kept apart as
+  ``mtp_layers`` (draft layers, not part of the target's own cache);
+* Qwen3-Next: Gated DeltaNet ``linear_attention`` layers, full attention every
+  ``full_attention_interval`` layers;
+* Nemotron-H: ``hybrid_override_pattern`` (``M`` Mamba2, ``*`` attention, ``-``/``E`` MLP);
+* EAGLE3 draft heads: a one-layer Llama-style config (``draft_vocab_size``, an
+  ``Eagle3`` architecture name or an ``eagle_config`` mark it).
+
+A config that is malformed, incomplete or of an unknown architecture raises a
+:class:`~kvbudget.errors.ConfigError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from kvbudget.dtypes import normalize_dtype_name
+from kvbudget.errors import ConfigError, UnknownModelError, UnsupportedArchitectureError
+from kvbudget.layers import (
+    AttentionLayer,
+    GatedDeltaNetLayer,
+    Layer,
+    Mamba2Layer,
+    MLALayer,
+    NoCacheLayer,
+)
+
+_LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss"})
+_GEMMA = frozenset({"gemma2", "gemma3", "gemma3_text"})
+_MLA = frozenset({"deepseek_v2", "deepseek_v3"})
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
+    sorted(_LLAMA_LIKE | _GEMMA | _MLA | {"qwen3_next", "nemotron_h"})
+)
+
+# transformers' Gemma3TextConfig defaults for fields the gemma-3 checkpoints leave out
+# (src/transformers/models/gemma3/configuration_gemma3.py).
+_GEMMA3_TEXT_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {"vocab_size": 262208, "max_position_embeddings": 131072, "sliding_window_pattern": 6}
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """The cache-relevant facts of one model, immutable.
+
+    ``layers`` are the model's own decoder layers in order (one entry per layer, including
+    layers that cache nothing, so indices match the checkpoint and PP stages split them
+    as engines do). ``mtp_layers`` are multi-token-prediction layers shipped with the
+    model: draft layers, never part of the target's own cache. ``config`` is the raw
+    (text) config, read-only, for consumers that need more fields (weights).
+    """
+
+    name: str
+    source: str
+    model_type: str
+    architectures: tuple[str, ...]
+    dtype: str | None
+    max_position_embeddings: int
+    vocab_size: int
+    hidden_size: int
+    num_attention_heads: int
+    layers: tuple[Layer, ...]
+    mtp_layers: tuple[Layer, ...] = ()
+    is_eagle3: bool = False
+    config: Mapping[str, Any] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
+
+    @property
+    def num_layers(self) -> int:
+        """Number of decoder layers (MTP layers excluded)."""
+        return len(self.layers)
+
+    def describe(self) -> str:
+        """One line: name, layer kinds and their counts."""
+        counts: dict[str, int] = {}
+        for layer in self.layers:
+            key = layer.kind
+            if isinstance(layer, AttentionLayer) and layer.sliding_window is not None:
+                key = f"sliding({layer.sliding_window})"
+            counts[key] = counts.get(key, 0) + 1
+        parts = ", ".join(f"{n} {k}" for k, n in counts.items())
+        extra = f", {len(self.mtp_layers)} mtp" if self.mtp_layers else ""
+        tag = " [eagle3 head]" if self.is_eagle3 else ""
+        return f"{self.name}: {parts}{extra}{tag}"
+
+
+# --------------------------------------------------------------------------- presets
+
+
+def _preset_dir() -> Any:
+    return resources.files("kvbudget") / "data" / "models"
+
+
+def list_presets() -> tuple[str, ...]:
+    """Hugging Face ids of the built-in model presets, sorted."""
+    names = [
+        p.name[: -len(".json")].replace("--", "/", 1)
+        for p in _preset_dir().iterdir()
+        if p.name.endswith(".json")
+    ]
+    return tuple(sorted(names))
+
+
+def _find_preset(name: str) -> str | None:
+    """The preset id matching ``name`` (case-insensitive; the part after '/' if unique)."""
+    wanted = name.strip().lower()
+    presets = list_presets()
+    for preset in presets:
+        if preset.lower() == wanted:
+            return preset
+    short = [p for p in presets if p.split("/", 1)[1].lower() == wanted]
+    return short[0] if len(short) == 1 else None
+
+
+def load_model(name_or_path: str | Path) -> ModelSpec:
+    """Load a model spec from a ``config.json``, a directory holding one, or a preset id.
+
+    Preset ids are Hugging Face ids, case-insensitive (``meta-llama/Llama-3.1-8B-Instruct``);
+    the part after the slash also works when it is unique.
+
+    Raises:
+        UnknownModelError: no such file and no such preset.
+        ConfigError: the file is not valid JSON, or a field is missing or bad.
+        UnsupportedArchitectureError: the ``model_type`` is not one kvbudget models.
+    """
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise UnknownModelError(f"directory {text!r} holds no config.json")
+    if path.is_file():
+        source = str(path)
+        raw = path.read_text(encoding="utf-8")
+        name = path.parent.name if path.name == "config.json" else path.stem
+        return parse_config(_parse_json(raw, source), source=source, name=name)
+    preset = _find_preset(text)
+    if preset is None:
+        close = difflib.get_close_matches(text, list_presets(), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UnknownModelError(
+            f"no config file and no built-in preset named {text!r}{hint} "
+            "(`kvbudget models` lists the presets)"
+        )
+    file_name = preset.replace("/", "--", 1) + ".json"
+    raw = (_preset_dir() / file_name).read_text(encoding="utf-8")
+    source = f"preset {preset}"
+    return parse_config(_parse_json(raw, source), source=source, name=preset)
+
+
+def _parse_json(raw: str, source: str) -> Mapping[str, Any]:
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})",
+            source=source,
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError("expected a JSON object at the top level", source=source)
+    return data
+
+
+# --------------------------------------------------------------------------- field access
+
+
+class _Fields:
+    """Typed access to a config's fields; every failure names the source and field."""
+
+    def __init__(self, cfg: Mapping[str, Any], source: str, prefix: str = "") -> None:
+        self.cfg = cfg
+        self.source = source
+        self.prefix = prefix
+
+    def error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(message, source=self.source, field=self.prefix + key)
+
+    def has(self, key: str) -> bool:
+        return self.cfg.get(key) is not None
+
+    def int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
+        value = self.cfg.get(key)
+        if value is None:
+            if default is None:
+                raise self.error(key, "required but missing")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(key, f"expected an integer, got {value!r}")
+        if value < minimum:
+            raise self.error(key, f"must be >= {minimum}, got {value}")
+        return value
+
+    def str_list(self, key: str, length: int) -> list[str]:
+        value = self.cfg.get(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.error(key, f"expected a list of strings, got {value!r}")
+        if len(value) != length:
+            raise self.error(key, f"has {len(value)} entries but the model has {length} layers")
+        return value
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec:
+    """Build a :class:`ModelSpec` from a config mapping (already parsed JSON).
+
+    Raises ConfigError / UnsupportedArchitectureError as :func:`load_model` does.
+    """
+    outer = _Fields(cfg, source)
+    model_type = cfg.get("model_type")
+    if not isinstance(model_type, str):
+        raise outer.error("model_type", "required but missing (cannot tell the architecture)")
+    architectures = cfg.get("architectures") or []
+    if not isinstance(architectures, list):
+        raise outer.error("architectures", f"expected a list, got {architectures!r}")
+    dtype_raw = cfg.get("torch_dtype", cfg.get("dtype"))
+    text_cfg: Mapping[str, Any] = cfg
+    prefix = ""
+    if model_type == "gemma3":
+        inner = cfg.get("text_config")
+        if not isinstance(inner, dict):
+            raise outer.error("text_config", "required for gemma3 but missing")
+        text_cfg = {**_GEMMA3_TEXT_DEFAULTS, **inner}
+        prefix = "text_config."
+        dtype_raw = dtype_raw or inner.get("torch_dtype")
+    elif model_type == "gemma3_text":
+        text_cfg = {**_GEMMA3_TEXT_DEFAULTS, **cfg}
+    f = _Fields(text_cfg, source, prefix)
+
+    if model_type in _LLAMA_LIKE or model_type in _GEMMA:
+        layers = _attention_layers(f, model_type)
+    elif model_type in _MLA:
+        layers = _mla_layers(f, f.int("num_hidden_layers"))
+    elif model_type == "qwen3_next":
+        layers = _qwen3_next_layers(f)
+    elif model_type == "nemotron_h":
+        layers = _nemotron_h_layers(f)
+    else:
+        raise UnsupportedArchitectureError(
+            f"model_type {model_type!r} is not supported; supported: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}",
+            source=source,
+            field="model_type",
+        )
+
+    mtp_layers: tuple[Layer, ...] = ()
+    num_mtp = f.int("num_nextn_predict_layers", 0, minimum=0)
+    if num_mtp:
+        if model_type not in _MLA:
+            raise f.error("num_nextn_predict_layers", f"MTP layers are modelled for DeepSeek "
+                          f"(MLA) configs only, not {model_type!r}")
+        start = len(layers)
+        mtp_layers = tuple(
+            MLALayer(
+                index=start + i,
+                kv_lora_rank=f.int("kv_lora_rank"),
+                qk_rope_head_dim=f.int("qk_rope_head_dim"),
+            )
+            for i in range(num_mtp)
+        )
+
+    arch_text = " ".join(str(a) for a in architectures).lower()
+    is_eagle3 = (
+        "eagle3" in arch_text or "draft_vocab_size" in cfg or isinstance(cfg.get("eagle_config"), dict)
+    )
+    dtype = normalize_dtype_name(dtype_raw) if isinstance(dtype_raw, str) else None
+    if isinstance(dtype_raw, str) and dtype is None:
+        raise outer.error("torch_dtype", f"unknown dtype {dtype_raw!r}")
+    hidden = f.int("hidden_size")
+    return ModelSpec(
+        name=name,
+        source=source,
+        model_type=model_type,
+        architectures=tuple(str(a) for a in architectures),
+        dtype=dtype,
+        max_position_embeddings=f.int("max_position_embeddings"),
+        vocab_size=f.int("vocab_size"),
+        hidden_size=hidden,
+        num_attention_heads=f.int("num_attention_heads"),
+        layers=tuple(layers),
+        mtp_layers=mtp_layers,
+        is_eagle3=is_eagle3,
+        config=MappingProxyType(dict(text_cfg)),
+    )
+
+
+def _head_dim(f: _Fields, key: str = "head_dim") -> int:
+    if f.has(key):
+        return f.int(key)
+    hidden = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    if hidden % heads:
+        raise f.error(
+            key, f"missing, and hidden_size {hidden} is not divisible by "
+            f"num_attention_heads {heads}"
+        )
+    return hidden // heads
+
+
+def _sliding_flags(f: _Fields, model_type: str, num_layers: int) -> list[bool]:
+    """Which layers use the sliding window, as the config (and transformers) defines it."""
+    if f.has("layer_types"):
+        types = f.str_list("layer_types", num_layers)
+        known = {"full_attention", "sliding_attention"}
+        for i, t in enumerate(types):
+            if t not in known:
+                raise f.error("layer_types", f"entry {i} is {t!r}; expected one of {sorted(known)}")
+        return [t == "sliding_attention" for t in types]
+    if model_type == "gemma2":
+        return [(i + 1) % 2 == 1 for i in range(num_layers)]
+    if model_type in ("gemma3", "gemma3_text"):
+        pattern = f.int("sliding_window_pattern")
+        return [(i + 1) % pattern != 0 for i in range(num_layers)]
+    uses_window = f.has("sliding_window") and f.cfg.get("use_sliding_window", True) is not False
+    return [uses_window] * num_layers
+
+
+def _attention_layers(f: _Fields, model_type: str) -> list[Layer]:
+    num_layers = f.int("num_hidden_layers")
+    heads = f.int("num_attention_heads")
+    kv_heads = f.int("num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise f.error("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads "
+                      f"{heads}")
+    head_dim = _head_dim(f)
+    flags = _sliding_flags(f, model_type, num_layers)
+    window = f.int("sliding_window") if any(flags) else None
+    return [
+        AttentionLayer(
+            index=i, num_kv_heads=kv_heads, head_dim=head_dim,
+            sliding_window=window if sliding else None,
+        )
+        for i, sliding in enumerate(flags)
+    ]
+
+
+def _mla_layers(f: _Fields, num_layers: int) -> list[Layer]:
+    rank = f.int("kv_lora_rank")
+    rope = f.int("qk_rope_head_dim")
+    return [MLALayer(index=i, kv_lora_rank=rank, qk_rope_head_dim=rope) for i in range(num_layers)]
+
+
+def _qwen3_next_layers(f: _Fields) -> list[Layer]:
+    num_layers = f.int("num_hidden_layers")
+    if f.has("layer_types"):
+        types = f.str_list("layer_types", num_layers)
+    else:
+        interval = f.int("full_attention_interval")
+        types = [
+            "full_attention" if (i + 1) % interval == 0 else "linear_attention"
+            for i in range(num_layers)
+        ]
+    kv_heads = f.int("num_key_value_heads")
+    head_dim = _head_dim(f)
+    layers: list[Layer] = []
+    for i, t in enumerate(types):
+        if t == "full_attention":
+            layers.append(AttentionLayer(index=i, num_kv_heads=kv_heads, head_dim=head_dim))
+        elif t == "linear_attention":
+            layers.append(
+                GatedDeltaNetLayer(
+                    index=i,
+                    num_k_heads=f.int("linear_num_key_heads"),
+                    num_v_heads=f.int("linear_num_value_heads"),
+                    k_head_dim=f.int("linear_key_head_dim"),
+                    v_head_dim=f.int("linear_value_head_dim"),
+                    conv_kernel=f.int("linear_conv_kernel_dim"),
+                )
+            )
+        else:
+            raise f.error("layer_types", f"entry {i} is {t!r}; expected full_attention or "
+                          "linear_attention")
+    return layers
+
+
+def _nemotron_h_layers(f: _Fields) -> list[Layer]:
+    num_layers = f.int("num_hidden_layers")
+    pattern = f.cfg.get("hybrid_override_pattern")
+    if not isinstance(pattern, str):
+        raise f.error("hybrid_override_pattern", "required but missing")
+    if len(pattern) != num_layers:
+        raise f.error("hybrid_override_pattern", f"has {len(pattern)} characters but "
+                      f"num_hidden_layers is {num_layers}")
+    layers: list[Layer] = []
+    for i, ch in enumerate(pattern):
+        if ch == "M":
+            layers.append(
+                Mamba2Layer(
+                    index=i,
+                    num_heads=f.int("mamba_num_heads"),
+                    head_dim=f.int("mamba_head_dim"),
+                    n_groups=f.int("n_groups"),
+                    ssm_state_size=f.int("ssm_state_size"),
+                    conv_kernel=f.int("conv_kernel"),
+                )
+            )
+        elif ch == "*":
+            head_dim = (
+                f.int("attention_head_dim") if f.has("attention_head_dim") else _head_dim(f)
+            )
+            layers.append(
+                AttentionLayer(index=i, num_kv_heads=f.int("num_key_value_heads"),
+                               head_dim=head_dim)
+            )
+        elif ch in "-E":
+            layers.append(NoCacheLayer(index=i))
+        else:
+            raise f.error("hybrid_override_pattern", f"character {i} is {ch!r}; expected "
+                          "M (Mamba2), * (attention), - (MLP) or E (MoE)")
+    return layers
