@@ -1,17 +1,156 @@
-"""Command line: ``kvbudget``."""
+"""Command line: ``kvbudget plan`` (default), ``kvbudget models``, ``kvbudget gpus``.
+
+User mistakes print one ``error:`` line on stderr and exit with status 2; they never
+print a traceback.
+"""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from typing import Annotated, TypeVar
+
 import typer
+from rich.console import Console
+from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=False)
+from kvbudget.engines import ENGINES, emit
+from kvbudget.errors import KvBudgetError
+from kvbudget.gpus import get_gpu, list_gpus
+from kvbudget.model import list_presets, load_model
+from kvbudget.plan import (
+    DEFAULT_GPU,
+    DEFAULT_HOST_BUDGET,
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MEMORY_FRACTION,
+    DEFAULT_RESERVE,
+    DEFAULT_TARGET,
+    SPEC_MODES,
+    plan,
+)
+from kvbudget.report import print_plan
+from kvbudget.units import format_bytes
+
+app = typer.Typer(
+    add_completion=False,
+    help="KV-cache budgets for speculative decoding: plan target + draft caches per rank.",
+)
+
+T = TypeVar("T")
 
 
-@app.callback(invoke_without_command=True)
-def _root() -> None:
-    """KV-cache budgets for speculative decoding."""
+def _run(action: Callable[[], T]) -> T:
+    """Run ``action``; turn kvbudget and file errors into one line and exit status 2."""
+    try:
+        return action()
+    except KvBudgetError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        typer.echo(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command("plan")
+def plan_command(
+    target: Annotated[str, typer.Option(help="Target model: preset id or config path.")] = (
+        DEFAULT_TARGET
+    ),
+    draft: Annotated[
+        str | None, typer.Option(help="Draft model (EAGLE3 head or small model).")
+    ] = None,
+    spec: Annotated[str, typer.Option(help=f"Speculation: {', '.join(SPEC_MODES)}.")] = "eagle3",
+    kv_budget: Annotated[
+        str | None, typer.Option(help="GPU KV budget per rank (e.g. 40GiB); overrides --gpu.")
+    ] = None,
+    host_budget: Annotated[
+        str, typer.Option(help="Host KV budget per rank.")
+    ] = DEFAULT_HOST_BUDGET,
+    disk_budget: Annotated[str, typer.Option(help="Disk KV budget per rank.")] = "0",
+    gpu: Annotated[str, typer.Option(help="GPU preset (see `kvbudget gpus`).")] = DEFAULT_GPU,
+    gpu_memory: Annotated[
+        str | None, typer.Option(help="GPU memory per device in bytes; overrides --gpu.")
+    ] = None,
+    memory_fraction: Annotated[
+        float, typer.Option(help="Fraction of memory free after weights and reserve for KV.")
+    ] = DEFAULT_MEMORY_FRACTION,
+    reserve: Annotated[
+        str, typer.Option(help="Activation/runtime reserve per rank.")
+    ] = DEFAULT_RESERVE,
+    weights_bytes: Annotated[
+        str | None, typer.Option(help="Weight bytes per rank; overrides the estimate.")
+    ] = None,
+    kv_dtype: Annotated[
+        str, typer.Option(help="KV dtype: auto, fp32, bf16, fp16, fp8, int8, nvfp4.")
+    ] = "auto",
+    state_dtype: Annotated[str, typer.Option(help="Recurrent state dtype.")] = "auto",
+    tokens_per_block: Annotated[int, typer.Option(help="Tokens per KV block.")] = 32,
+    max_batch_size: Annotated[
+        int, typer.Option(help="Max concurrent sequences.")
+    ] = DEFAULT_MAX_BATCH_SIZE,
+    max_seq_len: Annotated[
+        int | None, typer.Option(help="Max sequence length (default: the target's).")
+    ] = None,
+    max_draft_len: Annotated[int, typer.Option(help="Draft tokens per step (K).")] = 3,
+    tp: Annotated[int, typer.Option(help="Tensor parallel size.")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline parallel size.")] = 1,
+    gpus_per_node: Annotated[
+        int | None, typer.Option(help="Ranks per node (default: min(tp*pp, 8)).")
+    ] = None,
+    host_memory: Annotated[
+        str | None, typer.Option(help="Host memory per node, to check pinned totals.")
+    ] = None,
+    separate_draft_cache: Annotated[
+        bool, typer.Option(help="MTP: give the MTP layers their own cache manager.")
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    emit_engine: Annotated[
+        str | None, typer.Option("--emit", help=f"Print settings for: {', '.join(ENGINES)}.")
+    ] = None,
+) -> None:
+    """Plan the KV caches of target + draft per rank across GPU, host and disk."""
+    result = _run(
+        lambda: plan(
+            target, draft, spec=spec, kv_budget=kv_budget, host_budget=host_budget,
+            disk_budget=disk_budget, gpu=gpu, gpu_memory=gpu_memory,
+            memory_fraction=memory_fraction, reserve=reserve, weights_bytes=weights_bytes,
+            kv_dtype=kv_dtype, state_dtype=state_dtype, tokens_per_block=tokens_per_block,
+            max_batch_size=max_batch_size, max_seq_len=max_seq_len,
+            max_draft_len=max_draft_len, tp=tp, pp=pp, gpus_per_node=gpus_per_node,
+            host_memory=host_memory, separate_draft_cache=separate_draft_cache,
+        )
+    )
+    if json_out:
+        typer.echo(result.to_json())
+    elif emit_engine is not None:
+        engine = emit_engine
+        typer.echo(_run(lambda: emit(result, engine)), nl=False)
+    else:
+        print_plan(result, Console())
+
+
+@app.command("models")
+def models_command() -> None:
+    """List the built-in model presets and their cache layers."""
+    table = Table("preset", "layers")
+    for name in list_presets():
+        spec = _run(lambda n=name: load_model(n))  # type: ignore[misc]
+        table.add_row(name, spec.describe().split(": ", 1)[1])
+    Console().print(table)
+
+
+@app.command("gpus")
+def gpus_command() -> None:
+    """List the GPU presets and the bytes each offers."""
+    table = Table("preset", "GPU", "bytes", "source")
+    for short in list_gpus():
+        g = get_gpu(short)
+        table.add_row(short, g.name, format_bytes(g.memory_bytes), g.memory_source)
+    Console().print(table)
 
 
 def main() -> None:
-    """Entry point of the ``kvbudget`` script."""
+    """Entry point of the ``kvbudget`` script; with no arguments, ``kvbudget plan``."""
+    if len(sys.argv) == 1:
+        sys.argv.append("plan")
     app()

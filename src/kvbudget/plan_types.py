@@ -7,8 +7,9 @@ per rank unless a name says ``node``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 from kvbudget.cost import WindowGroup
 from kvbudget.split import Tier
@@ -119,6 +120,8 @@ class Plan:
     spec: str
     tp: int
     pp: int
+    pp_stage: int  # the stage reported (the last: where draft layers live)
+    binding_pp_stage: int  # the stage whose blocks cap capacity
     kv_dtype: str
     tokens_per_block: int
     budget: Budget
@@ -132,3 +135,69 @@ class Plan:
             if m.role == role:
                 return m
         return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as plain data (schema 1); every size an integer."""
+        b = self.budget
+        return {
+            "schema": SCHEMA_VERSION,
+            "target": self.target,
+            "draft": self.draft,
+            "spec": self.spec,
+            "tp": self.tp,
+            "pp": self.pp,
+            "pp_stage": self.pp_stage,
+            "binding_pp_stage": self.binding_pp_stage,
+            "kv_dtype": self.kv_dtype,
+            "tokens_per_block": self.tokens_per_block,
+            "budget": {
+                "gpu_bytes": b.gpu_bytes,
+                "host_bytes": b.host_bytes,
+                "disk_bytes": b.disk_bytes,
+                "weights_bytes": b.weights_bytes,
+                "reserve_bytes": b.reserve_bytes,
+                "memory_fraction": b.memory_fraction,
+                "gpu_name": b.gpu_name,
+                "gpu_memory_bytes": b.gpu_memory_bytes,
+                "gpu_source": b.gpu_source,
+                "gpus_per_node": b.gpus_per_node,
+                "node_gpu_bytes": b.gpu_bytes * b.gpus_per_node,
+                "node_host_bytes": b.node_host_bytes,
+                "node_disk_bytes": b.disk_bytes * b.gpus_per_node,
+                "host_memory_bytes": b.host_memory_bytes,
+            },
+            "managers": [_manager_dict(m) for m in self.managers],
+            "capacity": asdict(self.capacity),
+            "warnings": list(self.warnings),
+        }
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """:meth:`to_dict` as a JSON string."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+
+SCHEMA_VERSION = 1
+
+
+def _manager_dict(m: ManagerPlan) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "role": m.role,
+        "model": m.model,
+        "layers": m.layers,
+        "num_layers": m.num_layers,
+        "kv_dtype": m.kv_dtype,
+        "tokens_per_block": m.tokens_per_block,
+        "slope_bytes_per_token": m.slope_bytes_per_token,
+        "block_bytes": m.block_bytes,
+        "fixed_bytes": m.fixed_bytes,
+        "window_bytes": m.window_bytes,
+        "state_bytes_per_seq": m.state_bytes_per_seq,
+        "max_batch_size": m.max_batch_size,
+        "window_groups": [asdict(g) for g in m.window_groups],
+    }
+    for t in (m.gpu, m.host, m.disk):
+        out[f"{t.tier}_bytes"] = t.bytes
+        out[f"{t.tier}_blocks"] = t.blocks
+        out[f"{t.tier}_tokens"] = t.tokens
+        out[f"{t.tier}_padding_bytes"] = t.padding_bytes
+    return out

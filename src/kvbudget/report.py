@@ -1,0 +1,76 @@
+"""Human-readable rendering of a plan (rich tables); exact numbers stay in ``--json``."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from kvbudget.plan_types import Plan
+from kvbudget.units import format_bytes
+
+
+def _size(num_bytes: int) -> str:
+    return f"{format_bytes(num_bytes)}"
+
+
+def render_plan(plan: Plan) -> Group:
+    """A rich renderable of ``plan``: budget, managers per tier, capacity, warnings."""
+    b = plan.budget
+    title = Text.assemble(
+        ("kvbudget plan", "bold"),
+        f"  {plan.target}",
+        f" + {plan.draft}" if plan.draft else "",
+        f"  spec={plan.spec} tp={plan.tp} pp={plan.pp} kv={plan.kv_dtype} "
+        f"block={plan.tokens_per_block} tokens",
+    )
+    budget = Table(title="Budget per rank", show_header=False, title_justify="left")
+    budget.add_column("item")
+    budget.add_column("value", justify="right")
+    if b.gpu_memory_bytes is not None and b.weights_bytes is not None:
+        budget.add_row(f"GPU memory ({b.gpu_name})", _size(b.gpu_memory_bytes))
+        budget.add_row("weights on this rank", _size(b.weights_bytes))
+        if b.reserve_bytes is not None:
+            budget.add_row("activation/runtime reserve", _size(b.reserve_bytes))
+    budget.add_row("KV budget, GPU", _size(b.gpu_bytes))
+    budget.add_row("KV budget, host", _size(b.host_bytes))
+    budget.add_row("KV budget, disk", _size(b.disk_bytes))
+    if b.gpus_per_node > 1:
+        budget.add_row(f"host pinned per node ({b.gpus_per_node} ranks)", _size(b.node_host_bytes))
+    budget.caption = f"GPU budget: {b.gpu_source}"
+
+    managers = Table(title="Managers (per rank)", title_justify="left")
+    for col in ("role", "model", "layers", "bytes/token", "fixed", "tier", "bytes", "blocks",
+                "tokens", "padding"):
+        managers.add_column(col, justify="right" if col not in ("role", "model", "tier")
+                            else "left")
+    for m in plan.managers:
+        for i, t in enumerate((m.gpu, m.host, m.disk)):
+            if t.tier != "gpu" and t.bytes == 0:
+                continue
+            head = (m.role, m.model, f"{m.num_layers} ({m.layers})", f"{m.slope_bytes_per_token:,}",
+                    _size(m.fixed_bytes)) if i == 0 else ("", "", "", "", "")
+            managers.add_row(*head, t.tier, _size(t.bytes), f"{t.blocks:,}", f"{t.tokens:,}",
+                             _size(t.padding_bytes))
+
+    c = plan.capacity
+    cap = Table(title="Capacity", show_header=False, title_justify="left")
+    cap.add_column("item")
+    cap.add_column("value", justify="right")
+    cap.add_row("tokens on GPU (every manager)", f"{c.tokens:,}")
+    cap.add_row("tokens on host", f"{c.host_tokens:,}")
+    if c.disk_tokens:
+        cap.add_row("tokens on disk", f"{c.disk_tokens:,}")
+    cap.add_row(f"sequences of {c.max_seq_len:,} tokens (+{c.lookahead_tokens} lookahead)",
+                f"{c.max_concurrency:,}")
+    cap.add_row(f"longest sequence at batch {c.max_batch_size}", f"{c.max_seq_len_at_batch:,}")
+
+    parts: list[Table | Text] = [title, budget, managers, cap]
+    for w in plan.warnings:
+        parts.append(Text(f"warning: {w}", style="yellow"))
+    return Group(*parts)
+
+
+def print_plan(plan: Plan, console: Console) -> None:
+    """Print :func:`render_plan` to ``console``."""
+    console.print(render_plan(plan))

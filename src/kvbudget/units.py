@@ -1,0 +1,71 @@
+"""Byte sizes as people write them: ``10GiB``, ``64GB``, ``512MiB``, ``1_000``, ``123``.
+
+Binary units (KiB, MiB, GiB, TiB) are powers of 1024; decimal units (KB, MB, GB, TB)
+powers of 1000, as engines and vendors use them. Results are whole bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from kvbudget.errors import InvalidArgumentError
+
+_UNITS: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_SIZE = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+GIB = 1024**3
+
+
+def parse_bytes(value: str | int, *, name: str = "size") -> int:
+    """Whole bytes of ``value`` (an int, or a string with an optional unit).
+
+    Raises InvalidArgumentError for negative, garbled or fractional-byte values.
+    """
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be a byte size, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise InvalidArgumentError(f"{name} must not be negative, got {value}")
+        return value
+    if str(value).strip().startswith("-"):
+        raise InvalidArgumentError(f"{name} must not be negative, got {value!r}")
+    match = _SIZE.match(str(value))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise InvalidArgumentError(
+            f"{name}: cannot read {value!r} as a byte size; write e.g. 40GiB, 64GB, 512MiB "
+            "or a plain number of bytes"
+        )
+    try:
+        number = Decimal(match.group(1).replace("_", ""))
+    except InvalidOperation:
+        raise InvalidArgumentError(f"{name}: cannot read {value!r} as a number") from None
+    exact = number * _UNITS[match.group(2).lower()]
+    if exact != exact.to_integral_value():
+        raise InvalidArgumentError(f"{name}: {value!r} is not a whole number of bytes")
+    return int(exact)
+
+
+def format_bytes(num_bytes: int) -> str:
+    """Human form in binary units, e.g. ``'40.00 GiB'``; exact bytes stay in the JSON."""
+    size = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.2f} {unit}" if unit != "B" else f"{num_bytes} B"
+        size /= 1024
+    raise AssertionError("unreachable")
