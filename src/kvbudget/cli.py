@@ -111,13 +111,28 @@ def plan_command(
     """Plan the KV caches of target + draft per rank across GPU, host and disk."""
     result = _run(
         lambda: plan(
-            target, draft, spec=spec, kv_budget=kv_budget, host_budget=host_budget,
-            disk_budget=disk_budget, gpu=gpu, gpu_memory=gpu_memory,
-            memory_fraction=memory_fraction, reserve=reserve, weights_bytes=weights_bytes,
-            kv_dtype=kv_dtype, state_dtype=state_dtype, tokens_per_block=tokens_per_block,
-            max_batch_size=max_batch_size, max_seq_len=max_seq_len,
-            max_draft_len=max_draft_len, tp=tp, pp=pp, gpus_per_node=gpus_per_node,
-            host_memory=host_memory, separate_draft_cache=separate_draft_cache,
+            target,
+            draft,
+            spec=spec,
+            kv_budget=kv_budget,
+            host_budget=host_budget,
+            disk_budget=disk_budget,
+            gpu=gpu,
+            gpu_memory=gpu_memory,
+            memory_fraction=memory_fraction,
+            reserve=reserve,
+            weights_bytes=weights_bytes,
+            kv_dtype=kv_dtype,
+            state_dtype=state_dtype,
+            tokens_per_block=tokens_per_block,
+            max_batch_size=max_batch_size,
+            max_seq_len=max_seq_len,
+            max_draft_len=max_draft_len,
+            tp=tp,
+            pp=pp,
+            gpus_per_node=gpus_per_node,
+            host_memory=host_memory,
+            separate_draft_cache=separate_draft_cache,
         )
     )
     if json_out:

@@ -56,12 +56,17 @@ ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
             host_unit="bytes",
             host_scope="per rank",
             kv_dtype_names=MappingProxyType(
-                {"bf16": "auto", "fp16": "auto", "fp32": "auto", "fp8": "fp8",
-                 "int8": "int8", "nvfp4": "nvfp4"}
+                {
+                    "bf16": "auto",
+                    "fp16": "auto",
+                    "fp32": "auto",
+                    "fp8": "fp8",
+                    "int8": "int8",
+                    "nvfp4": "nvfp4",
+                }
             ),
             spec_names=MappingProxyType(
-                {"eagle3": "Eagle3", "mtp": "MTP", "draft-target": "Draft_Target",
-                 "ngram": "NGram"}
+                {"eagle3": "Eagle3", "mtp": "MTP", "draft-target": "Draft_Target", "ngram": "NGram"}
             ),
         ),
         "vllm": EngineFacts(
@@ -73,12 +78,17 @@ ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
             host_unit="GiB",
             host_scope="total across TP ranks",
             kv_dtype_names=MappingProxyType(
-                {"bf16": "auto", "fp16": "auto", "fp32": "auto", "fp8": "fp8",
-                 "int8": "int8", "nvfp4": "nvfp4"}
+                {
+                    "bf16": "auto",
+                    "fp16": "auto",
+                    "fp32": "auto",
+                    "fp8": "fp8",
+                    "int8": "int8",
+                    "nvfp4": "nvfp4",
+                }
             ),
             spec_names=MappingProxyType(
-                {"eagle3": "eagle3", "mtp": "mtp", "draft-target": "draft_model",
-                 "ngram": "ngram"}
+                {"eagle3": "eagle3", "mtp": "mtp", "draft-target": "draft_model", "ngram": "ngram"}
             ),
         ),
         "sglang": EngineFacts(
@@ -90,12 +100,17 @@ ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
             host_unit="GB (decimal)",
             host_scope="per rank",
             kv_dtype_names=MappingProxyType(
-                {"bf16": "auto", "fp16": "auto", "fp32": "auto", "fp8": "fp8_e4m3",
-                 "int8": "int8", "nvfp4": "fp4_e2m1"}
+                {
+                    "bf16": "auto",
+                    "fp16": "auto",
+                    "fp32": "auto",
+                    "fp8": "fp8_e4m3",
+                    "int8": "int8",
+                    "nvfp4": "fp4_e2m1",
+                }
             ),
             spec_names=MappingProxyType(
-                {"eagle3": "EAGLE3", "mtp": "NEXTN", "draft-target": "STANDALONE",
-                 "ngram": "NGRAM"}
+                {"eagle3": "EAGLE3", "mtp": "NEXTN", "draft-target": "STANDALONE", "ngram": "NGRAM"}
             ),
         ),
     }
@@ -205,9 +220,7 @@ def _emit_sglang(plan: Plan) -> str:
     ]
     host = _host_total(plan)
     if host:
-        lines.append(
-            f"# --hicache-size is decimal GB per rank: {host} B rounded down to whole GB"
-        )
+        lines.append(f"# --hicache-size is decimal GB per rank: {host} B rounded down to whole GB")
         args += ["--enable-hierarchical-cache", f"--hicache-size {host // 10**9}"]
     if plan.spec in facts.spec_names:
         args.append(f"--speculative-algorithm {facts.spec_names[plan.spec]}")

@@ -184,12 +184,20 @@ def plan(
     node_gpus = min(tp * pp, 8) if gpus_per_node is None else gpus_per_node
     require_int("gpus_per_node", node_gpus, minimum=1)
 
-    def detail(model: ModelSpec, layers: Literal["model", "mtp", "all"], stage: int, stages: int
-               ) -> CostDetail:
+    def detail(
+        model: ModelSpec, layers: Literal["model", "mtp", "all"], stage: int, stages: int
+    ) -> CostDetail:
         return cache_cost_detail(
-            model, kv_dtype=kv_name, state_dtype=state_dtype,
-            tokens_per_block=tokens_per_block, max_batch_size=max_batch_size,
-            max_seq_len=seq_len, tp=tp, pp=stages, pp_stage=stage, layers=layers,
+            model,
+            kv_dtype=kv_name,
+            state_dtype=state_dtype,
+            tokens_per_block=tokens_per_block,
+            max_batch_size=max_batch_size,
+            max_seq_len=seq_len,
+            tp=tp,
+            pp=stages,
+            pp_stage=stage,
+            layers=layers,
             lookahead_tokens=lookahead,
         )
 
@@ -198,21 +206,32 @@ def plan(
         "all" if spec == "mtp" and not separate_draft_cache else "model"
     )
     managers = [
-        _Manager(role="target", model=target_model, layers=target_layers,
-                 details=tuple(detail(target_model, target_layers, s, pp) for s in range(pp)))
+        _Manager(
+            role="target",
+            model=target_model,
+            layers=target_layers,
+            details=tuple(detail(target_model, target_layers, s, pp) for s in range(pp)),
+        )
     ]
+    draft_detail: CostDetail | None = None
     if draft_model is not None:
-        d = detail(draft_model, "model", 0, 1)
-        managers.append(_Manager(role="draft", model=draft_model, layers="model",
-                                 details=tuple(d if s == last else None for s in range(pp))))
+        draft_detail = detail(draft_model, "model", 0, 1)
     elif spec == "mtp" and separate_draft_cache:
-        d = detail(target_model, "mtp", last, pp)
-        managers.append(_Manager(role="draft", model=target_model, layers="mtp",
-                                 details=tuple(d if s == last else None for s in range(pp))))
+        draft_detail = detail(target_model, "mtp", last, pp)
+    if draft_detail is not None:
+        managers.append(
+            _Manager(
+                role="draft",
+                model=draft_model or target_model,
+                layers="model" if draft_model is not None else "mtp",
+                details=tuple(draft_detail if s == last else None for s in range(pp)),
+            )
+        )
 
     # ----- GPU budget per stage
-    weights_override = None if weights_bytes is None else parse_bytes(weights_bytes,
-                                                                         name="weights_bytes")
+    weights_override = (
+        None if weights_bytes is None else parse_bytes(weights_bytes, name="weights_bytes")
+    )
     given = None if kv_budget is None else parse_bytes(kv_budget, name="kv_budget")
     frac = _fraction(memory_fraction)
     reserve_bytes = parse_bytes(reserve, name="reserve")
@@ -225,18 +244,22 @@ def plan(
         spec_gpu = get_gpu(gpu)
         memory, gpu_name = spec_gpu.memory_bytes, spec_gpu.name
     if given is None and memory is None:
-        raise InvalidArgumentError("give a GPU budget: --kv-budget BYTES, --gpu NAME or "
-                                   "--gpu-memory BYTES")
+        raise InvalidArgumentError(
+            "give a GPU budget: --kv-budget BYTES, --gpu NAME or --gpu-memory BYTES"
+        )
 
     def stage_weights(stage: int) -> int:
         if weights_override is not None:
             return weights_override
         from kvbudget.weights import weights_bytes as _weights_bytes
 
-        total = _weights_bytes(target_model, tp=tp, pp=pp, pp_stage=stage,
-                               include_mtp=spec == "mtp")
+        total = _weights_bytes(
+            target_model, tp=tp, pp=pp, pp_stage=stage, include_mtp=spec == "mtp"
+        ).total_bytes
         if draft_model is not None and stage == last:
-            total += _weights_bytes(draft_model, tp=tp, pp=1, pp_stage=0, include_mtp=False)
+            total += _weights_bytes(
+                draft_model, tp=tp, pp=1, pp_stage=0, include_mtp=False
+            ).total_bytes
         return total
 
     stages: list[_Stage] = []
@@ -262,8 +285,9 @@ def plan(
         try:
             split = split_budget(budget, target=t_cost, draft=d_cost, tier="gpu")
         except InfeasibleBudgetError:
-            raise _infeasible_fixed(budget, managers, s, max_batch_size, tokens_per_block,
-                                    seq_len, lookahead) from None
+            raise _infeasible_fixed(
+                budget, managers, s, max_batch_size, tokens_per_block, seq_len, lookahead
+            ) from None
         shares = (split.target, split.draft)
         blocks = _common_blocks(managers, s, shares, tokens_per_block)
         stages.append(_Stage(gpu_bytes=budget, weights_bytes=w, split=split, blocks=blocks))
@@ -308,20 +332,29 @@ def plan(
             f"{report.blocks} on the last stage, reported here)"
         )
 
-    host_split = split_budget(host_bytes, target=_cost(managers[0], last),
-                              draft=_cost(managers[1], last) if len(managers) > 1 else CacheCost(0),
-                              tier="host")
-    disk_split = split_budget(disk_bytes, target=_cost(managers[0], last),
-                              draft=_cost(managers[1], last) if len(managers) > 1 else CacheCost(0),
-                              tier="disk")
-    host_blocks = _common_blocks(managers, last, (host_split.target, host_split.draft),
-                                 tokens_per_block, fixed=False)
-    disk_blocks = _common_blocks(managers, last, (disk_split.target, disk_split.draft),
-                                 tokens_per_block, fixed=False)
+    host_split = split_budget(
+        host_bytes,
+        target=_cost(managers[0], last),
+        draft=_cost(managers[1], last) if len(managers) > 1 else CacheCost(0),
+        tier="host",
+    )
+    disk_split = split_budget(
+        disk_bytes,
+        target=_cost(managers[0], last),
+        draft=_cost(managers[1], last) if len(managers) > 1 else CacheCost(0),
+        tier="disk",
+    )
+    host_blocks = _common_blocks(
+        managers, last, (host_split.target, host_split.draft), tokens_per_block, fixed=False
+    )
+    disk_blocks = _common_blocks(
+        managers, last, (disk_split.target, disk_split.draft), tokens_per_block, fixed=False
+    )
     if host_bytes and not growing:
         warnings.append("the host tier holds growing-layer blocks only; this model has none")
-    host_memory_bytes = None if host_memory is None else parse_bytes(host_memory,
-                                                                     name="host_memory")
+    host_memory_bytes = (
+        None if host_memory is None else parse_bytes(host_memory, name="host_memory")
+    )
     if host_memory_bytes is not None and host_bytes * node_gpus > host_memory_bytes:
         warnings.append(
             f"{node_gpus} ranks per node pin {format_bytes(host_bytes * node_gpus)} of host "
@@ -331,21 +364,30 @@ def plan(
 
     manager_plans = []
     for i, m in enumerate(managers):
-        d = m.details[last]
-        assert d is not None
+        last_detail = m.details[last]
+        assert last_detail is not None
+        d = last_detail
         block_bytes = d.cost.slope * tokens_per_block
         gpu_share = (report.split.target, report.split.draft)[i]
         host_share = (host_split.target, host_split.draft)[i]
         disk_share = (disk_split.target, disk_split.draft)[i]
         manager_plans.append(
             ManagerPlan(
-                role=m.role, model=m.model.name, layers=m.layers, num_layers=d.num_layers,
-                kv_dtype=kv_name, tokens_per_block=tokens_per_block,
-                slope_bytes_per_token=d.cost.slope, fixed_bytes=d.cost.intercept,
-                window_bytes=d.window_bytes, window_groups=d.window_groups,
-                state_bytes_per_seq=d.state_bytes_per_seq, max_batch_size=max_batch_size,
-                gpu=_tier("gpu", gpu_share, d.cost.intercept, blocks, block_bytes,
-                          tokens_per_block),
+                role=m.role,
+                model=m.model.name,
+                layers=m.layers,
+                num_layers=d.num_layers,
+                kv_dtype=kv_name,
+                tokens_per_block=tokens_per_block,
+                slope_bytes_per_token=d.cost.slope,
+                fixed_bytes=d.cost.intercept,
+                window_bytes=d.window_bytes,
+                window_groups=d.window_groups,
+                state_bytes_per_seq=d.state_bytes_per_seq,
+                max_batch_size=max_batch_size,
+                gpu=_tier(
+                    "gpu", gpu_share, d.cost.intercept, blocks, block_bytes, tokens_per_block
+                ),
                 host=_tier("host", host_share, 0, host_blocks, block_bytes, tokens_per_block),
                 disk=_tier("disk", disk_share, 0, disk_blocks, block_bytes, tokens_per_block),
             )
@@ -359,26 +401,44 @@ def plan(
             "free after weights and runtime reserve (TensorRT-LLM free_gpu_memory_fraction "
             "semantics), per rank"
         )
-    budget = Budget(
-        gpu_bytes=report.gpu_bytes, host_bytes=host_bytes, disk_bytes=disk_bytes,
-        gpu_source=source, gpu_name=gpu_name, gpu_memory_bytes=memory,
+    plan_budget = Budget(
+        gpu_bytes=report.gpu_bytes,
+        host_bytes=host_bytes,
+        disk_bytes=disk_bytes,
+        gpu_source=source,
+        gpu_name=gpu_name,
+        gpu_memory_bytes=memory,
         weights_bytes=report.weights_bytes,
         reserve_bytes=reserve_bytes if given is None else None,
         memory_fraction=float(memory_fraction) if given is None else None,
-        gpus_per_node=node_gpus, host_memory_bytes=host_memory_bytes,
+        gpus_per_node=node_gpus,
+        host_memory_bytes=host_memory_bytes,
     )
     capacity = Capacity(
-        tokens=blocks * tokens_per_block, host_tokens=host_blocks * tokens_per_block,
-        disk_tokens=disk_blocks * tokens_per_block, max_seq_len=seq_len,
-        max_draft_len=max_draft_len if spec != "none" else 0, lookahead_tokens=lookahead,
-        max_batch_size=max_batch_size, max_concurrency=concurrency,
+        tokens=blocks * tokens_per_block,
+        host_tokens=host_blocks * tokens_per_block,
+        disk_tokens=disk_blocks * tokens_per_block,
+        max_seq_len=seq_len,
+        max_draft_len=max_draft_len if spec != "none" else 0,
+        lookahead_tokens=lookahead,
+        max_batch_size=max_batch_size,
+        max_concurrency=concurrency,
         max_seq_len_at_batch=max(at_batch, 0),
     )
     return Plan(
-        target=target_model.name, draft=draft_model.name if draft_model else None, spec=spec,
-        tp=tp, pp=pp, pp_stage=last, binding_pp_stage=binding, kv_dtype=kv_name,
-        tokens_per_block=tokens_per_block, budget=budget, managers=tuple(manager_plans),
-        capacity=capacity, warnings=tuple(warnings),
+        target=target_model.name,
+        draft=draft_model.name if draft_model else None,
+        spec=spec,
+        tp=tp,
+        pp=pp,
+        pp_stage=last,
+        binding_pp_stage=binding,
+        kv_dtype=kv_name,
+        tokens_per_block=tokens_per_block,
+        budget=plan_budget,
+        managers=tuple(manager_plans),
+        capacity=capacity,
+        warnings=tuple(warnings),
     )
 
 
@@ -391,8 +451,14 @@ def _slope(m: _Manager, stage: int) -> int:
     return _cost(m, stage).slope
 
 
-def _common_blocks(managers: list[_Manager], stage: int, shares: tuple[int, int],
-                   tokens_per_block: int, *, fixed: bool = True) -> int:
+def _common_blocks(
+    managers: list[_Manager],
+    stage: int,
+    shares: tuple[int, int],
+    tokens_per_block: int,
+    *,
+    fixed: bool = True,
+) -> int:
     """Whole blocks every manager with growing layers on ``stage`` can hold."""
     counts = []
     for i, m in enumerate(managers):
@@ -404,24 +470,35 @@ def _common_blocks(managers: list[_Manager], stage: int, shares: tuple[int, int]
     return min(counts) if counts else 0
 
 
-def _tier(tier: Tier, share: int, fixed: int, blocks: int, block_bytes: int,
-          tokens_per_block: int) -> TierPlan:
+def _tier(
+    tier: Tier, share: int, fixed: int, blocks: int, block_bytes: int, tokens_per_block: int
+) -> TierPlan:
     if block_bytes == 0:
         blocks = 0
     return TierPlan(
-        tier=tier, bytes=share, blocks=blocks, tokens=blocks * tokens_per_block,
+        tier=tier,
+        bytes=share,
+        blocks=blocks,
+        tokens=blocks * tokens_per_block,
         padding_bytes=share - fixed - blocks * block_bytes,
     )
 
 
-def _infeasible_fixed(budget: int, managers: list[_Manager], stage: int, batch: int,
-                      tokens_per_block: int, seq_len: int, lookahead: int
-                      ) -> InfeasibleBudgetError:
+def _infeasible_fixed(
+    budget: int,
+    managers: list[_Manager],
+    stage: int,
+    batch: int,
+    tokens_per_block: int,
+    seq_len: int,
+    lookahead: int,
+) -> InfeasibleBudgetError:
     fixed = sum(_cost(m, stage).intercept for m in managers)
     slope = sum(_cost(m, stage).slope for m in managers)
     per_seq_fixed = fixed // batch
-    per_seq = per_seq_fixed + slope * tokens_per_block * -(-(seq_len + lookahead)
-                                                           // tokens_per_block)
+    per_seq = per_seq_fixed + slope * tokens_per_block * -(
+        -(seq_len + lookahead) // tokens_per_block
+    )
     fits = budget // per_seq if per_seq else 0
     return InfeasibleBudgetError(
         f"the GPU budget of {format_bytes(budget)} ({budget} bytes) per rank cannot cover the "

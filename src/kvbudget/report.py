@@ -37,21 +37,34 @@ def render_plan(plan: Plan) -> Group:
     budget.add_row("KV budget, disk", _size(b.disk_bytes))
     if b.gpus_per_node > 1:
         budget.add_row(f"host pinned per node ({b.gpus_per_node} ranks)", _size(b.node_host_bytes))
-    budget.caption = f"GPU budget: {b.gpu_source}"
+    source = Text(f"GPU budget = {b.gpu_source}", style="dim")
 
     managers = Table(title="Managers (per rank)", title_justify="left")
-    for col in ("role", "model", "layers", "bytes/token", "fixed", "tier", "bytes", "blocks",
-                "tokens", "padding"):
-        managers.add_column(col, justify="right" if col not in ("role", "model", "tier")
-                            else "left")
+    for col in ("role", "model", "layers", "bytes/token", "fixed"):
+        managers.add_column(col, justify="left" if col in ("role", "model") else "right")
     for m in plan.managers:
-        for i, t in enumerate((m.gpu, m.host, m.disk)):
-            if t.tier != "gpu" and t.bytes == 0:
-                continue
-            head = (m.role, m.model, f"{m.num_layers} ({m.layers})", f"{m.slope_bytes_per_token:,}",
-                    _size(m.fixed_bytes)) if i == 0 else ("", "", "", "", "")
-            managers.add_row(*head, t.tier, _size(t.bytes), f"{t.blocks:,}", f"{t.tokens:,}",
-                             _size(t.padding_bytes))
+        managers.add_row(
+            m.role,
+            m.model,
+            f"{m.num_layers} ({m.layers})",
+            f"{m.slope_bytes_per_token:,}",
+            _size(m.fixed_bytes),
+        )
+
+    tiers = Table(title="Tiers (per rank)", title_justify="left")
+    for col in ("role", "tier", "bytes", "blocks", "tokens", "padding"):
+        tiers.add_column(col, justify="left" if col in ("role", "tier") else "right")
+    for m in plan.managers:
+        for t in (m.gpu, m.host, m.disk):
+            if t.tier == "gpu" or t.bytes:
+                tiers.add_row(
+                    m.role,
+                    t.tier,
+                    _size(t.bytes),
+                    f"{t.blocks:,}",
+                    f"{t.tokens:,}",
+                    _size(t.padding_bytes),
+                )
 
     c = plan.capacity
     cap = Table(title="Capacity", show_header=False, title_justify="left")
@@ -61,11 +74,13 @@ def render_plan(plan: Plan) -> Group:
     cap.add_row("tokens on host", f"{c.host_tokens:,}")
     if c.disk_tokens:
         cap.add_row("tokens on disk", f"{c.disk_tokens:,}")
-    cap.add_row(f"sequences of {c.max_seq_len:,} tokens (+{c.lookahead_tokens} lookahead)",
-                f"{c.max_concurrency:,}")
+    cap.add_row(
+        f"sequences of {c.max_seq_len:,} tokens (+{c.lookahead_tokens} lookahead)",
+        f"{c.max_concurrency:,}",
+    )
     cap.add_row(f"longest sequence at batch {c.max_batch_size}", f"{c.max_seq_len_at_batch:,}")
 
-    parts: list[Table | Text] = [title, budget, managers, cap]
+    parts: list[Table | Text] = [title, budget, source, managers, tiers, cap]
     for w in plan.warnings:
         parts.append(Text(f"warning: {w}", style="yellow"))
     return Group(*parts)

@@ -1,0 +1,201 @@
+"""CLI tests: JSON per spec mode, exit codes, one-line errors, golden snapshots.
+
+Golden files live in tests/golden/; regenerate them after an intended change with
+``KVBUDGET_UPDATE_GOLDEN=1 python -m pytest tests/test_cli.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli import app
+
+GOLDEN = Path(__file__).parent / "golden"
+RUNNER = CliRunner()
+FIXED = ["--kv-budget", "40GiB", "--max-seq-len", "8192"]
+
+
+def run(*args: str) -> Any:
+    return RUNNER.invoke(app, list(args), env={"COLUMNS": "100", "NO_COLOR": "1"})
+
+
+def plan_json(*args: str) -> dict[str, Any]:
+    result = run("plan", "--json", *args)
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("KVBUDGET_UPDATE_GOLDEN"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} changed; see the module docstring to update"
+
+
+@pytest.mark.parametrize(
+    ("args", "roles"),
+    [
+        ((), ["target", "draft"]),
+        (("--spec", "ngram"), ["target"]),
+        (("--spec", "none"), ["target"]),
+        (("--target", "deepseek-ai/DeepSeek-V3", "--spec", "mtp", "--tp", "8"), ["target"]),
+        (
+            (
+                "--target",
+                "deepseek-ai/DeepSeek-V3",
+                "--spec",
+                "mtp",
+                "--tp",
+                "8",
+                "--separate-draft-cache",
+            ),
+            ["target", "draft"],
+        ),
+        (
+            ("--spec", "draft-target", "--draft", "meta-llama/Llama-3.2-1B-Instruct"),
+            ["target", "draft"],
+        ),
+    ],
+)
+def test_json_for_every_spec_mode(args: tuple[str, ...], roles: list[str]) -> None:
+    data = plan_json(*FIXED, *args)
+    assert data["schema"] == 1
+    assert [m["role"] for m in data["managers"]] == roles
+    # the GPU budget is split exactly: 40 GiB = 42949672960 bytes
+    assert sum(m["gpu_bytes"] for m in data["managers"]) == 42949672960
+    # the host budget (default 64 GiB = 68719476736 bytes) too
+    assert sum(m["host_bytes"] for m in data["managers"]) == 68719476736
+    # lockstep: every manager holds the same tokens
+    assert len({m["gpu_tokens"] for m in data["managers"]}) == 1
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp8", "nvfp4"])
+def test_kv_dtype_scales_the_slope(dtype: str) -> None:
+    data = plan_json(*FIXED, "--kv-dtype", dtype, "--spec", "none")
+    # Llama-3.1-8B: 32 layers x 2 x 8 x 128 = 65536 values per token; fp32 4 B, bf16 2 B,
+    # fp8 1 B, nvfp4 per 1024-value K or V: 512 + 64 = 576 B -> 32 x 2 x 576 = 36864
+    expected = {"fp32": 262144, "bf16": 131072, "fp8": 65536, "nvfp4": 36864}[dtype]
+    assert data["managers"][0]["slope_bytes_per_token"] == expected
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "openai/gpt-oss-120b",
+        "google/gemma-3-27b-it",
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        "nvidia/Nemotron-H-8B-Base-8K",
+    ],
+)
+def test_fixed_cost_models(model: str) -> None:
+    spec = ["--spec", "eagle3"] if model == "openai/gpt-oss-120b" else ["--spec", "ngram"]
+    data = plan_json(
+        "--target",
+        model,
+        *spec,
+        "--kv-budget",
+        "60GiB",
+        "--max-batch-size",
+        "8",
+        "--max-seq-len",
+        "8192",
+    )
+    target = data["managers"][0]
+    assert target["fixed_bytes"] > 0
+    gpu = target["gpu_bytes"]
+    # what the target's GPU share holds: fixed + whole blocks + padding, exactly
+    assert (
+        gpu
+        == target["fixed_bytes"]
+        + target["gpu_blocks"] * target["block_bytes"]
+        + target["gpu_padding_bytes"]
+    )
+
+
+def test_infeasible_plan_exits_nonzero_with_one_line() -> None:
+    result = run(
+        "plan", "--target", "google/gemma-3-27b-it", "--spec", "ngram", "--kv-budget", "20GiB"
+    )
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "fixed cost" in lines[0] and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--tp", "0"),
+        ("--kv-budget", "-3GiB"),
+        ("--kv-budget", "12 parsecs"),
+        ("--target", "no/such-model"),
+        ("--gpu", "H900"),
+        ("--kv-dtype", "fp6"),
+        (
+            "--spec",
+            "draft-target",
+            "--target",
+            "Qwen/Qwen3-8B",
+            "--draft",
+            "meta-llama/Llama-3.2-1B-Instruct",
+        ),
+        ("--emit", "tgi"),
+        ("--target", "/no/such/config.json"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(args: tuple[str, ...]) -> None:
+    result = run("plan", "--kv-budget", "40GiB", *args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_malformed_config_file_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "config.json"
+    bad.write_text('{"model_type": "llama", ')
+    result = run("plan", "--kv-budget", "40GiB", "--target", str(tmp_path), "--spec", "none")
+    assert result.exit_code == 2
+    assert str(bad) in result.stderr and "not valid JSON" in result.stderr
+
+
+def test_golden_table() -> None:
+    result = run("plan", *FIXED, "--host-budget", "64GiB")
+    assert result.exit_code == 0, result.output
+    check_golden("plan_eagle3_40GiB.txt", result.stdout)
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
+def test_golden_engine_settings(engine: str) -> None:
+    result = run(
+        "plan", *FIXED, "--tp", "2", "--host-budget", "64GiB", "--kv-dtype", "fp8", "--emit", engine
+    )
+    assert result.exit_code == 0, result.output
+    check_golden(f"emit_{engine}.txt", result.stdout)
+
+
+def test_vllm_offloading_size_is_total_gib_across_tp() -> None:
+    result = run("plan", *FIXED, "--tp", "4", "--host-budget", "16GiB", "--emit", "vllm")
+    # 16 GiB per rank x 4 ranks = 64 GiB total
+    assert "--kv-offloading-size 64 " in result.stdout + " "
+
+
+def test_sglang_hicache_size_is_decimal_gb_per_rank() -> None:
+    result = run("plan", *FIXED, "--tp", "4", "--host-budget", "16GiB", "--emit", "sglang")
+    # 16 GiB = 17179869184 B = 17.18 GB -> 17 (rounded down, per rank)
+    assert "--hicache-size 17 " in result.stdout + " "
+
+
+def test_models_and_gpus_list() -> None:
+    models = run("models")
+    assert models.exit_code == 0 and "deepseek-ai/DeepSeek-V3" in models.stdout
+    gpus = run("gpus")
+    assert gpus.exit_code == 0 and "h200" in gpus.stdout

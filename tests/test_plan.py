@@ -1,0 +1,319 @@
+"""Exact tests of ``kvbudget.plan``: managers, splits, blocks and capacity per spec mode.
+
+Budgets are given with ``kv_budget`` so the numbers depend only on the cache geometry;
+the weights path is tested separately. Every expected value carries its arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvbudget import InfeasibleBudgetError, InvalidArgumentError
+from kvbudget.plan import plan
+
+GIB = 1024**3
+LLAMA8B = "meta-llama/Llama-3.1-8B-Instruct"
+LLAMA1B = "meta-llama/Llama-3.2-1B-Instruct"
+EAGLE8B = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+DSV3 = "deepseek-ai/DeepSeek-V3"
+
+
+def test_default_eagle3_split_blocks_and_capacity() -> None:
+    p = plan(kv_budget="40GiB", host_budget="64GiB", max_seq_len=8192)
+    target, draft = p.managers
+    assert (p.target, p.draft, p.spec) == (LLAMA8B, EAGLE8B, "eagle3")
+    # target: 32 layers x 2 (K,V) x 8 kv heads x 128 x 2 B (bf16) = 131072 B/token
+    assert target.slope_bytes_per_token == 131072
+    # draft: EAGLE3 head, 1 layer x 2 x 8 x 128 x 2 B (target's bf16, not its fp16 config)
+    assert draft.slope_bytes_per_token == 4096
+    assert p.kv_dtype == "bf16"
+    # GPU: B = 40 x 2^30 = 42949672960; no fixed costs;
+    # draft = floor(B x 4096 / 135168) = floor(B / 33) = 1301505241; target = B - draft
+    assert draft.gpu.bytes == 1301505241
+    assert target.gpu.bytes == 42949672960 - 1301505241 == 41648167719
+    # blocks: 41648167719 // (131072 x 32 = 4194304) = 9929; 1301505241 // 131072 = 9929
+    assert target.gpu.blocks == draft.gpu.blocks == 9929
+    assert target.gpu.tokens == 9929 * 32 == 317728
+    # padding: 41648167719 - 9929 x 4194304 = 2923303; 1301505241 - 9929 x 131072 = 91353
+    assert target.gpu.padding_bytes == 2923303
+    assert draft.gpu.padding_bytes == 91353
+    # host: H = 64 x 2^30 = 68719476736; draft = floor(H / 33) = 2082408385
+    assert draft.host.bytes == 2082408385
+    assert target.host.bytes + draft.host.bytes == 68719476736
+    # host blocks: 66637068351 // 4194304 = 15887; 2082408385 // 131072 = 15887
+    assert target.host.blocks == draft.host.blocks == 15887
+    c = p.capacity
+    assert c.tokens == 317728
+    assert c.host_tokens == 15887 * 32 == 508384
+    assert c.lookahead_tokens == 3
+    # a sequence needs ceil((8192 + 3) / 32) = 257 blocks: 9929 // 257 = 38
+    assert c.max_concurrency == 38
+    # at batch 256: 9929 // 256 = 38 blocks each = 1216 tokens - 3 lookahead = 1213
+    assert c.max_seq_len_at_batch == 1213
+
+
+def test_host_split_never_hands_the_whole_budget_to_each_manager() -> None:
+    p = plan(kv_budget="40GiB", host_budget="192GiB", disk_budget="1TiB")
+    for tier in ("host", "disk"):
+        parts = [m.tier(tier).bytes for m in p.managers]
+        total = {"host": 192 * GIB, "disk": 1024 * GIB}[tier]
+        assert sum(parts) == total
+        assert all(part < total for part in parts)
+
+
+def test_ngram_has_one_manager_with_lookahead() -> None:
+    p = plan(spec="ngram", kv_budget="40GiB", host_budget=0, max_seq_len=8192, max_draft_len=5)
+    (target,) = p.managers
+    assert p.draft is None
+    # all 42949672960 B to the target: 42949672960 // 4194304 = 10240 blocks exactly
+    assert target.gpu.bytes == 42949672960
+    assert target.gpu.blocks == 10240
+    assert target.gpu.padding_bytes == 0
+    # ceil((8192 + 5) / 32) = 257 blocks per sequence: 10240 // 257 = 39
+    assert p.capacity.max_concurrency == 39
+    assert p.capacity.lookahead_tokens == 5
+
+
+def test_none_has_no_lookahead() -> None:
+    p = plan(spec="none", kv_budget="40GiB", host_budget=0, max_seq_len=8192)
+    # 8192 / 32 = 256 blocks per sequence: 10240 // 256 = 40
+    assert p.capacity.max_concurrency == 40
+    assert p.capacity.lookahead_tokens == 0
+
+
+def test_mtp_inside_the_target_manager_by_default() -> None:
+    p = plan(DSV3, spec="mtp", kv_budget="40GiB", host_budget=0, max_seq_len=4096)
+    (target,) = p.managers
+    assert target.layers == "all"
+    # (61 model + 1 MTP) layers x 576-value latent x 2 B = 71424 B/token
+    assert target.slope_bytes_per_token == 71424
+    # 42949672960 // (71424 x 32 = 2285568) = 18791 blocks
+    assert target.gpu.blocks == 18791
+
+
+def test_mtp_separate_draft_cache_splits_by_slope() -> None:
+    p = plan(
+        DSV3,
+        spec="mtp",
+        separate_draft_cache=True,
+        kv_budget="40GiB",
+        host_budget=0,
+        max_seq_len=4096,
+    )
+    target, draft = p.managers
+    assert (target.layers, draft.layers) == ("model", "mtp")
+    # target 61 x 576 x 2 = 70272; draft 1 x 576 x 2 = 1152
+    assert (target.slope_bytes_per_token, draft.slope_bytes_per_token) == (70272, 1152)
+    # draft = floor(42949672960 x 1152 / 71424) = 692736660
+    assert draft.gpu.bytes == 692736660
+    assert target.gpu.bytes == 42949672960 - 692736660
+    # 42256936300 // (70272 x 32) = 18791; 692736660 // (1152 x 32) = 18791
+    assert target.gpu.blocks == draft.gpu.blocks == 18791
+
+
+def test_mla_latent_is_replicated_across_tp() -> None:
+    p1 = plan(DSV3, spec="mtp", kv_budget="40GiB", host_budget=0, weights_bytes=0)
+    p8 = plan(DSV3, spec="mtp", kv_budget="40GiB", host_budget=0, tp=8, weights_bytes=0)
+    assert p1.managers[0].slope_bytes_per_token == p8.managers[0].slope_bytes_per_token == 71424
+
+
+def test_draft_target_uses_the_drafts_own_geometry() -> None:
+    p = plan(
+        LLAMA8B, LLAMA1B, spec="draft-target", kv_budget="40GiB", host_budget=0, max_seq_len=8192
+    )
+    _, draft = p.managers
+    # Llama-3.2-1B: 16 layers x 2 x 8 kv heads x 64 head_dim x 2 B = 32768 (not 8B's 131072)
+    assert draft.slope_bytes_per_token == 32768
+    # draft = floor(42949672960 x 32768 / 163840) = floor(B / 5) = 8589934592
+    assert draft.gpu.bytes == 8589934592
+    # 34359738368 // 4194304 = 8192; 8589934592 // (32768 x 32) = 8192
+    assert p.capacity.tokens == 8192 * 32
+
+
+def test_draft_target_rejects_a_different_vocabulary() -> None:
+    with pytest.raises(InvalidArgumentError, match="vocab_size"):
+        plan("Qwen/Qwen3-8B", LLAMA1B, spec="draft-target", kv_budget="40GiB")
+
+
+def test_tp8_shards_kv_heads() -> None:
+    p = plan(
+        "meta-llama/Llama-3.3-70B-Instruct", spec="eagle3", kv_budget="40GiB", host_budget=0, tp=8
+    )
+    target, draft = p.managers
+    # 80 layers x 2 x ceil(8/8)=1 kv head x 128 x 2 B = 40960
+    assert target.slope_bytes_per_token == 40960
+    # EAGLE3-70B head: 1 layer x 2 x 1 x 128 x 2 = 512
+    assert draft.slope_bytes_per_token == 512
+
+
+def test_pp2_reports_the_last_stage_with_the_draft() -> None:
+    p = plan(kv_budget="40GiB", host_budget=0, pp=2, max_seq_len=8192)
+    target, draft = p.managers
+    # 32 layers over 2 stages: 16 each; 16 x 2 x 8 x 128 x 2 = 65536
+    assert target.slope_bytes_per_token == 65536
+    assert draft.slope_bytes_per_token == 4096
+    assert p.pp_stage == 1
+    # stage 0 holds only target layers: 42949672960 // (65536 x 32) = 20480 blocks;
+    # stage 1: draft = floor(B x 4096 / 69632) = floor(B / 17) = 2526451350,
+    # target 40423221610 // 2097152 = 19275 blocks -> stage 1 binds
+    assert p.binding_pp_stage == 1
+    assert target.gpu.blocks == 19275
+
+
+def test_gpt_oss_window_layers_are_a_fixed_cost() -> None:
+    p = plan(
+        "openai/gpt-oss-120b", kv_budget="40GiB", host_budget=0, max_batch_size=64, max_seq_len=8192
+    )
+    target, draft = p.managers
+    # kv auto: gpt-oss names no dtype -> the EAGLE3 head's bf16
+    assert p.kv_dtype == "bf16"
+    # 18 full layers x 2 x 8 x 64 x 2 B = 36864 B/token
+    assert target.slope_bytes_per_token == 36864
+    # 18 sliding layers (window 128, +3 lookahead): ceil((131 - 1) / 32) + 1 = 6 blocks
+    # = 192 tokens x 18 x 2048 B = 7077888 B per sequence x 64 sequences = 452984832
+    assert target.fixed_bytes == 452984832
+    assert target.window_bytes == 452984832
+    (group,) = target.window_groups
+    assert (group.window_tokens, group.num_layers, group.blocks_per_seq) == (128, 18, 6)
+    # the draft has no fixed cost: 1 layer x 2 x 8 x 64 x 2 = 2048 B/token
+    assert (draft.slope_bytes_per_token, draft.fixed_bytes) == (2048, 0)
+    # rest = 42949672960 - 452984832 = 42496688128; draft = floor(rest x 2048 / 38912)
+    # = floor(rest / 19) = 2236667796; target = B - draft
+    assert draft.gpu.bytes == 2236667796
+    # blocks: (40713005164 - 452984832) // (36864 x 32) = 34128;
+    # 2236667796 // 65536 = 34129 -> common 34128
+    assert p.capacity.tokens == 34128 * 32
+
+
+def test_qwen3_next_recurrent_state_is_a_fixed_cost() -> None:
+    p = plan(
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        spec="ngram",
+        kv_budget="40GiB",
+        host_budget=0,
+        max_batch_size=16,
+        max_seq_len=8192,
+    )
+    (target,) = p.managers
+    # 12 full layers x 2 x 2 kv heads x 256 x 2 B = 24576 B/token
+    assert target.slope_bytes_per_token == 24576
+    # 36 linear layers x (32 x 128 x 128 + 3 x (2 x 16 x 128 + 32 x 128)) x 2 B
+    # = 36 x 548864 x 2 = 39518208 B per sequence; x 16 = 632291328
+    assert target.state_bytes_per_seq == 39518208
+    assert target.fixed_bytes == 632291328
+
+
+def test_nemotron_h_mamba_state_and_attention() -> None:
+    p = plan(
+        "nvidia/Nemotron-H-8B-Base-8K",
+        spec="none",
+        kv_budget="20GiB",
+        host_budget=0,
+        max_batch_size=8,
+    )
+    (target,) = p.managers
+    # 4 attention layers x 2 x 8 x 128 x 2 B = 16384 B/token
+    assert target.slope_bytes_per_token == 16384
+    # 24 Mamba2 layers x (128 x 64 x 128 + 3 x (128 x 64 + 2 x 8 x 128)) x 2 B
+    # = 24 x 1079296 x 2 = 51806208 per sequence; x 8 = 414449664
+    assert target.fixed_bytes == 414449664
+
+
+def test_gemma3_fixed_cost_too_large_is_infeasible_with_advice() -> None:
+    with pytest.raises(InfeasibleBudgetError) as err:
+        plan("google/gemma-3-27b-it", spec="ngram", kv_budget="20GiB", max_batch_size=256)
+    message = str(err.value)
+    assert "fixed cost" in message and "--max-batch-size" in message
+    assert "21474836480 bytes" in message  # the GPU budget, exact
+
+
+def test_one_sequence_that_does_not_fit_is_infeasible_with_the_longest_that_fits() -> None:
+    with pytest.raises(InfeasibleBudgetError) as err:
+        plan(spec="none", kv_budget="1GiB", host_budget=0, max_seq_len=131072)
+    # 2^30 // 4194304 = 256 blocks -> longest 256 x 32 = 8192 tokens
+    assert "longest sequence that fits is 8192 tokens" in str(err.value)
+
+
+def test_derived_budget_subtracts_weights_and_reserve() -> None:
+    p = plan(weights_bytes="16GB", reserve="4GiB", memory_fraction=0.5, gpu="H200", host_budget=0)
+    # H200 CUDA-visible total 150021734400 B (GPUS.md);
+    # (150021734400 - 16000000000 - 4294967296) x 0.5 = 64863383552
+    assert p.budget.gpu_bytes == 64863383552
+    assert sum(m.gpu.bytes for m in p.managers) == 64863383552
+
+
+def test_weights_larger_than_the_gpu_is_infeasible() -> None:
+    with pytest.raises(InfeasibleBudgetError, match="weights"):
+        plan(weights_bytes="200GB", gpu="H200")
+
+
+def test_node_host_memory_warning() -> None:
+    p = plan(
+        kv_budget="40GiB",
+        host_budget="192GiB",
+        tp=8,
+        gpus_per_node=8,
+        host_memory="2TiB",
+        target="meta-llama/Llama-3.3-70B-Instruct",
+    )
+    # 8 ranks x 192 GiB = 1536 GiB <= 2048 GiB: no warning
+    assert not any("host memory" in w for w in p.warnings)
+    p = plan(
+        kv_budget="40GiB",
+        host_budget="384GiB",
+        tp=8,
+        gpus_per_node=8,
+        host_memory="2TiB",
+        target="meta-llama/Llama-3.3-70B-Instruct",
+    )
+    # 8 x 384 GiB = 3072 GiB > 2048 GiB
+    assert any("host memory" in w for w in p.warnings)
+    assert p.to_dict()["budget"]["node_host_bytes"] == 8 * 384 * GIB
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"tp": 0}, "tp must be >= 1"),
+        ({"tp": 3}, "tp=3"),
+        ({"kv_budget": "-1GiB"}, "negative"),
+        ({"kv_budget": "lots"}, "byte size"),
+        ({"kv_dtype": "fp6"}, "unknown kv_dtype"),
+        ({"gpu": "H900", "kv_budget": None}, "unknown GPU"),
+        ({"spec": "medusa"}, "unknown spec"),
+        ({"spec": "ngram", "draft": EAGLE8B}, "no draft"),
+        ({"spec": "mtp"}, "no MTP layers"),
+        ({"memory_fraction": 1.5}, "memory_fraction"),
+    ],
+)
+def test_bad_input_is_a_typed_error(kwargs: dict[str, object], match: str) -> None:
+    args: dict[str, object] = {"kv_budget": "40GiB", **kwargs}
+    with pytest.raises(InvalidArgumentError, match=match):
+        plan(**args)  # type: ignore[arg-type]
+
+
+def test_json_schema_is_stable_and_integer() -> None:
+    data = json.loads(plan(kv_budget="40GiB").to_json())
+    assert data["schema"] == 1
+    for key in ("gpu_bytes", "host_bytes", "disk_bytes"):
+        assert isinstance(data["budget"][key], int)
+    expected = {
+        "role",
+        "model",
+        "slope_bytes_per_token",
+        "fixed_bytes",
+        "gpu_bytes",
+        "host_bytes",
+        "disk_bytes",
+        "gpu_blocks",
+        "host_blocks",
+        "gpu_tokens",
+        "host_tokens",
+        "tokens_per_block",
+    }
+    for manager in data["managers"]:
+        assert expected <= manager.keys()
+    assert {"tokens", "max_concurrency", "max_seq_len_at_batch"} <= data["capacity"].keys()
+    assert isinstance(data["warnings"], list)
