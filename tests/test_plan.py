@@ -11,7 +11,7 @@ import json
 import pytest
 
 from kvbudget import InfeasibleBudgetError, InvalidArgumentError
-from kvbudget.plan import plan
+from kvbudget.planner import plan
 
 GIB = 1024**3
 LLAMA8B = "meta-llama/Llama-3.1-8B-Instruct"

@@ -6,6 +6,7 @@ layers or a small model) across GPU, host and disk tiers, per rank.
 
 from kvbudget.cost import CacheCost, CostDetail, WindowGroup, cache_cost, cache_cost_detail
 from kvbudget.dtypes import DType, parse_dtype
+from kvbudget.engines import ENGINES, emit
 from kvbudget.errors import (
     CacheError,
     ConfigError,
@@ -18,6 +19,7 @@ from kvbudget.errors import (
     UnknownRequestError,
     UnsupportedArchitectureError,
 )
+from kvbudget.gpus import GpuSpec, get_gpu, list_gpus
 from kvbudget.layers import (
     AttentionLayer,
     GatedDeltaNetLayer,
@@ -27,19 +29,27 @@ from kvbudget.layers import (
     NoCacheLayer,
 )
 from kvbudget.model import ModelSpec, list_presets, load_model, parse_config
+from kvbudget.plan_types import Budget, Capacity, ManagerPlan, Plan, TierPlan
+from kvbudget.planner import SPEC_MODES, plan
 from kvbudget.split import BudgetSplit, split_budget
+from kvbudget.units import format_bytes, parse_bytes
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ENGINES",
+    "SPEC_MODES",
     "AttentionLayer",
+    "Budget",
     "BudgetSplit",
     "CacheCost",
     "CacheError",
+    "Capacity",
     "ConfigError",
     "CostDetail",
     "DType",
     "GatedDeltaNetLayer",
+    "GpuSpec",
     "InfeasibleBudgetError",
     "InvalidArgumentError",
     "InvalidCacheOperationError",
@@ -47,9 +57,12 @@ __all__ = [
     "Layer",
     "MLALayer",
     "Mamba2Layer",
+    "ManagerPlan",
     "ModelSpec",
     "NoCacheLayer",
     "OutOfBlocksError",
+    "Plan",
+    "TierPlan",
     "UnknownModelError",
     "UnknownRequestError",
     "UnsupportedArchitectureError",
@@ -57,9 +70,15 @@ __all__ = [
     "__version__",
     "cache_cost",
     "cache_cost_detail",
+    "emit",
+    "format_bytes",
+    "get_gpu",
+    "list_gpus",
     "list_presets",
     "load_model",
+    "parse_bytes",
     "parse_config",
     "parse_dtype",
+    "plan",
     "split_budget",
 ]

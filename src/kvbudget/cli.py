@@ -18,7 +18,7 @@ from kvbudget.engines import ENGINES, emit
 from kvbudget.errors import KvBudgetError
 from kvbudget.gpus import get_gpu, list_gpus
 from kvbudget.model import list_presets, load_model
-from kvbudget.plan import (
+from kvbudget.planner import (
     DEFAULT_GPU,
     DEFAULT_HOST_BUDGET,
     DEFAULT_MAX_BATCH_SIZE,
