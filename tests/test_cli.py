@@ -63,6 +63,7 @@ def check_golden(name: str, text: str) -> None:
             ("--spec", "draft-target", "--draft", "meta-llama/Llama-3.2-1B-Instruct"),
             ["target", "draft"],
         ),
+        (("--tp", "2", "--pp", "2"), ["target", "draft"]),
     ],
 )
 def test_json_for_every_spec_mode(args: tuple[str, ...], roles: list[str]) -> None:
@@ -192,6 +193,22 @@ def test_sglang_hicache_size_is_decimal_gb_per_rank() -> None:
     result = run("plan", *FIXED, "--tp", "4", "--host-budget", "16GiB", "--emit", "sglang")
     # 16 GiB = 17179869184 B = 17.18 GB -> 17 (rounded down, per rank)
     assert "--hicache-size 17 " in result.stdout + " "
+
+
+def test_default_command_plans_the_embedded_default() -> None:
+    data = plan_json()
+    assert data["target"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert data["draft"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    assert data["budget"]["gpu_name"] == "NVIDIA H200 SXM 141GB"
+    assert data["budget"]["host_bytes"] == 64 * 1024**3
+    b = data["budget"]
+    # derived: floor((GPU memory - weights - reserve) x 0.9)
+    assert (
+        b["gpu_bytes"]
+        == (b["gpu_memory_bytes"] - b["weights_bytes"] - b["reserve_bytes"]) * 9 // 10
+    )
+    table = run("plan")
+    assert table.exit_code == 0 and "Capacity" in table.stdout
 
 
 def test_models_and_gpus_list() -> None:
