@@ -1,0 +1,40 @@
+"""Paged KV cache for a target and its draft in lockstep, built from a :class:`Plan`.
+
+Layers, each in its own module::
+
+    block_pool   BlockPool: free list, refcounts, LRU of cached blocks (one role/tier/kind)
+    hashing      chained block hashes for prefix reuse
+    manager      RoleManager: one role's pools (gpu/host/disk kv, window groups, state)
+    coordinator  SpecDecodeCache: both roles in lockstep, the public facade
+    storage      real tensors (torch, imported only when a device is given)
+    stats        immutable snapshots returned by SpecDecodeCache.stats()
+
+Example::
+
+    cache = SpecDecodeCache.from_plan(plan)          # metadata only; device="cpu" for tensors
+    hit_tokens = cache.admit(RequestId("r1"), prompt_token_ids)
+    cache.reserve(RequestId("r1"), 4)                # 3 draft tokens + the bonus token
+    cache.commit(RequestId("r1"), accepted_token_ids)
+    cache.free(RequestId("r1"))
+"""
+
+from kvbudget.cache.block_pool import BlockPool
+from kvbudget.cache.coordinator import SpecDecodeCache
+from kvbudget.cache.hashing import ROOT_HASH, extend_block_hashes, hash_block_tokens
+from kvbudget.cache.ids import BlockHash, BlockId, DraftPrefixPolicy, PreemptMode, RequestId
+from kvbudget.cache.stats import CacheStats, PoolStats
+
+__all__ = [
+    "ROOT_HASH",
+    "BlockHash",
+    "BlockId",
+    "BlockPool",
+    "CacheStats",
+    "DraftPrefixPolicy",
+    "PoolStats",
+    "PreemptMode",
+    "RequestId",
+    "SpecDecodeCache",
+    "extend_block_hashes",
+    "hash_block_tokens",
+]

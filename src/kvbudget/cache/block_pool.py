@@ -1,0 +1,177 @@
+"""One pool of equally sized blocks: free list, reference counts, LRU of cached blocks.
+
+Every block is in exactly one of three states::
+
+    free    refcount 0, no hash          in ``free`` (a stack: the last freed is reused first)
+    used    refcount > 0                 owned by one or more requests
+    cached  refcount 0, hashed           in ``cached`` (LRU: the first key is evicted next)
+
+so ``free + used + cached == num_blocks``. A cached block keeps its content and hash until
+it is reused; a prefix hit turns it back into a used block. Allocation takes a free block
+first and evicts the least recently freed cached block only when none is free. Callers free
+a sequence's blocks tail first, so its tail is evicted before its head.
+
+All operations are O(1). Methods do not check their preconditions on the hot path (the
+coordinator checks before it mutates); :meth:`BlockPool.check` verifies the whole state.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from kvbudget.cache.ids import BlockHash, BlockId
+
+
+class BlockPool:
+    """Blocks ``0 .. num_blocks - 1`` of one role, tier and kind (kv, window, state).
+
+    ``plan_blocks`` is the plan's count for this role and tier; ``num_blocks`` (at most
+    ``plan_blocks``) is how many the cache uses, e.g. the smaller of two roles' counts so
+    that target and draft hold the same tokens. Blocks past ``num_blocks`` stay idle.
+    """
+
+    __slots__ = (
+        "block_hash",
+        "by_hash",
+        "cached",
+        "evicted_blocks",
+        "free",
+        "hit_blocks",
+        "name",
+        "num_blocks",
+        "num_used",
+        "offloaded_blocks",
+        "onboarded_blocks",
+        "plan_blocks",
+        "refcount",
+    )
+
+    def __init__(self, name: str, num_blocks: int, plan_blocks: int | None = None) -> None:
+        self.name = name
+        self.num_blocks = num_blocks
+        self.plan_blocks = num_blocks if plan_blocks is None else plan_blocks
+        self.refcount: list[int] = [0] * num_blocks
+        self.block_hash: list[BlockHash | None] = [None] * num_blocks
+        # popped from the end: block 0 is handed out first
+        self.free: list[BlockId] = [BlockId(i) for i in range(num_blocks - 1, -1, -1)]
+        self.cached: OrderedDict[BlockId, None] = OrderedDict()
+        self.by_hash: dict[BlockHash, BlockId] = {}
+        self.num_used = 0
+        # counters for stats(): blocks served as prefix hits from this pool, copied into
+        # it from the tier above (offload) or out of it to the GPU (onboard), and cached
+        # blocks whose content was lost (evicted with no lower tier to keep them)
+        self.hit_blocks = 0
+        self.offloaded_blocks = 0
+        self.onboarded_blocks = 0
+        self.evicted_blocks = 0
+
+    @property
+    def num_free(self) -> int:
+        """Blocks with no owner and no hash."""
+        return len(self.free)
+
+    @property
+    def num_cached(self) -> int:
+        """Blocks with no owner that keep a hash (evictable)."""
+        return len(self.cached)
+
+    @property
+    def num_available(self) -> int:
+        """Blocks an allocation may take: free plus evictable."""
+        return len(self.free) + len(self.cached)
+
+    def take(self) -> tuple[BlockId, BlockHash | None]:
+        """Take one block: refcount 1, no hash. Precondition: ``num_available > 0``.
+
+        Returns the block and, when a cached block had to be evicted, the hash it held;
+        its content is still in place, so the caller may copy it elsewhere (offload)
+        before the block is written.
+        """
+        if self.free:
+            block = self.free.pop()
+            self.refcount[block] = 1
+            self.num_used += 1
+            return block, None
+        block, _ = self.cached.popitem(last=False)
+        old = self.block_hash[block]
+        assert old is not None
+        del self.by_hash[old]
+        self.block_hash[block] = None
+        self.refcount[block] = 1
+        self.num_used += 1
+        return block, old
+
+    def acquire(self, block: BlockId) -> None:
+        """Add one owner to ``block`` (a prefix hit); a cached block leaves the LRU."""
+        count = self.refcount[block]
+        if count == 0:
+            del self.cached[block]
+            self.num_used += 1
+        self.refcount[block] = count + 1
+
+    def release(self, block: BlockId) -> None:
+        """Drop one owner. At refcount 0 a hashed block becomes cached (most recently
+        used end of the LRU), an unhashed one free. Precondition: refcount > 0."""
+        count = self.refcount[block] - 1
+        self.refcount[block] = count
+        if count == 0:
+            self.num_used -= 1
+            if self.block_hash[block] is None:
+                self.free.append(block)
+            else:
+                self.cached[block] = None
+
+    def set_hash(self, block: BlockId, block_hash: BlockHash) -> bool:
+        """Record that used ``block`` holds the full block ``block_hash``.
+
+        Returns False (and records nothing) when another block of this pool already holds
+        that hash: the duplicate stays unhashed and is freed, not cached, when released.
+        """
+        if block_hash in self.by_hash:
+            return False
+        self.by_hash[block_hash] = block
+        self.block_hash[block] = block_hash
+        return True
+
+    def touch(self, block: BlockId) -> None:
+        """Move a cached block to the most recently used end of the LRU."""
+        if self.refcount[block] == 0:
+            self.cached.move_to_end(block)
+
+    def check(self) -> None:
+        """Raise AssertionError if the pool's bookkeeping is inconsistent."""
+        n = self.num_blocks
+        if n > self.plan_blocks:
+            raise AssertionError(f"{self.name}: uses {n} blocks, plan gives {self.plan_blocks}")
+        free = set(self.free)
+        cached = set(self.cached)
+        if len(free) != len(self.free):
+            raise AssertionError(f"{self.name}: a block is on the free list twice")
+        if free & cached:
+            raise AssertionError(f"{self.name}: blocks both free and cached: {free & cached}")
+        used = {b for b in range(n) if self.refcount[b] > 0}
+        if any(c < 0 for c in self.refcount):
+            raise AssertionError(f"{self.name}: negative refcount")
+        if used & (free | cached):
+            raise AssertionError(f"{self.name}: owned blocks on free/cached lists")
+        if len(used) != self.num_used:
+            raise AssertionError(f"{self.name}: num_used {self.num_used} != {len(used)}")
+        if len(free) + len(used) + len(cached) != n:
+            raise AssertionError(
+                f"{self.name}: free {len(free)} + used {len(used)} + cached {len(cached)}"
+                f" != total {n}"
+            )
+        for b in free:
+            if self.block_hash[b] is not None:
+                raise AssertionError(f"{self.name}: free block {b} keeps a hash")
+        for b in cached:
+            if self.block_hash[b] is None:
+                raise AssertionError(f"{self.name}: cached block {b} has no hash")
+        for h, b in self.by_hash.items():
+            if self.block_hash[b] != h:
+                raise AssertionError(f"{self.name}: hash index points at block {b} wrongly")
+        hashed = sum(1 for h in self.block_hash if h is not None)
+        if hashed != len(self.by_hash):
+            raise AssertionError(
+                f"{self.name}: {hashed} hashed blocks, {len(self.by_hash)} indexed"
+            )

@@ -1,0 +1,502 @@
+"""``SpecDecodeCache``: the target and draft caches of one rank, in lockstep.
+
+Both roles always hold the same tokens of every request: each operation first asks every
+role whether it fits (reading only), then applies it to every role, so a refused operation
+raises and changes nothing, and no request is ever held by one role only. The roles' kv
+pools use the same number of blocks per tier (the smaller plan count; the rest stays idle
+and is reported), so they evolve identically: the same tokens are cached, evicted,
+offloaded and onboarded together in every role.
+
+Request lifecycle::
+
+    admit(prompt) -> [reserve(k) -> commit(accepted)]* -> free
+                         |                   ^
+                         +-> preempt(mode="swap") -> resume
+                         +-> preempt(mode="recompute")  (request dropped; re-admit it)
+
+Prefix reuse: full blocks of verified tokens (prompt tokens count as verified) are hashed
+in a chain (:mod:`kvbudget.cache.hashing`); ``admit`` reuses the longest prefix that every
+role holds in some tier, leaving at least one prompt token to compute. With a draft whose
+KV depends on the next token (EAGLE3, MTP: policy ``"drop_last_block"``) the last hit block
+is recomputed. Managers with sliding-window or recurrent layers cannot reuse a prefix (a
+hit would need the window blocks and the recurrent state *at that position*, which are not
+kept), so reuse is off for the whole cache when any manager has them.
+
+Lookahead: ``reserve`` adds room for at most ``max_reserve_tokens`` unverified tokens
+(default ``capacity.lookahead_tokens + 1``: the draft tokens plus the target's bonus
+token); ``commit`` keeps the accepted tokens and releases the rest, tail first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from kvbudget.cache.hashing import extend_block_hashes
+from kvbudget.cache.ids import BlockHash, BlockId, DraftPrefixPolicy, PreemptMode, RequestId
+from kvbudget.cache.manager import GPU, HOST, RoleManager, SeqBlocks
+from kvbudget.cache.stats import CacheStats, PoolStats
+from kvbudget.errors import (
+    InvalidArgumentError,
+    InvalidCacheOperationError,
+    OutOfBlocksError,
+    UnknownRequestError,
+)
+from kvbudget.plan_types import Plan, Role
+from kvbudget.split import TIERS
+
+if TYPE_CHECKING:
+    import torch
+
+    from kvbudget.cache.storage import CacheStorage
+
+
+class _Request:
+    """A request's shared state: its verified tokens, lookahead and per-role blocks."""
+
+    __slots__ = ("extra_keys", "hashes", "num_reserved", "seqs", "swapped", "tokens")
+
+    def __init__(self, tokens: list[int], extra_keys: tuple[Hashable, ...], num_roles: int) -> None:
+        self.tokens = tokens
+        self.extra_keys = extra_keys
+        self.hashes: list[BlockHash] = []
+        self.num_reserved = 0
+        self.seqs: tuple[SeqBlocks, ...] = tuple(SeqBlocks() for _ in range(num_roles))
+        self.swapped = False
+
+
+class SpecDecodeCache:
+    """Paged KV cache of a target and its draft, enforcing one rank's :class:`Plan`.
+
+    Build it with :meth:`from_plan`. Every mutating method either succeeds or raises a
+    :class:`~kvbudget.errors.CacheError` and leaves the cache unchanged. Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        device: str | None = None,
+        draft_prefix: DraftPrefixPolicy | None = None,
+        max_reserve_tokens: int | None = None,
+    ) -> None:
+        """See :meth:`from_plan`."""
+        if not plan.managers:
+            raise InvalidArgumentError("the plan has no cache manager; nothing to build")
+        tpbs = {m.tokens_per_block for m in plan.managers}
+        if len(tpbs) != 1:
+            raise InvalidArgumentError(f"managers disagree on tokens_per_block: {sorted(tpbs)}")
+        self.plan = plan
+        self.tokens_per_block: int = tpbs.pop()
+        if draft_prefix is None:
+            draft_prefix = "drop_last_block" if plan.spec in ("eagle3", "mtp") else "same_tokens"
+        if draft_prefix not in ("same_tokens", "drop_last_block"):
+            raise InvalidArgumentError(
+                f"draft_prefix must be 'same_tokens' or 'drop_last_block', got {draft_prefix!r}"
+            )
+        self.draft_prefix: DraftPrefixPolicy = draft_prefix
+        if max_reserve_tokens is None:
+            max_reserve_tokens = plan.capacity.lookahead_tokens + 1
+        if isinstance(max_reserve_tokens, bool) or not isinstance(max_reserve_tokens, int):
+            raise InvalidArgumentError(
+                f"max_reserve_tokens must be an int, got {max_reserve_tokens!r}"
+            )
+        if max_reserve_tokens < 1:
+            raise InvalidArgumentError(f"max_reserve_tokens must be >= 1, got {max_reserve_tokens}")
+        self.max_reserve_tokens = max_reserve_tokens
+        usable = tuple(min(m.tier(t).blocks for m in plan.managers) for t in TIERS)
+        usable3 = (usable[0], usable[1], usable[2])
+        self._managers: tuple[RoleManager, ...] = tuple(
+            RoleManager(m, usable_blocks=usable3, record_copies=device is not None)
+            for m in plan.managers
+        )
+        self._roles: tuple[Role, ...] = tuple(m.role for m in plan.managers)
+        self.prefix_reuse = not any(m.has_fixed for m in self._managers)
+        self._has_windows = any(m.windows for m in self._managers)
+        self._requests: dict[RequestId, _Request] = {}
+        self._prompt_tokens = 0
+        self._hit_tokens = 0
+        self._swapped_out = 0
+        self._recomputed = 0
+        self._storage: CacheStorage | None = None
+        if device is not None:
+            from kvbudget.cache.storage import CacheStorage
+
+            self._storage = CacheStorage(plan.managers, device)
+
+    @classmethod
+    def from_plan(
+        cls,
+        plan: Plan,
+        device: str | None = None,
+        *,
+        draft_prefix: DraftPrefixPolicy | None = None,
+        max_reserve_tokens: int | None = None,
+    ) -> SpecDecodeCache:
+        """A cache whose pools are exactly ``plan``'s blocks per role and tier.
+
+        Args:
+            plan: one rank's plan; sizes are taken from it, never re-derived.
+            device: ``None`` for metadata only (simulation); ``"cpu"`` or ``"cuda"`` for
+                real tensors (needs torch), host tier pinned when CUDA is available.
+            draft_prefix: prefix-reuse policy; default ``"drop_last_block"`` for
+                ``spec`` eagle3 / mtp, else ``"same_tokens"``.
+            max_reserve_tokens: the most unverified tokens a request may hold; default
+                ``plan.capacity.lookahead_tokens + 1``.
+
+        Raises:
+            InvalidArgumentError: an unusable plan, policy or device.
+        """
+        return cls(
+            plan, device=device, draft_prefix=draft_prefix, max_reserve_tokens=max_reserve_tokens
+        )
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        """The roles held, in order (``("target", "draft")`` or ``("target",)``)."""
+        return self._roles
+
+    @property
+    def storage(self) -> CacheStorage | None:
+        """The real tensors, or None for a metadata-only cache."""
+        return self._storage
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._requests
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def _get(self, request_id: RequestId) -> _Request:
+        try:
+            return self._requests[request_id]
+        except KeyError:
+            raise UnknownRequestError(
+                f"request {request_id!r} is not in the cache (never admitted, already freed, "
+                "or preempted with mode='recompute')"
+            ) from None
+
+    def _running(self, request_id: RequestId, what: str) -> _Request:
+        req = self._get(request_id)
+        if req.swapped:
+            raise InvalidCacheOperationError(
+                f"cannot {what} request {request_id!r}: it is swapped out; resume() it first"
+            )
+        return req
+
+    def _role_index(self, role: Role) -> int:
+        try:
+            return self._roles.index(role)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"no {role!r} manager in this cache (roles: {', '.join(self._roles)})"
+            ) from None
+
+    def num_tokens(self, request_id: RequestId) -> int:
+        """Verified tokens of a request (prompt plus committed)."""
+        return len(self._get(request_id).tokens)
+
+    def num_reserved(self, request_id: RequestId) -> int:
+        """Unverified lookahead tokens a request holds room for."""
+        return self._get(request_id).num_reserved
+
+    def is_swapped(self, request_id: RequestId) -> bool:
+        """True while a request is swapped out to the host tier."""
+        return self._get(request_id).swapped
+
+    def block_table(self, request_id: RequestId, role: Role) -> tuple[BlockId, ...]:
+        """GPU block ids of a running request in ``role``; entry ``i`` holds tokens
+        ``i*tokens_per_block ..``. A new tuple; raises for unknown or swapped requests."""
+        req = self._running(request_id, "read the block table of")
+        return tuple(req.seqs[self._role_index(role)].table)
+
+    def window_tables(
+        self, request_id: RequestId, role: Role
+    ) -> tuple[tuple[int, tuple[BlockId, ...]], ...]:
+        """Per window group of ``role``: (index of the first kept block, block ids)."""
+        seq = self._running(request_id, "read the window tables of").seqs[self._role_index(role)]
+        return tuple(zip(seq.window_first, (tuple(t) for t in seq.window_tables), strict=True))
+
+    def state_slot(self, request_id: RequestId, role: Role) -> int | None:
+        """The recurrent-state slot of a request in ``role`` (None without state)."""
+        return self._running(request_id, "read the state slot of").seqs[self._role_index(role)].slot
+
+    # ------------------------------------------------------------------ helpers
+    def _flush(self) -> None:
+        storage = self._storage
+        if storage is None:
+            return
+        for i, m in enumerate(self._managers):
+            copies = m.copies
+            if copies:
+                storage.run_copies(i, copies)
+                copies.clear()
+
+    def _refuse(self, what: str, reasons: Iterable[str | None]) -> None:
+        for reason in reasons:
+            if reason is not None:
+                raise OutOfBlocksError(f"{what}: {reason}")
+
+    # ------------------------------------------------------------------ operations
+    def admit(
+        self,
+        request_id: RequestId,
+        token_ids: Sequence[int],
+        *,
+        extra_keys: tuple[Hashable, ...] = (),
+    ) -> int:
+        """Admit a new request with its prompt in every role; return the prompt tokens
+        served from the cache (a multiple of ``tokens_per_block``).
+
+        ``extra_keys`` (a LoRA name, a cache salt...) enter every block hash: prompts
+        with different keys never share blocks. Mutates the cache.
+
+        Raises:
+            OutOfBlocksError: some role lacks GPU blocks, window blocks or a state slot;
+                nothing changes.
+            InvalidCacheOperationError: the id is taken or the prompt is empty.
+        """
+        if request_id in self._requests:
+            raise InvalidCacheOperationError(
+                f"request {request_id!r} is already admitted; free() it or use a new id"
+            )
+        tokens = list(token_ids)
+        num_tokens = len(tokens)
+        if num_tokens == 0:
+            raise InvalidCacheOperationError(f"request {request_id!r} has an empty prompt")
+        tpb = self.tokens_per_block
+        req = _Request(tokens, tuple(extra_keys), len(self._managers))
+        hashes = req.hashes
+        num_hit = 0
+        if self.prefix_reuse:
+            extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
+            max_hit = (num_tokens - 1) // tpb  # at least one token left to compute
+            num_hit = min(m.lookup(hashes, max_hit) for m in self._managers)
+            if num_hit and self.draft_prefix == "drop_last_block":
+                num_hit -= 1
+        num_blocks = -(-num_tokens // tpb)
+        self._refuse(
+            f"cannot admit request {request_id!r} ({num_tokens} prompt tokens)",
+            (m.admit_shortage(hashes, num_hit, num_blocks, num_tokens) for m in self._managers),
+        )
+        for m, seq in zip(self._managers, req.seqs, strict=True):
+            m.admit(seq, hashes, num_hit, num_blocks, num_tokens)
+        self._flush()
+        self._requests[request_id] = req
+        self._prompt_tokens += num_tokens
+        self._hit_tokens += num_hit * tpb
+        return num_hit * tpb
+
+    def reserve(self, request_id: RequestId, num_tokens: int) -> None:
+        """Add room for ``num_tokens`` unverified tokens (lookahead) in every role.
+
+        Raises:
+            OutOfBlocksError: not enough GPU (or window) blocks in some role.
+            InvalidCacheOperationError: negative count, or the request would hold more
+                than ``max_reserve_tokens`` unverified tokens.
+            UnknownRequestError: no such request.
+        """
+        req = self._requests.get(request_id)
+        if req is None or req.swapped:
+            req = self._running(request_id, "reserve for")
+        if type(num_tokens) is not int or num_tokens < 0:
+            raise InvalidCacheOperationError(
+                f"num_tokens must be a non-negative int, got {num_tokens!r}"
+            )
+        reserved = req.num_reserved + num_tokens
+        if reserved > self.max_reserve_tokens:
+            raise InvalidCacheOperationError(
+                f"cannot reserve {num_tokens!r} tokens for request {request_id!r}: it holds "
+                f"{req.num_reserved} of at most max_reserve_tokens={self.max_reserve_tokens} "
+                "unverified tokens; commit first, or plan a larger max_draft_len"
+            )
+        committed = len(req.tokens)
+        total = committed + reserved
+        num_blocks = -(-total // self.tokens_per_block)
+        seqs = req.seqs
+        if num_blocks > len(seqs[0].table) or self._has_windows:
+            managers = self._managers
+            for i, m in enumerate(managers):
+                reason = m.grow_shortage(seqs[i], num_blocks, committed, total)
+                if reason is not None:
+                    raise OutOfBlocksError(
+                        f"cannot reserve {num_tokens} tokens for request {request_id!r}: {reason}"
+                    )
+            for i, m in enumerate(managers):
+                m.grow(seqs[i], num_blocks, total)
+            if self._storage is not None:
+                self._flush()
+        req.num_reserved = reserved
+
+    def commit(self, request_id: RequestId, accepted_token_ids: Sequence[int]) -> None:
+        """Append the verified ``accepted_token_ids`` (at most the reserved count) and
+        release the rest of the lookahead in every role; newly full blocks are hashed.
+
+        Raises:
+            InvalidCacheOperationError: more tokens than reserved; nothing changes.
+            UnknownRequestError: no such request.
+        """
+        req = self._requests.get(request_id)
+        if req is None or req.swapped:
+            req = self._running(request_id, "commit to")
+        accepted = len(accepted_token_ids)
+        if accepted > req.num_reserved:
+            raise InvalidCacheOperationError(
+                f"cannot commit {accepted} tokens to request {request_id!r}: only "
+                f"{req.num_reserved} are reserved; reserve() room for them first"
+            )
+        tokens = req.tokens
+        tokens.extend(accepted_token_ids)
+        req.num_reserved = 0
+        committed = len(tokens)
+        tpb = self.tokens_per_block
+        managers = self._managers
+        seqs = req.seqs
+        hashes = req.hashes
+        if self.prefix_reuse and committed // tpb > len(hashes):
+            start = len(hashes)
+            extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
+            for i, m in enumerate(managers):
+                m.register(seqs[i], hashes, start)
+        keep = -(-committed // tpb)
+        if len(seqs[0].table) > keep or self._has_windows:
+            for i, m in enumerate(managers):
+                m.shrink(seqs[i], keep, committed)
+
+    def free(self, request_id: RequestId) -> None:
+        """Release every block of a request in every role, tail first (its full blocks
+        stay cached for reuse). Raises UnknownRequestError (e.g. a double free)."""
+        req = self._get(request_id)
+        tier = HOST if req.swapped else GPU
+        for m, seq in zip(self._managers, req.seqs, strict=True):
+            m.release_all(seq, tier)
+        del self._requests[request_id]
+
+    def preempt(self, request_id: RequestId, *, mode: PreemptMode) -> tuple[int, ...]:
+        """Take a running request off the GPU; its lookahead is rolled back first.
+
+        ``mode="swap"``: its blocks move to the host tier in every role (shared with host
+        blocks of the same hash); :meth:`resume` brings them back. ``mode="recompute"``:
+        the request is dropped (as by :meth:`free`); re-admit the returned tokens.
+        Returns the request's verified tokens.
+
+        Raises:
+            OutOfBlocksError: swap without enough host blocks in some role; nothing changes.
+            InvalidCacheOperationError: unknown mode, already swapped, or a swap of a cache
+                with sliding-window / recurrent layers (their GPU-only state has no host
+                budget: use ``mode="recompute"``).
+            UnknownRequestError: no such request.
+        """
+        if mode not in ("swap", "recompute"):
+            raise InvalidCacheOperationError(f"mode must be 'swap' or 'recompute', got {mode!r}")
+        req = self._running(request_id, "preempt")
+        tokens = tuple(req.tokens)
+        keep = -(-len(tokens) // self.tokens_per_block)
+        if mode == "recompute":
+            self.free(request_id)
+            self._recomputed += 1
+            return tokens
+        if any(m.has_fixed for m in self._managers):
+            raise InvalidCacheOperationError(
+                f"cannot swap request {request_id!r}: its sliding-window blocks / recurrent "
+                "state live on the GPU only; preempt with mode='recompute'"
+            )
+        self._refuse(
+            f"cannot swap out request {request_id!r} ({keep} blocks per role)",
+            (
+                m.move_shortage(seq, keep, GPU, HOST)
+                for m, seq in zip(self._managers, req.seqs, strict=True)
+            ),
+        )
+        for m, seq in zip(self._managers, req.seqs, strict=True):
+            m.shrink(seq, keep, len(tokens))
+            m.move(seq, GPU, HOST)
+        self._flush()
+        req.num_reserved = 0
+        req.swapped = True
+        self._swapped_out += 1
+        return tokens
+
+    def resume(self, request_id: RequestId) -> None:
+        """Bring a swapped-out request back to the GPU in every role (host copies of its
+        full blocks stay cached there).
+
+        Raises:
+            OutOfBlocksError: not enough GPU blocks in some role; nothing changes.
+            InvalidCacheOperationError: the request is not swapped out.
+            UnknownRequestError: no such request.
+        """
+        req = self._get(request_id)
+        if not req.swapped:
+            raise InvalidCacheOperationError(f"request {request_id!r} is not swapped out")
+        keep = len(req.seqs[0].table)
+        self._refuse(
+            f"cannot resume request {request_id!r} ({keep} blocks per role)",
+            (
+                m.move_shortage(seq, keep, HOST, GPU)
+                for m, seq in zip(self._managers, req.seqs, strict=True)
+            ),
+        )
+        for m, seq in zip(self._managers, req.seqs, strict=True):
+            m.move(seq, HOST, GPU)
+        self._flush()
+        req.swapped = False
+
+    # ------------------------------------------------------------------ storage access
+    def page(self, request_id: RequestId, role: Role, index: int) -> torch.Tensor:
+        """The bytes of block ``index`` of a running request's table in ``role`` (a view
+        of the GPU tier tensor). Raises InvalidCacheOperationError without storage."""
+        if self._storage is None:
+            raise InvalidCacheOperationError("this cache is metadata-only (device=None)")
+        r = self._role_index(role)
+        table = self._running(request_id, "read a page of").seqs[r].table
+        return self._storage.page(r, GPU, table[index])
+
+    # ------------------------------------------------------------------ introspection
+    def stats(self) -> CacheStats:
+        """A snapshot of every pool and the request counters. Reads only."""
+        pools: list[PoolStats] = []
+        for m in self._managers:
+            named = [(TIERS[i], "kv", p) for i, p in enumerate(m.tiers)]
+            named += [
+                ("gpu", f"window{g.window_tokens}", p)
+                for g, p in zip(m.window_groups, m.windows, strict=True)
+            ]
+            if m.state is not None:
+                named.append(("gpu", "state", m.state))
+            for tier, kind, p in named:
+                pools.append(
+                    PoolStats(
+                        role=m.role, tier=tier, kind=kind, plan_blocks=p.plan_blocks,
+                        total_blocks=p.num_blocks, free_blocks=p.num_free,
+                        used_blocks=p.num_used, cached_blocks=p.num_cached,
+                        hit_blocks=p.hit_blocks, offloaded_blocks=p.offloaded_blocks,
+                        onboarded_blocks=p.onboarded_blocks, evicted_blocks=p.evicted_blocks,
+                    )
+                )  # fmt: skip
+        swapped = sum(1 for r in self._requests.values() if r.swapped)
+        return CacheStats(
+            pools=tuple(pools),
+            running_requests=len(self._requests) - swapped,
+            swapped_requests=swapped,
+            prompt_tokens=self._prompt_tokens,
+            hit_tokens=self._hit_tokens,
+            swapped_out=self._swapped_out,
+            recomputed=self._recomputed,
+        )
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError naming the first broken invariant. Reads only; O(size).
+
+        Checked: every pool's free + used + cached == total and its internal indexes;
+        every block's refcount equals its owners (no block owned twice by one request,
+        no unowned used block); every request holds ``ceil((tokens + reserved) /
+        tokens_per_block)`` blocks in every role, hashed alike at every position (the
+        draft holds exactly the target's tokens); every tier caches the same hashes in
+        every role; window tables hold exactly their window; no role uses more blocks or
+        bytes than its plan share in any tier.
+        """
+        from kvbudget.cache.invariants import check_cache
+
+        check_cache(self, self._managers, self._requests)

@@ -1,0 +1,38 @@
+"""Identifier and choice types of the paged cache.
+
+Ids are ``NewType`` integers or strings so that a block id is never mistaken for a
+token count in review; at run time they are plain ``int`` / ``str``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NewType
+
+BlockId = NewType("BlockId", int)
+"""Index of one block inside one pool (one role, one tier, one kind)."""
+
+BlockHash = NewType("BlockHash", int)
+"""Chained hash of a full block: parent hash, the block's token ids, extra keys."""
+
+RequestId = NewType("RequestId", str)
+"""The caller's name for a sequence; any hashable value works at run time."""
+
+PreemptMode = Literal["swap", "recompute"]
+"""How :meth:`SpecDecodeCache.preempt` frees a running request's GPU blocks.
+
+* ``"swap"``: copy its blocks to the host tier; :meth:`SpecDecodeCache.resume` brings
+  them back. Needs host blocks for every block of the request in every role.
+* ``"recompute"``: drop the request; its full verified blocks stay cached (GPU LRU, then
+  host), so re-admitting its tokens usually hits them.
+"""
+
+DraftPrefixPolicy = Literal["same_tokens", "drop_last_block"]
+"""How a cached prefix is reused when a draft depends on the *next* token.
+
+* ``"same_tokens"``: the KV of position ``i`` depends on tokens ``0..i`` only (a separate
+  draft model, n-gram, no speculation): every hit block is reused.
+* ``"drop_last_block"``: an EAGLE3 head or MTP layers compute position ``i`` from the
+  target's hidden state at ``i`` *and token* ``i + 1``; the last block of a cached prefix
+  may hold draft KV built with a different next token, so the last hit block is
+  recomputed (in every role, to stay in lockstep).
+"""

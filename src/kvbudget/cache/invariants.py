@@ -1,0 +1,121 @@
+"""The integrity check behind ``SpecDecodeCache.check_invariants`` (O(cache size)).
+
+Kept apart from the coordinator so the hot paths stay short; it reads the cache's
+internals and raises AssertionError at the first broken invariant.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
+
+from kvbudget.cache.ids import BlockHash, RequestId
+from kvbudget.cache.manager import GPU, HOST, RoleManager, SeqBlocks
+from kvbudget.split import TIERS
+
+if TYPE_CHECKING:
+    from kvbudget.cache.coordinator import SpecDecodeCache
+
+
+class _RequestView(Protocol):
+    tokens: list[int]
+    hashes: list[BlockHash]
+    num_reserved: int
+    seqs: tuple[SeqBlocks, ...]
+    swapped: bool
+
+
+def _fail(message: str) -> None:
+    raise AssertionError(message)
+
+
+def check_cache(
+    cache: SpecDecodeCache,
+    managers: tuple[RoleManager, ...],
+    requests: Mapping[RequestId, _RequestView],
+) -> None:
+    """Check every invariant listed in :meth:`SpecDecodeCache.check_invariants`."""
+    tpb = cache.tokens_per_block
+    for m in managers:
+        for pool in (*m.tiers, *m.windows, *((m.state,) if m.state is not None else ())):
+            pool.check()
+        _check_owners(
+            m, [(rid, r.seqs[managers.index(m)], r.swapped) for rid, r in requests.items()]
+        )
+        for name, pool in zip(TIERS, m.tiers, strict=True):
+            if pool.num_blocks > m.plan.tier(name).blocks:
+                _fail(f"{m.role}: uses {pool.num_blocks} {name} blocks > plan share")
+    first = managers[0]
+    for m in managers[1:]:
+        for t, (a, b) in enumerate(zip(first.tiers, m.tiers, strict=True)):
+            if a.by_hash.keys() != b.by_hash.keys():
+                _fail(f"{TIERS[t]} tier caches different blocks in {first.role} and {m.role}")
+    for rid, req in requests.items():
+        n = len(req.tokens)
+        if req.num_reserved < 0 or req.num_reserved > cache.max_reserve_tokens:
+            _fail(f"request {rid!r}: reserved {req.num_reserved} out of range")
+        if req.swapped and req.num_reserved:
+            _fail(f"request {rid!r}: swapped out with a reservation")
+        want = -(-(n + req.num_reserved) // tpb)
+        if cache.prefix_reuse and len(req.hashes) != n // tpb:
+            _fail(f"request {rid!r}: {len(req.hashes)} hashes for {n} tokens")
+        tier = HOST if req.swapped else GPU
+        rows: list[list[BlockHash | None]] = []
+        for m, seq in zip(managers, req.seqs, strict=True):
+            if len(seq.table) != want:
+                _fail(f"request {rid!r}: {m.role} holds {len(seq.table)} blocks, want {want}")
+            pool = m.tiers[tier]
+            row = [pool.block_hash[b] for b in seq.table]
+            for i, h in enumerate(row):
+                if h is not None and (i >= len(req.hashes) or h != req.hashes[i]):
+                    _fail(f"request {rid!r}: {m.role} block {i} holds a foreign hash")
+            rows.append(row)
+            _check_fixed(m, seq, rid, n, req.num_reserved, req.swapped)
+        if any(row != rows[0] for row in rows[1:]):
+            _fail(f"request {rid!r}: roles hold different tokens")
+    storage = cache.storage
+    if storage is not None:
+        for m, rs in zip(managers, storage.roles, strict=True):
+            for name in TIERS:
+                if rs.tier_bytes(name) > m.plan.tier(name).bytes:
+                    _fail(f"{m.role}: {name} storage exceeds the plan's bytes")
+
+
+def _check_owners(m: RoleManager, seqs: list[tuple[RequestId, SeqBlocks, bool]]) -> None:
+    """refcount of every block == number of request tables that list it, once each."""
+    owners = [Counter[int]() for _ in m.tiers]
+    window_owners = [Counter[int]() for _ in m.windows]
+    slots = Counter[int]()
+    for rid, seq, swapped in seqs:
+        if len(set(seq.table)) != len(seq.table):
+            _fail(f"{m.role}: request {rid!r} lists a block twice")
+        owners[HOST if swapped else GPU].update(seq.table)
+        for g, wt in enumerate(seq.window_tables):
+            window_owners[g].update(wt)
+        if seq.slot is not None:
+            slots[seq.slot] += 1
+    for pool, count in zip((*m.tiers, *m.windows), (*owners, *window_owners), strict=True):
+        for b in range(pool.num_blocks):
+            if pool.refcount[b] != count.get(b, 0):
+                _fail(f"{pool.name}: block {b} refcount {pool.refcount[b]}, owners {count[b]}")
+    if m.state is not None:
+        for b in range(m.state.num_blocks):
+            if m.state.refcount[b] != slots.get(b, 0):
+                _fail(f"{m.state.name}: slot {b} owned {slots[b]} times")
+
+
+def _check_fixed(
+    m: RoleManager, seq: SeqBlocks, rid: RequestId, n: int, reserved: int, swapped: bool
+) -> None:
+    if m.state is not None and seq.slot is None and not swapped:
+        _fail(f"request {rid!r}: {m.role} has no recurrent-state slot")
+    if len(seq.window_tables) != len(m.windows):
+        _fail(f"request {rid!r}: {m.role} window tables missing")
+    tpb = m.tokens_per_block
+    for g, group in enumerate(m.window_groups):
+        lo = max(0, n - group.window_tokens + 1)
+        first, end = lo // tpb, -(-(n + reserved) // tpb)
+        wt = seq.window_tables[g]
+        if seq.window_first[g] != first or len(wt) != end - first:
+            _fail(f"request {rid!r}: {m.role} window {group.window_tokens} holds wrong blocks")

@@ -1,0 +1,370 @@
+"""The cache of one model role (target or draft) over its layers, on one rank.
+
+A :class:`RoleManager` owns the pools of its role, all sized by the plan:
+
+* ``tiers``: the growing layers' blocks on gpu, host and disk (one :class:`BlockPool`
+  each, ``ManagerPlan.<tier>.blocks`` of ``block_bytes``);
+* ``windows``: one GPU pool per sliding-window group, ``blocks_per_seq x max_batch_size``
+  blocks; a sequence keeps only the blocks its next token can still attend to;
+* ``state``: ``max_batch_size`` recurrent-state slots when ``state_bytes_per_seq > 0``.
+
+It keeps no request table of its own: the coordinator holds one :class:`SeqBlocks` per
+request and role and passes it in. Methods named ``*_shortage`` only read state and return
+a message when an operation would not fit; the matching mutating method assumes that the
+check passed (check-then-commit), so a refused operation never changes anything.
+
+A cached block evicted from one tier is copied into the next tier that has blocks (host,
+then disk); a tier with no room left loses it. Copies are logged in ``copies`` (when the
+cache has real storage) as ``(src_tier, src_block, dst_tier, dst_block)`` in the order
+they must run, with tier indices into :data:`TIERS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvbudget.cache.block_pool import BlockPool
+from kvbudget.cache.ids import BlockHash, BlockId
+from kvbudget.plan_types import ManagerPlan
+from kvbudget.split import TIERS
+
+Copy = tuple[int, BlockId, int, BlockId]
+GPU, HOST = 0, 1
+
+
+@dataclass(slots=True)
+class SeqBlocks:
+    """One request's blocks in one role. Owned by the coordinator, mutated by the manager.
+
+    ``table[i]`` holds tokens ``i*tpb .. (i+1)*tpb - 1`` (GPU blocks, or host blocks while
+    the request is swapped out). ``window_tables[g]`` holds the window group's blocks
+    ``window_first[g] ..``; ``slot`` is the recurrent-state slot.
+    """
+
+    table: list[BlockId] = field(default_factory=list)
+    window_tables: list[list[BlockId]] = field(default_factory=list)
+    window_first: list[int] = field(default_factory=list)
+    slot: BlockId | None = None
+
+
+class RoleManager:
+    """Pools and block tables of one role; see the module docstring."""
+
+    def __init__(
+        self, plan: ManagerPlan, *, usable_blocks: tuple[int, int, int], record_copies: bool
+    ) -> None:
+        """Pools from ``plan``; ``usable_blocks`` per tier is at most the plan's count."""
+        self.plan = plan
+        self.role = plan.role
+        self.tokens_per_block = plan.tokens_per_block
+        self.tiers: tuple[BlockPool, ...] = tuple(
+            BlockPool(f"{plan.role}/{name}", usable, plan.tier(name).blocks)
+            for name, usable in zip(TIERS, usable_blocks, strict=True)
+        )
+        present = [i for i, p in enumerate(self.tiers) if p.num_blocks > 0]
+        # next_tier[i]: where tier i's evicted cached blocks go (None: they are lost)
+        self.next_tier: tuple[int | None, ...] = tuple(
+            next((j for j in present if j > i), None) for i in range(len(TIERS))
+        )
+        self.lookup_maps = tuple(self.tiers[i].by_hash for i in present)
+        mbs = plan.max_batch_size
+        self.window_groups = plan.window_groups
+        self.windows: tuple[BlockPool, ...] = tuple(
+            BlockPool(f"{plan.role}/gpu/window{g.window_tokens}", g.blocks_per_seq * mbs)
+            for g in plan.window_groups
+        )
+        self.state: BlockPool | None = (
+            BlockPool(f"{plan.role}/gpu/state", mbs) if plan.state_bytes_per_seq > 0 else None
+        )
+        self.has_fixed = bool(self.windows) or self.state is not None
+        self.copies: list[Copy] | None = [] if record_copies else None
+
+    # ----------------------------------------------------------------- allocation
+    def _take(self, tier: int) -> BlockId:
+        """A block of ``tier`` with refcount 1; an evicted cached block moves down."""
+        block, old = self.tiers[tier].take()
+        if old is not None:
+            self._evicted(tier, block, old)
+        return block
+
+    def _evicted(self, tier: int, block: BlockId, block_hash: BlockHash) -> None:
+        """``block`` of ``tier`` (content still in place) lost ``block_hash``: keep a copy
+        in the next tier when it has room, else count the loss."""
+        low_index = self.next_tier[tier]
+        if low_index is None:
+            self.tiers[tier].evicted_blocks += 1
+            return
+        low = self.tiers[low_index]
+        existing = low.by_hash.get(block_hash)
+        if existing is not None:
+            low.touch(existing)
+            return
+        if not low.free and not low.cached:  # everything pinned (swapped requests)
+            self.tiers[tier].evicted_blocks += 1
+            return
+        dst = self._take(low_index)  # may push that tier's LRU block further down first
+        if self.copies is not None:
+            self.copies.append((tier, block, low_index, dst))
+        low.set_hash(dst, block_hash)
+        low.release(dst)
+        low.offloaded_blocks += 1
+
+    # ----------------------------------------------------------------- prefix lookup
+    def lookup(self, hashes: list[BlockHash], max_blocks: int) -> int:
+        """How many leading blocks of ``hashes`` some tier holds (at most ``max_blocks``)."""
+        maps = self.lookup_maps
+        n = 0
+        for h in hashes[:max_blocks]:
+            for m in maps:
+                if h in m:
+                    break
+            else:
+                break
+            n += 1
+        return n
+
+    # ----------------------------------------------------------------- admit
+    def _window_span(self, g: int, num_committed: int, num_total: int) -> tuple[int, int]:
+        """First and one-past-last block index group ``g`` keeps."""
+        tpb = self.tokens_per_block
+        lo = max(0, num_committed - self.window_groups[g].window_tokens + 1)
+        return lo // tpb, -(-num_total // tpb)
+
+    def admit_shortage(
+        self, hashes: list[BlockHash], num_hit: int, num_blocks: int, num_tokens: int
+    ) -> str | None:
+        """Why a prompt of ``num_tokens`` (``num_blocks``, the first ``num_hit`` cached)
+        would not fit, or None. Reads only."""
+        gpu = self.tiers[GPU]
+        on_gpu = pinned = 0
+        for h in hashes[:num_hit]:
+            b = gpu.by_hash.get(h)
+            if b is not None:
+                on_gpu += 1
+                pinned += gpu.refcount[b] == 0
+        need = num_blocks - on_gpu
+        have = gpu.num_available - pinned
+        if need > have:
+            return self._kv_message(need, have)
+        return self._fixed_shortage(num_tokens, num_tokens, new_seq=True)
+
+    def admit(
+        self,
+        seq: SeqBlocks,
+        hashes: list[BlockHash],
+        num_hit: int,
+        num_blocks: int,
+        num_tokens: int,
+    ) -> None:
+        """Fill ``seq`` for a new prompt; hashes of the full blocks get registered.
+
+        Hit blocks are pinned in every tier first, so the allocations that follow never
+        evict them; hits below the GPU are copied up (onboarded). Precondition:
+        :meth:`admit_shortage` returned None.
+        """
+        tiers = self.tiers
+        gpu = tiers[GPU]
+        table = seq.table
+        onboard: list[tuple[int, int, BlockId]] = []
+        for i in range(num_hit):
+            h = hashes[i]
+            b = gpu.by_hash.get(h)
+            if b is not None:
+                gpu.acquire(b)
+                gpu.hit_blocks += 1
+                table.append(b)
+                continue
+            for t in range(1, len(tiers)):
+                lb = tiers[t].by_hash.get(h)
+                if lb is not None:
+                    tiers[t].acquire(lb)
+                    tiers[t].hit_blocks += 1
+                    onboard.append((i, t, lb))
+                    table.append(lb)  # replaced below by the GPU block
+                    break
+        for i, t, lb in onboard:
+            b = self._take(GPU)
+            if self.copies is not None:
+                self.copies.append((t, lb, GPU, b))
+            gpu.set_hash(b, hashes[i])
+            table[i] = b
+            tiers[t].onboarded_blocks += 1
+        for _, t, lb in onboard:
+            tiers[t].release(lb)  # the lower tier keeps its copy, cached
+        num_hashed = len(hashes)
+        for i in range(num_hit, num_blocks):
+            b = self._take(GPU)
+            table.append(b)
+            if i < num_hashed:
+                gpu.set_hash(b, hashes[i])
+        if self.has_fixed:
+            for g, pool in enumerate(self.windows):
+                first, end = self._window_span(g, num_tokens, num_tokens)
+                seq.window_first.append(first)
+                seq.window_tables.append([pool.take()[0] for _ in range(end - first)])
+            if self.state is not None:
+                seq.slot = self.state.take()[0]
+
+    # ----------------------------------------------------------------- reserve / commit
+    def grow_shortage(
+        self, seq: SeqBlocks, num_blocks: int, num_committed: int, num_total: int
+    ) -> str | None:
+        """Why ``seq`` cannot grow to ``num_blocks`` / ``num_total`` tokens, or None."""
+        extra = num_blocks - len(seq.table)
+        if extra > 0 and extra > self.tiers[GPU].num_available:
+            return self._kv_message(extra, self.tiers[GPU].num_available)
+        if self.windows:
+            return self._fixed_shortage(num_committed, num_total, new_seq=False, seq=seq)
+        return None
+
+    def grow(self, seq: SeqBlocks, num_blocks: int, num_total: int) -> None:
+        """Append blocks until ``seq`` holds ``num_blocks`` (and its windows ``num_total``
+        tokens). Precondition: :meth:`grow_shortage` returned None."""
+        table = seq.table
+        gpu = self.tiers[GPU]
+        while len(table) < num_blocks:
+            if gpu.free:
+                b = gpu.free.pop()
+                gpu.refcount[b] = 1
+                gpu.num_used += 1
+                table.append(b)
+            else:
+                table.append(self._take(GPU))
+        if self.windows:
+            end = -(-num_total // self.tokens_per_block)
+            for g, pool in enumerate(self.windows):
+                wt = seq.window_tables[g]
+                while seq.window_first[g] + len(wt) < end:
+                    wt.append(pool.take()[0])
+
+    def register(self, seq: SeqBlocks, hashes: list[BlockHash], start: int) -> None:
+        """Record ``hashes[start:]`` for the GPU blocks at those positions of ``seq``."""
+        gpu = self.tiers[GPU]
+        table = seq.table
+        for i in range(start, len(hashes)):
+            gpu.set_hash(table[i], hashes[i])
+
+    def shrink(self, seq: SeqBlocks, num_blocks: int, num_committed: int) -> None:
+        """Release blocks past ``num_blocks`` (rolled-back lookahead, tail first) and the
+        window blocks that left the window of ``num_committed`` tokens."""
+        table = seq.table
+        if len(table) > num_blocks:
+            release = self.tiers[GPU].release
+            while len(table) > num_blocks:
+                release(table.pop())
+        if self.windows:
+            for g, pool in enumerate(self.windows):
+                first, end = self._window_span(g, num_committed, num_committed)
+                wt = seq.window_tables[g]
+                while seq.window_first[g] + len(wt) > end:
+                    pool.release(wt.pop())
+                drop = first - seq.window_first[g]
+                if drop > 0:
+                    for b in wt[:drop]:
+                        pool.release(b)
+                    del wt[:drop]
+                    seq.window_first[g] = first
+
+    def release_all(self, seq: SeqBlocks, tier: int = GPU) -> None:
+        """Release every block of ``seq`` (its table in ``tier``), tail first."""
+        pool = self.tiers[tier]
+        table = seq.table
+        for i in range(len(table) - 1, -1, -1):
+            pool.release(table[i])
+        table.clear()
+        for g, pool_w in enumerate(self.windows):
+            for b in reversed(seq.window_tables[g]):
+                pool_w.release(b)
+        seq.window_tables.clear()
+        seq.window_first.clear()
+        if seq.slot is not None and self.state is not None:
+            self.state.release(seq.slot)
+            seq.slot = None
+
+    # ----------------------------------------------------------------- swap
+    def move_shortage(self, seq: SeqBlocks, num_blocks: int, src: int, dst: int) -> str | None:
+        """Why the first ``num_blocks`` of ``seq`` cannot move from tier ``src`` to
+        ``dst``, or None. Blocks whose hash ``dst`` already holds are shared, not copied."""
+        s, d = self.tiers[src], self.tiers[dst]
+        need = pinned = 0
+        for b in seq.table[:num_blocks]:
+            h = s.block_hash[b]
+            db = d.by_hash.get(h) if h is not None else None
+            if db is None:
+                need += 1
+            elif d.refcount[db] == 0:
+                pinned += 1
+        have = d.num_available - pinned
+        if need > have:
+            return (
+                f"role {self.role} needs {need} free {TIERS[dst]} blocks to move the request, "
+                f"{have} are free or evictable ({d.num_blocks} in the pool)"
+            )
+        return None
+
+    def move(self, seq: SeqBlocks, src: int, dst: int) -> None:
+        """Move every block of ``seq`` from tier ``src`` to ``dst`` (copies logged), then
+        release the source blocks tail first (hashed ones stay cached there).
+        Precondition: :meth:`move_shortage` returned None."""
+        s, d = self.tiers[src], self.tiers[dst]
+        old = seq.table
+        new: list[BlockId] = list(old)
+        missing: list[int] = []
+        for i, b in enumerate(old):
+            h = s.block_hash[b]
+            db = d.by_hash.get(h) if h is not None else None
+            if db is None:
+                missing.append(i)
+            else:
+                d.acquire(db)
+                new[i] = db
+        for i in missing:
+            b = old[i]
+            db = self._take(dst)
+            if self.copies is not None:
+                self.copies.append((src, b, dst, db))
+            h = s.block_hash[b]
+            if h is not None:
+                d.set_hash(db, h)
+            new[i] = db
+            if dst > src:
+                d.offloaded_blocks += 1
+            else:
+                s.onboarded_blocks += 1
+        for i in range(len(old) - 1, -1, -1):
+            s.release(old[i])
+        seq.table = new
+
+    # ----------------------------------------------------------------- messages
+    def _kv_message(self, need: int, have: int) -> str:
+        gpu = self.tiers[GPU]
+        return (
+            f"role {self.role} needs {need} more GPU blocks ({need * self.tokens_per_block} "
+            f"tokens), {have} are free or evictable of {gpu.num_blocks} "
+            f"({gpu.num_used} in use); free or preempt requests, or raise the GPU KV budget "
+            f"(kv_budget / memory_fraction) in the plan"
+        )
+
+    def _fixed_shortage(
+        self, num_committed: int, num_total: int, *, new_seq: bool, seq: SeqBlocks | None = None
+    ) -> str | None:
+        mbs = self.plan.max_batch_size
+        for g, pool in enumerate(self.windows):
+            first, end = self._window_span(g, num_committed, num_total)
+            if seq is None:
+                extra = end - first
+            else:
+                extra = end - (seq.window_first[g] + len(seq.window_tables[g]))
+            if extra > pool.num_free:
+                return (
+                    f"role {self.role} needs {extra} blocks of its "
+                    f"{self.window_groups[g].window_tokens}-token window pool, "
+                    f"{pool.num_free} are free ({pool.num_blocks} = blocks_per_seq x "
+                    f"max_batch_size {mbs}); admit fewer sequences or raise max_batch_size"
+                )
+        if new_seq and self.state is not None and not self.state.free:
+            return (
+                f"role {self.role} has no free recurrent-state slot: all max_batch_size={mbs} "
+                f"slots are taken; free a request or raise max_batch_size in the plan"
+            )
+        return None

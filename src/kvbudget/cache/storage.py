@@ -1,0 +1,157 @@
+"""Real memory behind the pools: one byte tensor per role, tier and kind.
+
+For each role the plan's bytes become tensors of ``uint8`` rows, one row per block:
+
+* ``kv[tier]``: ``[plan blocks, block_bytes]`` on the GPU tier's device, in (pinned, when
+  CUDA is available) host memory, or in a file-backed map for the disk tier;
+* ``windows[g]``: ``[blocks_per_seq x max_batch_size, bytes_per_token x tokens_per_block]``
+  on the GPU tier's device;
+* ``state``: ``[max_batch_size, state_bytes_per_seq]`` on the GPU tier's device.
+
+Their bytes add up to the plan's bytes for that role and tier minus its padding, which
+:attr:`RoleStorage.padding_bytes` reports. An engine views a row with the dtype and
+layer layout it uses. torch is imported here only, when storage is requested, so the rest
+of the cache runs without it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from kvbudget.cache.ids import BlockId
+from kvbudget.cache.manager import Copy
+from kvbudget.errors import InvalidArgumentError
+from kvbudget.plan_types import ManagerPlan
+from kvbudget.split import TIERS
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - exercised only without torch
+        raise InvalidArgumentError(
+            "cache storage needs torch; install the pinned CPU build "
+            "(pip install torch==2.13.0) or build the cache with device=None (metadata only)"
+        ) from exc
+    return torch
+
+
+class RoleStorage:
+    """The tensors of one role; see the module docstring. Owns its memory."""
+
+    def __init__(self, plan: ManagerPlan, device: str, th: Any) -> None:
+        """Allocate every tensor of ``plan``; raises InvalidArgumentError for a device
+        torch cannot use."""
+        self.role = plan.role
+        self.block_bytes = plan.block_bytes
+        cuda = th.cuda.is_available()
+        self.kv: list[torch.Tensor] = []
+        for tier in TIERS:
+            blocks = plan.tier(tier).blocks
+            shape = (blocks, self.block_bytes)
+            if tier == "gpu":
+                self.kv.append(th.zeros(shape, dtype=th.uint8, device=device))
+            elif tier == "host":
+                pin = cuda and blocks * self.block_bytes > 0
+                self.kv.append(th.zeros(shape, dtype=th.uint8, pin_memory=pin))
+            else:
+                self.kv.append(_file_tensor(th, shape))
+        self.windows: list[torch.Tensor] = [
+            th.zeros(
+                (g.blocks_per_seq * plan.max_batch_size, g.bytes_per_token * plan.tokens_per_block),
+                dtype=th.uint8,
+                device=device,
+            )
+            for g in plan.window_groups
+        ]
+        self.state: torch.Tensor | None = (
+            th.zeros((plan.max_batch_size, plan.state_bytes_per_seq), dtype=th.uint8, device=device)
+            if plan.state_bytes_per_seq > 0
+            else None
+        )
+        self.padding_bytes: dict[str, int] = {
+            tier: plan.tier(tier).bytes - self.tier_bytes(tier) for tier in TIERS
+        }
+
+    def tier_bytes(self, tier: str) -> int:
+        """Bytes this role holds in ``tier`` (kv blocks, plus windows and state on gpu)."""
+        i = ("gpu", "host", "disk").index(tier)
+        total = self.kv[i].numel()
+        if tier == "gpu":
+            total += sum(w.numel() for w in self.windows)
+            total += 0 if self.state is None else self.state.numel()
+        return int(total)
+
+    def run_copies(self, copies: list[Copy], th: Any) -> None:
+        """Execute ``copies`` in order, batching consecutive copies between the same two
+        tiers into one gather and one scatter."""
+        i = 0
+        n = len(copies)
+        while i < n:
+            src_tier, _, dst_tier, _ = copies[i]
+            j = i
+            while j < n and copies[j][0] == src_tier and copies[j][2] == dst_tier:
+                j += 1
+            src = self.kv[src_tier]
+            dst = self.kv[dst_tier]
+            src_idx = th.tensor([c[1] for c in copies[i:j]], dtype=th.long)
+            dst_idx = th.tensor([c[3] for c in copies[i:j]], dtype=th.long)
+            rows = src.index_select(0, src_idx.to(src.device))
+            dst.index_copy_(0, dst_idx.to(dst.device), rows.to(dst.device, non_blocking=True))
+            i = j
+        if any(t.is_cuda for t in self.kv):
+            th.cuda.synchronize()
+
+
+def _file_tensor(th: Any, shape: tuple[int, int]) -> torch.Tensor:
+    """A zeroed ``uint8`` tensor backed by an unlinked temporary file (the disk tier)."""
+    nbytes = shape[0] * shape[1]
+    if nbytes == 0:
+        empty: torch.Tensor = th.zeros(shape, dtype=th.uint8)
+        return empty
+    fd, path = tempfile.mkstemp(prefix="kvbudget-disk-")
+    try:
+        os.ftruncate(fd, nbytes)
+        flat = th.from_file(path, shared=True, size=nbytes, dtype=th.uint8)
+    finally:
+        os.close(fd)
+        os.unlink(path)  # the mapping stays valid; the file goes away with it
+    view: torch.Tensor = flat.view(shape)
+    return view
+
+
+class CacheStorage:
+    """The tensors of every role of a cache, in the coordinator's role order."""
+
+    def __init__(self, plans: tuple[ManagerPlan, ...], device: str) -> None:
+        """Allocate storage for every manager plan on ``device`` ("cpu", "cuda", ...).
+
+        Raises InvalidArgumentError when torch is missing or the device is unusable.
+        """
+        th = _import_torch()
+        self._torch = th
+        try:
+            dev = th.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise InvalidArgumentError(f"unknown storage device {device!r}: {exc}") from exc
+        if dev.type == "cuda" and not th.cuda.is_available():
+            raise InvalidArgumentError(
+                f"storage device {device!r} asked for, but torch sees no CUDA device; "
+                "use device='cpu' or device=None (metadata only)"
+            )
+        self.device = str(dev)
+        self.roles: tuple[RoleStorage, ...] = tuple(RoleStorage(p, device, th) for p in plans)
+
+    def run_copies(self, role_index: int, copies: list[Copy]) -> None:
+        """Execute one role's logged copies (see :meth:`RoleStorage.run_copies`)."""
+        self.roles[role_index].run_copies(copies, self._torch)
+
+    def page(self, role_index: int, tier: int, block: BlockId) -> torch.Tensor:
+        """The bytes of one block (a view; writing to it writes the cache)."""
+        row: torch.Tensor = self.roles[role_index].kv[tier][block]
+        return row
