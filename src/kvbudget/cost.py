@@ -44,10 +44,14 @@ class CacheCost:
         require_int("slope", self.slope)
         require_int("intercept", self.intercept)
 
-    def __add__(self, other: CacheCost) -> CacheCost:
+    def __add__(self, other: object) -> CacheCost:
+        if not isinstance(other, CacheCost):
+            return NotImplemented
         return CacheCost(self.slope + other.slope, self.intercept + other.intercept)
 
-    def __sub__(self, other: CacheCost) -> CacheCost:
+    def __sub__(self, other: object) -> CacheCost:
+        if not isinstance(other, CacheCost):
+            return NotImplemented
         if other.slope > self.slope or other.intercept > self.intercept:
             raise InvalidArgumentError(
                 f"cannot subtract {other} from {self}: a cost cannot become negative"
@@ -213,7 +217,9 @@ def cache_cost_detail(
             blocks = -(-(span - 1) // tokens_per_block) + 1
             groups.append(
                 WindowGroup(
-                    window_tokens=window, num_layers=n, bytes_per_token=per_token,
+                    window_tokens=window,
+                    num_layers=n,
+                    bytes_per_token=per_token,
                     blocks_per_seq=blocks,
                 )
             )

@@ -7,11 +7,15 @@ memory budgets (that is :mod:`kvbudget.cost`).
 Supported families (``model_type``):
 
 * Llama / Mistral / Qwen2 / Qwen3 / Qwen3-MoE: MHA, GQA, MQA; ``head_dim`` explicit or
-  ``hidden_size / num_attention_heads``; a uniform ``sliding_window`` (Mistral) unless
-  ``use_sliding_window`` is false; a ``layer_types`` list where present;
+  ``hidden_size / num_attention_heads``; a ``layer_types`` list where present, else the
+  transformers default: a uniform ``sliding_window`` (Mistral) unless
+  ``use_sliding_window`` is false; for Qwen2/Qwen3/Qwen3-MoE only when
+  ``use_sliding_window`` is true (default false), and then only on layers
+  ``i >= max_window_layers`` (default 28);
 * Gemma-2 (alternating sliding/full by default) and Gemma-3 (``sliding_window_pattern``,
   default 6: five local layers then one global; config nested under ``text_config``);
-* gpt-oss (``layer_types`` with ``sliding_attention`` / ``full_attention``);
+* gpt-oss (``layer_types`` with ``sliding_attention`` / ``full_attention``; alternating,
+  even layers sliding, when absent);
 * DeepSeek-V2/V3 MLA, with ``num_nextn_predict_layers`` MTP layers kept apart as
   ``mtp_layers`` (draft layers, not part of the target's own cache);
 * Qwen3-Next: Gated DeltaNet ``linear_attention`` layers, full attention every
@@ -26,6 +30,7 @@ A config that is malformed, incomplete or of an unknown architecture raises a
 
 from __future__ import annotations
 
+import builtins
 import difflib
 import json
 from collections.abc import Mapping
@@ -46,7 +51,8 @@ from kvbudget.layers import (
     NoCacheLayer,
 )
 
-_LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss"})
+_QWEN = frozenset({"qwen2", "qwen3", "qwen3_moe"})
+_LLAMA_LIKE = frozenset({"llama", "mistral", "gpt_oss"}) | _QWEN
 _GEMMA = frozenset({"gemma2", "gemma3", "gemma3_text"})
 _MLA = frozenset({"deepseek_v2", "deepseek_v3"})
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
@@ -96,7 +102,7 @@ class ModelSpec:
         """One line: name, layer kinds and their counts."""
         counts: dict[str, int] = {}
         for layer in self.layers:
-            key = layer.kind
+            key: str = layer.kind
             if isinstance(layer, AttentionLayer) and layer.sliding_window is not None:
                 key = f"sliding({layer.sliding_window})"
             counts[key] = counts.get(key, 0) + 1
@@ -153,7 +159,14 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
             raise UnknownModelError(f"directory {text!r} holds no config.json")
     if path.is_file():
         source = str(path)
-        raw = path.read_text(encoding="utf-8")
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"not UTF-8 text (byte {exc.start}); expected a JSON config", source=source
+            ) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot be read: {exc.strerror or exc}", source=source) from None
         name = path.parent.name if path.name == "config.json" else path.stem
         return parse_config(_parse_json(raw, source), source=source, name=name)
     preset = _find_preset(text)
@@ -212,7 +225,7 @@ class _Fields:
             raise self.error(key, f"must be >= {minimum}, got {value}")
         return value
 
-    def str_list(self, key: str, length: int) -> list[str]:
+    def str_list(self, key: str, length: builtins.int) -> list[str]:
         value = self.cfg.get(key)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.error(key, f"expected a list of strings, got {value!r}")
@@ -270,8 +283,10 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
     num_mtp = f.int("num_nextn_predict_layers", 0, minimum=0)
     if num_mtp:
         if model_type not in _MLA:
-            raise f.error("num_nextn_predict_layers", f"MTP layers are modelled for DeepSeek "
-                          f"(MLA) configs only, not {model_type!r}")
+            raise f.error(
+                "num_nextn_predict_layers",
+                f"MTP layers are modelled for DeepSeek (MLA) configs only, not {model_type!r}",
+            )
         start = len(layers)
         mtp_layers = tuple(
             MLALayer(
@@ -284,7 +299,9 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
 
     arch_text = " ".join(str(a) for a in architectures).lower()
     is_eagle3 = (
-        "eagle3" in arch_text or "draft_vocab_size" in cfg or isinstance(cfg.get("eagle_config"), dict)
+        "eagle3" in arch_text
+        or "draft_vocab_size" in cfg
+        or isinstance(cfg.get("eagle_config"), dict)
     )
     dtype = normalize_dtype_name(dtype_raw) if isinstance(dtype_raw, str) else None
     if isinstance(dtype_raw, str) and dtype is None:
@@ -314,8 +331,8 @@ def _head_dim(f: _Fields, key: str = "head_dim") -> int:
     heads = f.int("num_attention_heads")
     if hidden % heads:
         raise f.error(
-            key, f"missing, and hidden_size {hidden} is not divisible by "
-            f"num_attention_heads {heads}"
+            key,
+            f"missing, and hidden_size {hidden} is not divisible by num_attention_heads {heads}",
         )
     return hidden // heads
 
@@ -329,11 +346,16 @@ def _sliding_flags(f: _Fields, model_type: str, num_layers: int) -> list[bool]:
             if t not in known:
                 raise f.error("layer_types", f"entry {i} is {t!r}; expected one of {sorted(known)}")
         return [t == "sliding_attention" for t in types]
-    if model_type == "gemma2":
+    if model_type in ("gemma2", "gpt_oss"):
         return [(i + 1) % 2 == 1 for i in range(num_layers)]
     if model_type in ("gemma3", "gemma3_text"):
         pattern = f.int("sliding_window_pattern")
         return [(i + 1) % pattern != 0 for i in range(num_layers)]
+    if model_type in _QWEN:
+        if not (f.has("sliding_window") and f.cfg.get("use_sliding_window", False) is True):
+            return [False] * num_layers
+        first = f.int("max_window_layers", 28, minimum=0)
+        return [i >= first for i in range(num_layers)]
     uses_window = f.has("sliding_window") and f.cfg.get("use_sliding_window", True) is not False
     return [uses_window] * num_layers
 
@@ -343,14 +365,17 @@ def _attention_layers(f: _Fields, model_type: str) -> list[Layer]:
     heads = f.int("num_attention_heads")
     kv_heads = f.int("num_key_value_heads", heads)
     if heads % kv_heads:
-        raise f.error("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads "
-                      f"{heads}")
+        raise f.error(
+            "num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}"
+        )
     head_dim = _head_dim(f)
     flags = _sliding_flags(f, model_type, num_layers)
     window = f.int("sliding_window") if any(flags) else None
     return [
         AttentionLayer(
-            index=i, num_kv_heads=kv_heads, head_dim=head_dim,
+            index=i,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
             sliding_window=window if sliding else None,
         )
         for i, sliding in enumerate(flags)
@@ -391,8 +416,9 @@ def _qwen3_next_layers(f: _Fields) -> list[Layer]:
                 )
             )
         else:
-            raise f.error("layer_types", f"entry {i} is {t!r}; expected full_attention or "
-                          "linear_attention")
+            raise f.error(
+                "layer_types", f"entry {i} is {t!r}; expected full_attention or linear_attention"
+            )
     return layers
 
 
@@ -402,8 +428,10 @@ def _nemotron_h_layers(f: _Fields) -> list[Layer]:
     if not isinstance(pattern, str):
         raise f.error("hybrid_override_pattern", "required but missing")
     if len(pattern) != num_layers:
-        raise f.error("hybrid_override_pattern", f"has {len(pattern)} characters but "
-                      f"num_hidden_layers is {num_layers}")
+        raise f.error(
+            "hybrid_override_pattern",
+            f"has {len(pattern)} characters but num_hidden_layers is {num_layers}",
+        )
     layers: list[Layer] = []
     for i, ch in enumerate(pattern):
         if ch == "M":
@@ -418,16 +446,17 @@ def _nemotron_h_layers(f: _Fields) -> list[Layer]:
                 )
             )
         elif ch == "*":
-            head_dim = (
-                f.int("attention_head_dim") if f.has("attention_head_dim") else _head_dim(f)
-            )
+            head_dim = f.int("attention_head_dim") if f.has("attention_head_dim") else _head_dim(f)
             layers.append(
-                AttentionLayer(index=i, num_kv_heads=f.int("num_key_value_heads"),
-                               head_dim=head_dim)
+                AttentionLayer(
+                    index=i, num_kv_heads=f.int("num_key_value_heads"), head_dim=head_dim
+                )
             )
         elif ch in "-E":
             layers.append(NoCacheLayer(index=i))
         else:
-            raise f.error("hybrid_override_pattern", f"character {i} is {ch!r}; expected "
-                          "M (Mamba2), * (attention), - (MLP) or E (MoE)")
+            raise f.error(
+                "hybrid_override_pattern",
+                f"character {i} is {ch!r}; expected M (Mamba2), * (attention), - (MLP) or E (MoE)",
+            )
     return layers

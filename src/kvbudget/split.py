@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kvbudget._validate import require_int
 from kvbudget.cost import CacheCost
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
 
