@@ -1,0 +1,222 @@
+"""Exact tests of SpecDecodeCache: block ids, eviction order, hit lengths, lookahead.
+
+Plans come from ``tiny_plan``: tokens_per_block 4, a target (32-byte blocks) and a draft
+(8-byte blocks) with the same block counts. Free lists hand out the lowest id first.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_cache_support import tiny_plan
+
+from kvbudget.cache import RequestId, SpecDecodeCache
+from kvbudget.errors import (
+    CacheError,
+    InvalidArgumentError,
+    InvalidCacheOperationError,
+    OutOfBlocksError,
+    UnknownRequestError,
+)
+
+A, B, C, D = RequestId("a"), RequestId("b"), RequestId("c"), RequestId("d")
+
+
+def make(**kwargs: object) -> SpecDecodeCache:
+    return SpecDecodeCache.from_plan(tiny_plan(**kwargs))  # type: ignore[arg-type]
+
+
+def tables(cache: SpecDecodeCache, rid: RequestId) -> tuple[tuple[int, ...], ...]:
+    return tuple(cache.block_table(rid, role) for role in cache.roles)
+
+
+def test_admit_gives_the_lowest_ids_in_both_roles() -> None:
+    cache = make(gpu_blocks=8)
+    assert cache.roles == ("target", "draft")
+    # 10 tokens = 2 full blocks + 2 tokens -> 3 blocks; nothing cached yet
+    assert cache.admit(A, range(10)) == 0
+    assert tables(cache, A) == ((0, 1, 2), (0, 1, 2))
+    stats = cache.stats()
+    for role in cache.roles:
+        p = stats.pool(role)
+        assert (p.total_blocks, p.used_blocks, p.free_blocks, p.cached_blocks) == (8, 3, 5, 0)
+    cache.check_invariants()
+
+
+def test_freed_tail_is_evicted_before_the_head() -> None:
+    cache = make(gpu_blocks=10)
+    cache.admit(A, range(12))  # blocks 0, 1, 2, all full -> hashed
+    cache.free(A)  # released tail first: LRU (oldest first) = 2, 1, 0
+    assert cache.stats().pool("target").cached_blocks == 3
+    cache.admit(B, range(100, 120))  # 5 blocks: free ones first -> 3..7, cache untouched
+    assert cache.block_table(B, "target") == (3, 4, 5, 6, 7)
+    cache.admit(C, range(200, 208))  # 2 blocks: the last free ones 8, 9
+    assert cache.block_table(C, "target") == (8, 9)
+    cache.admit(D, range(300, 308))  # no free block: evicts A's tail 2, then 1
+    assert tables(cache, D) == ((2, 1), (2, 1))
+    cache.free(D)  # D's full blocks released 1 then 2: LRU = 0 (A's head), 1, 2
+    # A's first 8 tokens + 1: at most 8 // 4 = 2 hit blocks; A's block 0 survives,
+    # its block 1 was evicted -> 1 hit block = 4 tokens; 2 new blocks evict 1, 2
+    assert cache.admit(A, [*range(8), 99]) == 4
+    assert tables(cache, A) == ((0, 1, 2), (0, 1, 2))
+    assert cache.stats().hit_tokens == 4
+    cache.check_invariants()
+
+
+def test_hit_leaves_one_token_to_compute() -> None:
+    cache = make(gpu_blocks=8)
+    cache.admit(A, range(8))
+    cache.free(A)
+    # the same 8 tokens: (8 - 1) // 4 = 1 block may hit, the last block is recomputed
+    assert cache.admit(B, range(8)) == 4
+    assert cache.block_table(B, "target")[0] == 0
+    cache.check_invariants()
+
+
+def test_running_blocks_are_shared_with_refcounts() -> None:
+    cache = make(gpu_blocks=8)
+    cache.admit(A, range(9))  # blocks 0, 1 (full), 2
+    assert cache.admit(B, range(9)) == 8  # (9 - 1) // 4 = 2 blocks shared
+    assert cache.block_table(B, "target") == (0, 1, 3)
+    p = cache.stats().pool("draft")
+    assert (p.used_blocks, p.hit_blocks) == (4, 2)
+    cache.free(A)
+    assert cache.stats().pool("target").used_blocks == 3  # 0, 1 still owned by B
+    cache.check_invariants()
+
+
+def test_eagle_draft_drops_the_last_hit_block() -> None:
+    cache = make(gpu_blocks=8, spec="eagle3")
+    assert cache.draft_prefix == "drop_last_block"
+    cache.admit(A, range(12))
+    cache.free(A)
+    # 3 cached blocks match, (13 - 1) // 4 = 3 may hit; the draft's KV at the end of
+    # block 2 depends on token 12, which may differ -> 2 blocks = 8 tokens reused
+    assert cache.admit(B, [*range(12), 5]) == 8
+    cache.check_invariants()
+
+
+def test_extra_keys_separate_prefixes() -> None:
+    cache = make(gpu_blocks=8)
+    cache.admit(A, range(9), extra_keys=("lora-1",))
+    assert cache.admit(B, range(9), extra_keys=("lora-2",)) == 0
+    assert cache.admit(C, range(9), extra_keys=("lora-1",)) == 8
+    cache.check_invariants()
+
+
+def test_reserve_and_commit_roll_back_the_rest() -> None:
+    cache = make(gpu_blocks=8)
+    cache.admit(A, range(6))  # blocks 0, 1
+    cache.reserve(A, 4)  # 6 + 4 = 10 tokens -> 3 blocks
+    assert tables(cache, A) == ((0, 1, 2), (0, 1, 2))
+    assert cache.num_reserved(A) == 4
+    cache.commit(A, [6])  # 7 tokens -> 2 blocks; block 2 had only lookahead -> freed
+    assert tables(cache, A) == ((0, 1), (0, 1))
+    assert (cache.num_tokens(A), cache.num_reserved(A)) == (7, 0)
+    assert cache.stats().pool("target").free_blocks == 6
+    cache.reserve(A, 4)  # block 2 is reused (last freed, first taken)
+    cache.commit(A, [7, 8, 9, 10])  # 11 tokens: block 1 (tokens 4..7) is now full
+    assert tables(cache, A) == ((0, 1, 2), (0, 1, 2))
+    cache.check_invariants()
+    # block 1 got hashed at commit: a new prompt with the same 9 tokens hits 2 blocks
+    assert cache.admit(B, range(9)) == 8
+
+
+def test_commit_without_reserve_only_accepts_nothing() -> None:
+    cache = make(gpu_blocks=8)
+    cache.admit(A, range(3))
+    cache.commit(A, [])
+    with pytest.raises(InvalidCacheOperationError, match="only 0 are reserved"):
+        cache.commit(A, [3])
+    assert cache.num_tokens(A) == 3
+
+
+def test_bad_input_raises_typed_errors_and_keeps_state() -> None:
+    cache = make(gpu_blocks=8)
+    cache.admit(A, range(6))
+    cache.reserve(A, 2)
+    before = (cache.stats(), tables(cache, A), cache.num_tokens(A), cache.num_reserved(A))
+    with pytest.raises(InvalidCacheOperationError, match="only 2 are reserved"):
+        cache.commit(A, [1, 2, 3])
+    with pytest.raises(InvalidCacheOperationError, match="max_reserve_tokens=4"):
+        cache.reserve(A, 3)  # 2 + 3 > lookahead 3 + bonus 1
+    with pytest.raises(InvalidCacheOperationError):
+        cache.reserve(A, -1)
+    with pytest.raises(InvalidCacheOperationError, match="already admitted"):
+        cache.admit(A, range(3))
+    with pytest.raises(InvalidCacheOperationError, match="empty prompt"):
+        cache.admit(B, [])
+    for op in (
+        lambda: cache.reserve(B, 1),
+        lambda: cache.commit(B, []),
+        lambda: cache.free(B),
+        lambda: cache.block_table(B, "target"),
+        lambda: cache.preempt(B, mode="swap"),
+        lambda: cache.resume(B),
+    ):
+        with pytest.raises(UnknownRequestError, match="not in the cache"):
+            op()
+    with pytest.raises(InvalidArgumentError):
+        cache.block_table(A, "drafty")  # type: ignore[arg-type]
+    after = (cache.stats(), tables(cache, A), cache.num_tokens(A), cache.num_reserved(A))
+    assert after == before
+    cache.free(A)
+    with pytest.raises(UnknownRequestError):
+        cache.free(A)  # double free
+    assert issubclass(UnknownRequestError, CacheError)
+    cache.check_invariants()
+
+
+def test_out_of_blocks_changes_nothing() -> None:
+    cache = make(gpu_blocks=4)
+    cache.admit(A, range(10))  # 3 blocks
+    before = (cache.stats(), tables(cache, A))
+    with pytest.raises(OutOfBlocksError, match="needs 2 more GPU blocks.*1 are free"):
+        cache.admit(B, range(100, 108))
+    assert B not in cache
+    assert (cache.stats(), tables(cache, A)) == before
+    cache.check_invariants()
+
+
+def test_out_of_blocks_on_reserve_keeps_the_request() -> None:
+    cache = make(gpu_blocks=4)
+    cache.admit(A, range(8))  # blocks 0, 1
+    cache.admit(B, range(100, 108))  # blocks 2, 3
+    before = (cache.stats(), tables(cache, A))
+    with pytest.raises(OutOfBlocksError, match="role target needs 1 more GPU blocks"):
+        cache.reserve(A, 1)
+    assert (cache.stats(), tables(cache, A), cache.num_reserved(A)) == (*before, 0)
+    cache.check_invariants()
+
+
+def test_roles_with_different_plan_blocks_use_the_smaller_count() -> None:
+    cache = make(gpu_blocks=8, draft_gpu_blocks=7)
+    stats = cache.stats()
+    assert (stats.pool("target").plan_blocks, stats.pool("target").total_blocks) == (8, 7)
+    assert (stats.pool("draft").plan_blocks, stats.pool("draft").total_blocks) == (7, 7)
+    cache.admit(A, range(28))  # 7 blocks: every usable block
+    with pytest.raises(OutOfBlocksError):
+        cache.admit(B, [1])
+    cache.check_invariants()
+
+
+def test_target_only_plan() -> None:
+    cache = make(gpu_blocks=4, draft=False, spec="ngram")
+    assert cache.roles == ("target",)
+    cache.admit(A, range(5))
+    cache.reserve(A, 4)
+    cache.commit(A, [5, 6])
+    assert cache.block_table(A, "target") == (0, 1)
+    with pytest.raises(InvalidArgumentError, match="no 'draft' manager"):
+        cache.block_table(A, "draft")
+    cache.check_invariants()
+
+
+def test_spec_none_reserves_one_token_per_step() -> None:
+    cache = make(gpu_blocks=4, draft=False, spec="none")
+    assert cache.max_reserve_tokens == 1
+    cache.admit(A, range(4))
+    cache.reserve(A, 1)
+    with pytest.raises(InvalidCacheOperationError):
+        cache.reserve(A, 1)
+    cache.commit(A, [4])
+    assert cache.block_table(A, "target") == (0, 1)
