@@ -211,6 +211,30 @@ def test_mha_and_mqa_tiny_configs(tmp_path: Path) -> None:
     assert cache_cost(mqa, tp=8) == CacheCost(512)  # 4 x 2 x ceil(1/8) = 1 x 32 x 2 B
 
 
+def test_window_blocks_are_capped_at_what_a_whole_sequence_spans(tmp_path: Path) -> None:
+    config = {
+        "model_type": "mistral",
+        "torch_dtype": "bfloat16",
+        "hidden_size": 64,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 1,
+        "num_hidden_layers": 1,
+        "max_position_embeddings": 4096,
+        "vocab_size": 100,
+        "sliding_window": 100,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    model = load_model(path)
+    # per token: 1 layer x 2 x 1 kv head x (64/8 = 8) x 2 B = 32 B
+    # max_seq_len 1000: worst case ceil(99/32) + 1 = 5 blocks = 160 tokens x 32 B = 5120
+    assert cache_cost(model, max_seq_len=1000) == CacheCost(0, 5120)
+    # max_seq_len 101: a sequence spans at most ceil(101/32) = 4 blocks = 128 x 32 B = 4096
+    assert cache_cost(model, max_seq_len=101) == CacheCost(0, 4096)
+    # max_seq_len 100: the window covers the sequence -> full attention, 32 B/token
+    assert cache_cost(model, max_seq_len=100) == CacheCost(32)
+
+
 @pytest.mark.parametrize(
     ("name", "tp", "expected"),
     [

@@ -9,7 +9,9 @@ A manager caching ``T`` tokens costs ``slope x T + intercept`` bytes:
 
   - a sliding-window layer holds at most its window plus the lookahead, worst-case
     aligned to blocks: ``blocks = ceil((window + lookahead - 1) / tokens_per_block) + 1``
-    per sequence (an interval of n tokens can straddle one more block than n fills);
+    per sequence (an interval of n tokens can straddle one more block than n fills),
+    capped at the ``ceil((max_seq_len + lookahead) / tokens_per_block)`` blocks a whole
+    sequence spans;
   - a recurrent layer (Gated DeltaNet, Mamba2) holds one state per sequence (see
     :mod:`kvbudget.layers` for the formulas), stored in ``state_dtype``.
 
@@ -214,7 +216,11 @@ def cache_cost_detail(
         groups = []
         for window, (n, per_token) in sorted(windows.items()):
             span = window + lookahead_tokens
-            blocks = -(-(span - 1) // tokens_per_block) + 1
+            # worst-case alignment, but never more than a whole sequence spans
+            blocks = min(
+                -(-(span - 1) // tokens_per_block) + 1,
+                -(-(seq_len + lookahead_tokens) // tokens_per_block),
+            )
             groups.append(
                 WindowGroup(
                     window_tokens=window,
