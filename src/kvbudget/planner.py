@@ -23,18 +23,18 @@ the last stage (where both managers live) and caps capacity at the binding stage
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Literal, get_args
 
 from kvbudget._validate import require_int
+from kvbudget.budget import GpuBudgetRule, gpu_budget_rule
 from kvbudget.cost import CacheCost, CostDetail, cache_cost_detail
 from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
-from kvbudget.gpus import get_gpu
 from kvbudget.model import ModelSpec, load_model
 from kvbudget.plan_types import Budget, Capacity, ManagerPlan, Plan, Role, TierPlan
-from kvbudget.split import BudgetSplit, Tier, split_budget
-from kvbudget.units import GIB, format_bytes, parse_bytes
+from kvbudget.split import BudgetSplit, split_budget
+from kvbudget.units import format_bytes, parse_bytes
+from kvbudget.weights import weights_bytes as rank_weights
 
 SpecMode = Literal["eagle3", "mtp", "draft-target", "ngram", "none"]
 SPEC_MODES: tuple[str, ...] = get_args(SpecMode)
@@ -66,24 +66,47 @@ class _Manager:
 
 @dataclass(frozen=True, kw_only=True)
 class _Stage:
+    """One PP stage's GPU budget, its split and the common blocks it holds."""
+
     gpu_bytes: int
     weights_bytes: int | None
     split: BudgetSplit
     blocks: int  # common GPU blocks of the growing layers on this stage
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Shape:
+    """The per-sequence settings every manager is costed with."""
+
+    kv_dtype: str
+    state_dtype: str
+    tokens_per_block: int
+    max_batch_size: int
+    max_seq_len: int
+    lookahead_tokens: int
+    tp: int
+    pp: int
+
+    def detail(
+        self, model: ModelSpec, layers: Literal["model", "mtp", "all"], stage: int, stages: int
+    ) -> CostDetail:
+        return cache_cost_detail(
+            model,
+            kv_dtype=self.kv_dtype,
+            state_dtype=self.state_dtype,
+            tokens_per_block=self.tokens_per_block,
+            max_batch_size=self.max_batch_size,
+            max_seq_len=self.max_seq_len,
+            tp=self.tp,
+            pp=stages,
+            pp_stage=stage,
+            layers=layers,
+            lookahead_tokens=self.lookahead_tokens,
+        )
+
+
 def _resolve(model: str | ModelSpec) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else load_model(model)
-
-
-def _fraction(value: float | str) -> Fraction:
-    try:
-        frac = Fraction(str(value))
-    except (ValueError, ZeroDivisionError):
-        raise InvalidArgumentError(f"memory_fraction must be a number, got {value!r}") from None
-    if not 0 < frac <= 1:
-        raise InvalidArgumentError(f"memory_fraction must be in (0, 1], got {value}")
-    return frac
 
 
 def _resolve_draft(spec: str, target: ModelSpec, draft: str | ModelSpec | None) -> ModelSpec | None:
@@ -175,255 +198,101 @@ def plan(
     # "auto" is the target's dtype for every manager (engines run the draft in the
     # target's dtype), else the draft's when the target config names none.
     auto_dtype = target_model.dtype or (draft_model.dtype if draft_model else None)
-    kv_name = parse_dtype(kv_dtype, auto=auto_dtype).name
     seq_len = target_model.max_position_embeddings if max_seq_len is None else max_seq_len
     require_int("max_seq_len", seq_len, minimum=1)
-    lookahead = 0 if spec == "none" else max_draft_len
-    host_bytes = parse_bytes(host_budget, name="host_budget")
-    disk_bytes = parse_bytes(disk_budget, name="disk_budget")
+    shape = _Shape(
+        kv_dtype=parse_dtype(kv_dtype, auto=auto_dtype).name,
+        state_dtype=state_dtype,
+        tokens_per_block=tokens_per_block,
+        max_batch_size=max_batch_size,
+        max_seq_len=seq_len,
+        lookahead_tokens=0 if spec == "none" else max_draft_len,
+        tp=tp,
+        pp=pp,
+    )
+    tier_bytes = {
+        "host": parse_bytes(host_budget, name="host_budget"),
+        "disk": parse_bytes(disk_budget, name="disk_budget"),
+    }
     node_gpus = min(tp * pp, 8) if gpus_per_node is None else gpus_per_node
     require_int("gpus_per_node", node_gpus, minimum=1)
-
-    def detail(
-        model: ModelSpec, layers: Literal["model", "mtp", "all"], stage: int, stages: int
-    ) -> CostDetail:
-        return cache_cost_detail(
-            model,
-            kv_dtype=kv_name,
-            state_dtype=state_dtype,
-            tokens_per_block=tokens_per_block,
-            max_batch_size=max_batch_size,
-            max_seq_len=seq_len,
-            tp=tp,
-            pp=stages,
-            pp_stage=stage,
-            layers=layers,
-            lookahead_tokens=lookahead,
-        )
-
-    last = pp - 1
-    target_layers: Literal["model", "all"] = (
-        "all" if spec == "mtp" and not separate_draft_cache else "model"
+    host_memory_bytes = (
+        None if host_memory is None else parse_bytes(host_memory, name="host_memory")
     )
-    managers = [
-        _Manager(
-            role="target",
-            model=target_model,
-            layers=target_layers,
-            details=tuple(detail(target_model, target_layers, s, pp) for s in range(pp)),
-        )
-    ]
-    draft_detail: CostDetail | None = None
-    if draft_model is not None:
-        draft_detail = detail(draft_model, "model", 0, 1)
-    elif spec == "mtp" and separate_draft_cache:
-        draft_detail = detail(target_model, "mtp", last, pp)
-    if draft_detail is not None:
-        managers.append(
-            _Manager(
-                role="draft",
-                model=draft_model or target_model,
-                layers="model" if draft_model is not None else "mtp",
-                details=tuple(draft_detail if s == last else None for s in range(pp)),
-            )
-        )
-
-    # ----- GPU budget per stage
+    rule = gpu_budget_rule(
+        kv_budget=kv_budget,
+        gpu=gpu,
+        gpu_memory=gpu_memory,
+        reserve=reserve,
+        memory_fraction=memory_fraction,
+    )
     weights_override = (
         None if weights_bytes is None else parse_bytes(weights_bytes, name="weights_bytes")
     )
-    given = None if kv_budget is None else parse_bytes(kv_budget, name="kv_budget")
-    frac = _fraction(memory_fraction)
-    reserve_bytes = parse_bytes(reserve, name="reserve")
-    memory: int | None = None
-    gpu_name: str | None = None
-    if gpu_memory is not None:
-        memory = parse_bytes(gpu_memory, name="gpu_memory")
-        gpu_name = "custom"
-    elif gpu is not None:
-        spec_gpu = get_gpu(gpu)
-        memory, gpu_name = spec_gpu.memory_bytes, spec_gpu.name
-    if given is None and memory is None:
-        raise InvalidArgumentError(
-            "give a GPU budget: --kv-budget BYTES, --gpu NAME or --gpu-memory BYTES"
-        )
+
+    managers = _managers(shape, spec, target_model, draft_model, separate_draft_cache)
+    last = pp - 1
 
     def stage_weights(stage: int) -> int:
         if weights_override is not None:
             return weights_override
-        from kvbudget.weights import weights_bytes as _weights_bytes
-
-        total = _weights_bytes(
+        total = rank_weights(
             target_model, tp=tp, pp=pp, pp_stage=stage, include_mtp=spec == "mtp"
         ).total_bytes
         if draft_model is not None and stage == last:
-            total += _weights_bytes(
-                draft_model, tp=tp, pp=1, pp_stage=0, include_mtp=False
-            ).total_bytes
+            total += rank_weights(draft_model, tp=tp, pp=1, pp_stage=0).total_bytes
         return total
 
-    stages: list[_Stage] = []
-    for s in range(pp):
-        costs = [m.details[s] for m in managers]
-        t_cost = costs[0].cost if costs[0] else CacheCost(0)
-        d_cost = costs[1].cost if len(costs) > 1 and costs[1] else CacheCost(0)
-        w: int | None = None
-        if given is not None:
-            budget = given
-        else:
-            assert memory is not None
-            w = stage_weights(s)
-            free = memory - w - reserve_bytes
-            if free <= 0:
-                raise InfeasibleBudgetError(
-                    f"weights {format_bytes(w)} + reserve {format_bytes(reserve_bytes)} on "
-                    f"PP stage {s} leave nothing of the GPU's {format_bytes(memory)} for the KV "
-                    "cache; raise --tp/--pp, use a quantized checkpoint, a larger --gpu, or "
-                    "lower --reserve"
-                )
-            budget = int(free * frac)
-        try:
-            split = split_budget(budget, target=t_cost, draft=d_cost, tier="gpu")
-        except InfeasibleBudgetError:
-            raise _infeasible_fixed(
-                budget, managers, s, max_batch_size, tokens_per_block, seq_len, lookahead
-            ) from None
-        shares = (split.target, split.draft)
-        blocks = _common_blocks(managers, s, shares, tokens_per_block)
-        stages.append(_Stage(gpu_bytes=budget, weights_bytes=w, split=split, blocks=blocks))
-
+    stages = [
+        _plan_stage(shape, managers, rule, None if not rule.derived else stage_weights(s), s)
+        for s in range(pp)
+    ]
     binding = min(range(pp), key=lambda s: (stages[s].blocks, -s))
     blocks = stages[binding].blocks
     report = stages[last]
-    growing = any(_slope(m, s) for m in managers for s in range(pp))
-
-    seq_blocks = -(-(seq_len + lookahead) // tokens_per_block)
-    warnings: list[str] = []
-    if growing:
-        concurrency = blocks // seq_blocks
-        at_batch = min(seq_len, (blocks // max_batch_size) * tokens_per_block - lookahead)
-        if concurrency == 0:
-            longest = blocks * tokens_per_block - lookahead
-            raise InfeasibleBudgetError(
-                f"one sequence of max_seq_len {seq_len} (+{lookahead} lookahead) needs "
-                f"{seq_blocks} blocks per manager but the GPU budget of "
-                f"{format_bytes(stages[binding].gpu_bytes)} per rank holds {blocks} after the "
-                f"fixed cost of {format_bytes(stages[binding].split.fixed_bytes)}; the longest "
-                f"sequence that fits is {max(longest, 0)} tokens: lower --max-seq-len, raise "
-                "--kv-budget/--memory-fraction, use a smaller --kv-dtype, or raise --tp/--pp"
-            )
-        if concurrency < max_batch_size:
-            warnings.append(
-                f"only {concurrency} sequences of max_seq_len {seq_len} fit at once "
-                f"(max_batch_size is {max_batch_size}); at the full batch each sequence "
-                f"can hold {max(at_batch, 0)} tokens"
-            )
-    else:
-        concurrency = max_batch_size
-        at_batch = seq_len
-        warnings.append(
-            "every cached layer is sliding-window or recurrent: the cache is a fixed cost "
-            f"for max_batch_size={max_batch_size} sequences of any length; the rest of the "
-            "GPU budget is unused (raise --max-batch-size to use it)"
+    splits = {
+        tier: split_budget(
+            tier_bytes[tier],
+            target=_cost(managers[0], last),
+            draft=_cost(managers[1], last) if len(managers) > 1 else CacheCost(0),
+            tier=tier,
         )
+        for tier in ("host", "disk")
+    }
+    tier_blocks = {
+        tier: _common_blocks(
+            managers, last, (split.target, split.draft), tokens_per_block, fixed=False
+        )
+        for tier, split in splits.items()
+    }
+    splits["gpu"], tier_blocks["gpu"] = report.split, blocks
+    warnings: list[str] = []
+    capacity = _capacity(shape, managers, stages[binding], tier_blocks, warnings)
     if binding != last:
         warnings.append(
-            f"PP stage {binding} binds capacity ({stages[binding].blocks} blocks vs "
+            f"PP stage {binding} binds capacity ({blocks} blocks vs "
             f"{report.blocks} on the last stage, reported here)"
         )
-
-    host_split = split_budget(
-        host_bytes,
-        target=_cost(managers[0], last),
-        draft=_cost(managers[1], last) if len(managers) > 1 else CacheCost(0),
-        tier="host",
-    )
-    disk_split = split_budget(
-        disk_bytes,
-        target=_cost(managers[0], last),
-        draft=_cost(managers[1], last) if len(managers) > 1 else CacheCost(0),
-        tier="disk",
-    )
-    host_blocks = _common_blocks(
-        managers, last, (host_split.target, host_split.draft), tokens_per_block, fixed=False
-    )
-    disk_blocks = _common_blocks(
-        managers, last, (disk_split.target, disk_split.draft), tokens_per_block, fixed=False
-    )
-    if host_bytes and not growing:
+    if tier_bytes["host"] and not capacity.tokens:
         warnings.append("the host tier holds growing-layer blocks only; this model has none")
-    host_memory_bytes = (
-        None if host_memory is None else parse_bytes(host_memory, name="host_memory")
-    )
-    if host_memory_bytes is not None and host_bytes * node_gpus > host_memory_bytes:
+    if host_memory_bytes is not None and tier_bytes["host"] * node_gpus > host_memory_bytes:
         warnings.append(
-            f"{node_gpus} ranks per node pin {format_bytes(host_bytes * node_gpus)} of host "
-            f"KV cache but the node has {format_bytes(host_memory_bytes)} of host memory; "
+            f"{node_gpus} ranks per node pin {format_bytes(tier_bytes['host'] * node_gpus)} of "
+            f"host KV cache but the node has {format_bytes(host_memory_bytes)} of host memory; "
             "lower --host-budget (it is per rank) or --gpus-per-node"
-        )
-
-    manager_plans = []
-    for i, m in enumerate(managers):
-        last_detail = m.details[last]
-        assert last_detail is not None
-        d = last_detail
-        block_bytes = d.cost.slope * tokens_per_block
-        gpu_share = (report.split.target, report.split.draft)[i]
-        host_share = (host_split.target, host_split.draft)[i]
-        disk_share = (disk_split.target, disk_split.draft)[i]
-        manager_plans.append(
-            ManagerPlan(
-                role=m.role,
-                model=m.model.name,
-                layers=m.layers,
-                num_layers=d.num_layers,
-                kv_dtype=kv_name,
-                tokens_per_block=tokens_per_block,
-                slope_bytes_per_token=d.cost.slope,
-                fixed_bytes=d.cost.intercept,
-                window_bytes=d.window_bytes,
-                window_groups=d.window_groups,
-                state_bytes_per_seq=d.state_bytes_per_seq,
-                max_batch_size=max_batch_size,
-                gpu=_tier(
-                    "gpu", gpu_share, d.cost.intercept, blocks, block_bytes, tokens_per_block
-                ),
-                host=_tier("host", host_share, 0, host_blocks, block_bytes, tokens_per_block),
-                disk=_tier("disk", disk_share, 0, disk_blocks, block_bytes, tokens_per_block),
-            )
-        )
-
-    if given is not None:
-        source = "given (--kv-budget), per rank"
-    else:
-        source = (
-            f"(GPU memory - weights - reserve) x {memory_fraction}: the fraction of memory "
-            "free after weights and runtime reserve (TensorRT-LLM free_gpu_memory_fraction "
-            "semantics), per rank"
         )
     plan_budget = Budget(
         gpu_bytes=report.gpu_bytes,
-        host_bytes=host_bytes,
-        disk_bytes=disk_bytes,
-        gpu_source=source,
-        gpu_name=gpu_name,
-        gpu_memory_bytes=memory,
+        host_bytes=tier_bytes["host"],
+        disk_bytes=tier_bytes["disk"],
+        gpu_source=rule.describe(),
+        gpu_name=rule.gpu_name,
+        gpu_memory_bytes=rule.memory_bytes,
         weights_bytes=report.weights_bytes,
-        reserve_bytes=reserve_bytes if given is None else None,
-        memory_fraction=float(memory_fraction) if given is None else None,
+        reserve_bytes=rule.reserve_bytes if rule.derived else None,
+        memory_fraction=float(rule.fraction) if rule.derived else None,
         gpus_per_node=node_gpus,
         host_memory_bytes=host_memory_bytes,
-    )
-    capacity = Capacity(
-        tokens=blocks * tokens_per_block,
-        host_tokens=host_blocks * tokens_per_block,
-        disk_tokens=disk_blocks * tokens_per_block,
-        max_seq_len=seq_len,
-        max_draft_len=max_draft_len if spec != "none" else 0,
-        lookahead_tokens=lookahead,
-        max_batch_size=max_batch_size,
-        max_concurrency=concurrency,
-        max_seq_len_at_batch=max(at_batch, 0),
     )
     return Plan(
         target=target_model.name,
@@ -433,22 +302,180 @@ def plan(
         pp=pp,
         pp_stage=last,
         binding_pp_stage=binding,
-        kv_dtype=kv_name,
+        kv_dtype=shape.kv_dtype,
         tokens_per_block=tokens_per_block,
         budget=plan_budget,
-        managers=tuple(manager_plans),
+        managers=tuple(
+            _manager_plan(shape, m, i, last, splits, tier_blocks) for i, m in enumerate(managers)
+        ),
         capacity=capacity,
         warnings=tuple(warnings),
+    )
+
+
+def _managers(
+    shape: _Shape,
+    spec: str,
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    separate_draft_cache: bool,
+) -> list[_Manager]:
+    """The managers of ``spec`` with their per-stage costs; draft layers on the last stage."""
+    last = shape.pp - 1
+    target_layers: Literal["model", "all"] = (
+        "all" if spec == "mtp" and not separate_draft_cache else "model"
+    )
+    managers = [
+        _Manager(
+            role="target",
+            model=target,
+            layers=target_layers,
+            details=tuple(
+                shape.detail(target, target_layers, s, shape.pp) for s in range(shape.pp)
+            ),
+        )
+    ]
+    if draft is not None:
+        draft_detail = shape.detail(draft, "model", 0, 1)
+        managers.append(
+            _Manager(
+                role="draft",
+                model=draft,
+                layers="model",
+                details=tuple(draft_detail if s == last else None for s in range(shape.pp)),
+            )
+        )
+    elif spec == "mtp" and separate_draft_cache:
+        mtp_detail = shape.detail(target, "mtp", last, shape.pp)
+        managers.append(
+            _Manager(
+                role="draft",
+                model=target,
+                layers="mtp",
+                details=tuple(mtp_detail if s == last else None for s in range(shape.pp)),
+            )
+        )
+    return managers
+
+
+def _plan_stage(
+    shape: _Shape,
+    managers: list[_Manager],
+    rule: GpuBudgetRule,
+    weights: int | None,
+    stage: int,
+) -> _Stage:
+    """Split one stage's GPU budget and count the whole blocks every manager holds."""
+    budget = rule.kv_bytes(weights or 0, pp_stage=stage)
+    target = _cost(managers[0], stage)
+    draft = _cost(managers[1], stage) if len(managers) > 1 else CacheCost(0)
+    try:
+        split = split_budget(budget, target=target, draft=draft, tier="gpu")
+    except InfeasibleBudgetError:
+        raise _infeasible_fixed(budget, managers, stage, shape) from None
+    blocks = _common_blocks(managers, stage, (split.target, split.draft), shape.tokens_per_block)
+    return _Stage(gpu_bytes=budget, weights_bytes=weights, split=split, blocks=blocks)
+
+
+def _capacity(
+    shape: _Shape,
+    managers: list[_Manager],
+    binding: _Stage,
+    tier_blocks: dict[str, int],
+    warnings: list[str],
+) -> Capacity:
+    """Tokens, concurrency and the longest sequence at the batch size; appends warnings.
+
+    Raises InfeasibleBudgetError when not even one sequence of max_seq_len fits.
+    """
+    bs, lookahead, batch = shape.tokens_per_block, shape.lookahead_tokens, shape.max_batch_size
+    blocks = binding.blocks
+    seq_blocks = -(-(shape.max_seq_len + lookahead) // bs)
+    growing = any(_cost(m, s).slope for m in managers for s in range(shape.pp))
+    if growing:
+        concurrency = blocks // seq_blocks
+        at_batch = min(shape.max_seq_len, (blocks // batch) * bs - lookahead)
+        if concurrency == 0:
+            raise InfeasibleBudgetError(
+                f"one sequence of max_seq_len {shape.max_seq_len} (+{lookahead} lookahead) needs "
+                f"{seq_blocks} blocks per manager but the GPU budget of "
+                f"{format_bytes(binding.gpu_bytes)} per rank holds {blocks} after the fixed "
+                f"cost of {format_bytes(binding.split.fixed_bytes)}; the longest sequence that "
+                f"fits is {max(blocks * bs - lookahead, 0)} tokens: lower --max-seq-len, raise "
+                "--kv-budget/--memory-fraction, use a smaller --kv-dtype, or raise --tp/--pp"
+            )
+        if concurrency < batch:
+            warnings.append(
+                f"only {concurrency} sequences of max_seq_len {shape.max_seq_len} fit at once "
+                f"(max_batch_size is {batch}); at the full batch each sequence can hold "
+                f"{max(at_batch, 0)} tokens"
+            )
+    else:
+        concurrency, at_batch = batch, shape.max_seq_len
+        warnings.append(
+            "every cached layer is sliding-window or recurrent: the cache is a fixed cost "
+            f"for max_batch_size={batch} sequences of any length; the rest of the GPU budget "
+            "is unused (raise --max-batch-size to use it)"
+        )
+    return Capacity(
+        tokens=blocks * bs,
+        host_tokens=tier_blocks["host"] * bs,
+        disk_tokens=tier_blocks["disk"] * bs,
+        max_seq_len=shape.max_seq_len,
+        max_draft_len=lookahead,
+        lookahead_tokens=lookahead,
+        max_batch_size=batch,
+        max_concurrency=concurrency,
+        max_seq_len_at_batch=max(at_batch, 0),
+    )
+
+
+def _manager_plan(
+    shape: _Shape,
+    m: _Manager,
+    index: int,
+    stage: int,
+    splits: dict[str, BudgetSplit],
+    tier_blocks: dict[str, int],
+) -> ManagerPlan:
+    detail = m.details[stage]
+    assert detail is not None
+    block_bytes = detail.cost.slope * shape.tokens_per_block
+    tiers = {}
+    for tier in ("gpu", "host", "disk"):
+        split = splits[tier]
+        share = split.target if index == 0 else split.draft
+        fixed = detail.cost.intercept if tier == "gpu" else 0
+        blocks = tier_blocks[tier] if block_bytes else 0
+        tiers[tier] = TierPlan(
+            tier=split.tier,
+            bytes=share,
+            blocks=blocks,
+            tokens=blocks * shape.tokens_per_block,
+            padding_bytes=share - fixed - blocks * block_bytes,
+        )
+    return ManagerPlan(
+        role=m.role,
+        model=m.model.name,
+        layers=m.layers,
+        num_layers=detail.num_layers,
+        kv_dtype=shape.kv_dtype,
+        tokens_per_block=shape.tokens_per_block,
+        slope_bytes_per_token=detail.cost.slope,
+        fixed_bytes=detail.cost.intercept,
+        window_bytes=detail.window_bytes,
+        window_groups=detail.window_groups,
+        state_bytes_per_seq=detail.state_bytes_per_seq,
+        max_batch_size=shape.max_batch_size,
+        gpu=tiers["gpu"],
+        host=tiers["host"],
+        disk=tiers["disk"],
     )
 
 
 def _cost(m: _Manager, stage: int) -> CacheCost:
     d = m.details[stage]
     return d.cost if d else CacheCost(0)
-
-
-def _slope(m: _Manager, stage: int) -> int:
-    return _cost(m, stage).slope
 
 
 def _common_blocks(
@@ -470,43 +497,26 @@ def _common_blocks(
     return min(counts) if counts else 0
 
 
-def _tier(
-    tier: Tier, share: int, fixed: int, blocks: int, block_bytes: int, tokens_per_block: int
-) -> TierPlan:
-    if block_bytes == 0:
-        blocks = 0
-    return TierPlan(
-        tier=tier,
-        bytes=share,
-        blocks=blocks,
-        tokens=blocks * tokens_per_block,
-        padding_bytes=share - fixed - blocks * block_bytes,
-    )
-
-
 def _infeasible_fixed(
-    budget: int,
-    managers: list[_Manager],
-    stage: int,
-    batch: int,
-    tokens_per_block: int,
-    seq_len: int,
-    lookahead: int,
+    budget: int, managers: list[_Manager], stage: int, shape: _Shape
 ) -> InfeasibleBudgetError:
+    """The error for a GPU budget below the fixed costs, with the batch that would fit."""
+    batch = shape.max_batch_size
     fixed = sum(_cost(m, stage).intercept for m in managers)
     slope = sum(_cost(m, stage).slope for m in managers)
-    per_seq_fixed = fixed // batch
-    per_seq = per_seq_fixed + slope * tokens_per_block * -(
-        -(seq_len + lookahead) // tokens_per_block
+    seq_tokens = -(-(shape.max_seq_len + shape.lookahead_tokens) // shape.tokens_per_block) * (
+        shape.tokens_per_block
     )
+    per_seq = fixed // batch + slope * seq_tokens
     fits = budget // per_seq if per_seq else 0
     return InfeasibleBudgetError(
         f"the GPU budget of {format_bytes(budget)} ({budget} bytes) per rank cannot cover the "
         f"fixed cost of {format_bytes(fixed)} ({fixed} bytes: sliding-window blocks and "
         f"recurrent state for max_batch_size={batch}); at most {fits} sequences of "
-        f"{seq_len} tokens fit: lower --max-batch-size (to {fits}) or --max-seq-len, raise "
-        "--kv-budget/--memory-fraction, use a smaller --kv-dtype/--state-dtype, or raise --tp/--pp"
+        f"{shape.max_seq_len} tokens fit: lower --max-batch-size (to {fits}) or --max-seq-len, "
+        "raise --kv-budget/--memory-fraction, use a smaller --kv-dtype/--state-dtype, or raise "
+        "--tp/--pp"
     )
 
 
-__all__ = ["DEFAULT_TARGET", "EAGLE3_DRAFTS", "GIB", "SPEC_MODES", "plan"]
+__all__ = ["DEFAULT_TARGET", "EAGLE3_DRAFTS", "SPEC_MODES", "plan"]
