@@ -1,0 +1,62 @@
+"""Byte sizes as people write them, and the GPU presets built from gpus.csv."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvbudget import InvalidArgumentError, get_gpu, list_gpus, parse_bytes
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0", 0),
+        ("123", 123),
+        ("1_000", 1000),
+        ("10GiB", 10 * 1024**3),  # 10 x 2^30 = 10737418240
+        ("64GB", 64 * 10**9),  # decimal: 64000000000
+        ("512MiB", 512 * 1024**2),  # 536870912
+        ("1.5GiB", 1610612736),  # 1.5 x 2^30
+        ("2 TiB", 2 * 1024**4),
+        ("7kb", 7000),
+        (4096, 4096),
+    ],
+)
+def test_parse_bytes(text: str | int, expected: int) -> None:
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["-1", "-3GiB", "lots", "12 parsecs", "1.5", "0.1KiB", True, -5])
+def test_parse_bytes_rejects(bad: str | int) -> None:
+    with pytest.raises(InvalidArgumentError):
+        parse_bytes(bad)
+
+
+def test_gpu_presets_named_by_the_issue_exist() -> None:
+    for name in (
+        "H100-80GB",
+        "H200",
+        "B200",
+        "A100-40GB",
+        "A100-80GB",
+        "L40S",
+        "RTX-4090",
+        "MI300X",
+    ):
+        assert name.lower() in list_gpus()
+
+
+def test_gpu_bytes_follow_the_gpus_md_rule() -> None:
+    # measured CUDA-visible total (GPUS.md table, driver 550.90.12)
+    assert get_gpu("H200").memory_bytes == 150021734400
+    # no measured total: (183359 MiB - 1024 MiB) x 2^20 = 182335 x 1048576 = 191192104960
+    assert get_gpu("B200").memory_bytes == 191192104960
+    # AMD: the driver total with no reservation: 196592 x 1048576 = 206141652992
+    assert get_gpu("mi300x").memory_bytes == 206141652992
+    # the full csv name works too
+    assert get_gpu("NVIDIA H200 SXM 141GB").memory_bytes == 150021734400
+
+
+def test_unknown_gpu() -> None:
+    with pytest.raises(InvalidArgumentError, match="unknown GPU"):
+        get_gpu("H900")
