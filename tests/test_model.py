@@ -636,3 +636,17 @@ def test_hybrid_override_pattern_missing(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_model(write_config(tmp_path, cfg))
     assert info.value.field == "hybrid_override_pattern"
+
+
+def test_qwen3_next_ships_one_full_attention_mtp_layer() -> None:
+    spec = load_model("Qwen/Qwen3-Next-80B-A3B-Instruct")
+    # no num_nextn_predict_layers in the config: 1, as the checkpoint's mtp.* tensors hold
+    (mtp,) = spec.mtp_layers
+    assert isinstance(mtp, AttentionLayer)
+    assert (mtp.index, mtp.num_kv_heads, mtp.head_dim) == (48, 2, 256)
+
+
+def test_raw_config_keeps_the_top_level_of_multimodal_configs() -> None:
+    spec = load_model("google/gemma-3-27b-it")
+    assert "vision_config" in spec.raw_config
+    assert "vision_config" not in spec.config

@@ -317,3 +317,17 @@ def test_json_schema_is_stable_and_integer() -> None:
         assert expected <= manager.keys()
     assert {"tokens", "max_concurrency", "max_seq_len_at_batch"} <= data["capacity"].keys()
     assert isinstance(data["warnings"], list)
+
+
+def test_qwen3_next_mtp_adds_its_attention_layer_to_the_target_manager() -> None:
+    p = plan(
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        spec="mtp",
+        kv_budget="40GiB",
+        host_budget=0,
+        max_batch_size=16,
+        max_seq_len=8192,
+    )
+    (target,) = p.managers
+    # (12 full + 1 MTP) layers x 2 x 2 kv heads x 256 x 2 B = 26624 B/token
+    assert target.slope_bytes_per_token == 26624

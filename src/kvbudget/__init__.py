@@ -33,6 +33,7 @@ from kvbudget.plan_types import Budget, Capacity, ManagerPlan, Plan, TierPlan
 from kvbudget.planner import SPEC_MODES, plan
 from kvbudget.split import BudgetSplit, split_budget
 from kvbudget.units import format_bytes, parse_bytes
+from kvbudget.weights import ParamCounts, WeightsBytes, count_params, weights_bytes
 
 __version__ = "0.1.0"
 
@@ -61,15 +62,18 @@ __all__ = [
     "ModelSpec",
     "NoCacheLayer",
     "OutOfBlocksError",
+    "ParamCounts",
     "Plan",
     "TierPlan",
     "UnknownModelError",
     "UnknownRequestError",
     "UnsupportedArchitectureError",
+    "WeightsBytes",
     "WindowGroup",
     "__version__",
     "cache_cost",
     "cache_cost_detail",
+    "count_params",
     "emit",
     "format_bytes",
     "get_gpu",
@@ -81,4 +85,5 @@ __all__ = [
     "parse_dtype",
     "plan",
     "split_budget",
+    "weights_bytes",
 ]

@@ -74,7 +74,9 @@ class ModelSpec:
     layers that cache nothing, so indices match the checkpoint and PP stages split them
     as engines do). ``mtp_layers`` are multi-token-prediction layers shipped with the
     model: draft layers, never part of the target's own cache. ``config`` is the raw
-    (text) config, read-only, for consumers that need more fields (weights).
+    (text) config with architecture defaults applied, ``raw_config`` the whole file as
+    read (e.g. Gemma-3's ``vision_config``); both read-only, for consumers that need more
+    fields (weights).
     """
 
     name: str
@@ -90,6 +92,9 @@ class ModelSpec:
     mtp_layers: tuple[Layer, ...] = ()
     is_eagle3: bool = False
     config: Mapping[str, Any] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
+    raw_config: Mapping[str, Any] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
     )
 
@@ -279,23 +284,7 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
             field="model_type",
         )
 
-    mtp_layers: tuple[Layer, ...] = ()
-    num_mtp = f.int("num_nextn_predict_layers", 0, minimum=0)
-    if num_mtp:
-        if model_type not in _MLA:
-            raise f.error(
-                "num_nextn_predict_layers",
-                f"MTP layers are modelled for DeepSeek (MLA) configs only, not {model_type!r}",
-            )
-        start = len(layers)
-        mtp_layers = tuple(
-            MLALayer(
-                index=start + i,
-                kv_lora_rank=f.int("kv_lora_rank"),
-                qk_rope_head_dim=f.int("qk_rope_head_dim"),
-            )
-            for i in range(num_mtp)
-        )
+    mtp_layers = _mtp_layers(f, model_type, len(layers))
 
     arch_text = " ".join(str(a) for a in architectures).lower()
     is_eagle3 = (
@@ -321,6 +310,37 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         mtp_layers=mtp_layers,
         is_eagle3=is_eagle3,
         config=MappingProxyType(dict(text_cfg)),
+        raw_config=MappingProxyType(dict(cfg)),
+    )
+
+
+def _mtp_layers(f: _Fields, model_type: str, start: int) -> tuple[Layer, ...]:
+    """MTP draft layers shipped with the checkpoint, indexed after the model's layers.
+
+    DeepSeek: ``num_nextn_predict_layers`` MLA layers. Qwen3-Next: its checkpoint ships
+    one full-attention MTP layer (``mtp.*`` tensors) and its config names no count, so
+    ``num_nextn_predict_layers`` defaults to 1 there, as in vLLM's Qwen3-Next MTP model.
+    """
+    if model_type == "qwen3_next":
+        count = f.int("num_nextn_predict_layers", 1, minimum=0)
+        kv_heads, head_dim = f.int("num_key_value_heads"), _head_dim(f)
+        return tuple(
+            AttentionLayer(index=start + i, num_kv_heads=kv_heads, head_dim=head_dim)
+            for i in range(count)
+        )
+    count = f.int("num_nextn_predict_layers", 0, minimum=0)
+    if count and model_type not in _MLA:
+        raise f.error(
+            "num_nextn_predict_layers",
+            f"MTP layers are modelled for DeepSeek and Qwen3-Next configs, not {model_type!r}",
+        )
+    return tuple(
+        MLALayer(
+            index=start + i,
+            kv_lora_rank=f.int("kv_lora_rank"),
+            qk_rope_head_dim=f.int("qk_rope_head_dim"),
+        )
+        for i in range(count)
     )
 
 

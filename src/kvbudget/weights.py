@@ -64,11 +64,8 @@ weights, expert parallelism, and vision encoders run data-parallel.
 from __future__ import annotations
 
 import fnmatch
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
-from importlib import resources
-from pathlib import Path
 from typing import Any, Literal
 
 from kvbudget._validate import require_int
@@ -766,33 +763,12 @@ def _siglip(inv: _Inventory, c: _Cfg) -> None:
 
 
 def _top_config(model: ModelSpec) -> Mapping[str, Any]:
-    """The checkpoint's top-level config.
+    """The checkpoint's top-level config (``raw_config``), else the text config.
 
-    ``ModelSpec.config`` is the text config; for a Gemma-3 multimodal checkpoint the
-    vision tower and any quantization config sit beside it, so they are read from the
-    model's source (its preset or file). Raises ConfigError when that cannot be read.
+    For a Gemma-3 multimodal checkpoint the vision tower and any quantization config sit
+    beside the text config, at the top level.
     """
-    if model.model_type != "gemma3" or "vision_config" in model.config:
-        return model.config
-    source = model.source
-    try:
-        if source.startswith("preset "):
-            file_name = source.removeprefix("preset ").replace("/", "--", 1) + ".json"
-            folder = resources.files("kvbudget") / "data" / "models"
-            text = (folder / file_name).read_text(encoding="utf-8")
-        else:
-            text = Path(source).read_text(encoding="utf-8")
-        data = json.loads(text)
-    except (OSError, ValueError):
-        data = None
-    if not isinstance(data, dict):
-        raise ConfigError(
-            "the top-level gemma3 config (vision_config, quantization_config) cannot be "
-            "re-read from the model's source; load the model from its config.json",
-            source=source,
-            field="vision_config",
-        )
-    return data
+    return model.raw_config or model.config
 
 
 # --------------------------------------------------------------------------- inventory
