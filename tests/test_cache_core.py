@@ -170,7 +170,7 @@ def test_out_of_blocks_changes_nothing() -> None:
     cache = make(gpu_blocks=4)
     cache.admit(A, range(10))  # 3 blocks
     before = (cache.stats(), tables(cache, A))
-    with pytest.raises(OutOfBlocksError, match="needs 2 more GPU blocks.*1 are free"):
+    with pytest.raises(OutOfBlocksError, match=r"needs 2 more GPU blocks.*1 are free"):
         cache.admit(B, range(100, 108))
     assert B not in cache
     assert (cache.stats(), tables(cache, A)) == before

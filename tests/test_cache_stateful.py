@@ -1,0 +1,246 @@
+"""Random admit / reserve / commit / free / preempt / resume under tight budgets.
+
+A model of each request (tokens, reservation, swapped) predicts which operations are
+invalid; every refused operation must leave ``stats()`` unchanged, and
+``check_invariants()`` runs after every step. The storage machine also writes each full
+block's bytes (a pattern of its role and token prefix, as an engine writes KV) and checks
+after every step that every running request reads its own bytes back, through eviction,
+host offload, onboarding and swaps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from test_cache_support import tiny_plan
+
+from kvbudget.cache import RequestId, SpecDecodeCache
+from kvbudget.cost import WindowGroup
+from kvbudget.errors import InvalidCacheOperationError, OutOfBlocksError, UnknownRequestError
+from kvbudget.plan_types import Plan
+
+IDS = [RequestId(f"r{i}") for i in range(6)]
+# a few shared "system prompts" so that prefixes repeat
+BASES = [list(range(100, 112)), list(range(200, 209)), [7, 7, 7, 7, 8, 8, 8, 8]]
+SETTINGS = settings(
+    max_examples=40,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+@dataclass
+class Model:
+    tokens: list[int]
+    reserved: int = 0
+    swapped: bool = False
+    written: set[int] = field(default_factory=set)
+
+
+class CacheMachine(RuleBasedStateMachine):
+    plan: Plan = tiny_plan(gpu_blocks=6, host_blocks=4)
+    device: str | None = None
+    can_swap = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = SpecDecodeCache.from_plan(self.plan, device=self.device)
+        self.model: dict[RequestId, Model] = {}
+        self.next_token = 1000
+
+    # ------------------------------------------------------------------ helpers
+    def refused(self, op: Any, error: type[Exception]) -> bool:
+        """Run ``op``; True if it raised ``error`` (state must then be unchanged)."""
+        before = self.cache.stats()
+        try:
+            op()
+        except error:
+            assert self.cache.stats() == before
+            return True
+        return False
+
+    def fresh(self, n: int) -> list[int]:
+        self.next_token += n
+        return list(range(self.next_token - n, self.next_token))
+
+    def write_full_blocks(self, rid: RequestId, start: int) -> None:
+        if self.cache.storage is None:
+            return
+        m = self.model[rid]
+        tpb = self.cache.tokens_per_block
+        for i in range(start, len(m.tokens) // tpb):
+            for role in self.cache.roles:
+                page = self.cache.page(rid, role, i)
+                page.copy_(pattern(role, m.tokens[: (i + 1) * tpb], page.numel()))
+            m.written.add(i)
+
+    # ------------------------------------------------------------------ rules
+    @rule(
+        rid=st.sampled_from(IDS),
+        base=st.sampled_from(BASES),
+        cut=st.integers(0, 12),
+        tail=st.integers(0, 9),
+    )
+    def admit(self, rid: RequestId, base: list[int], cut: int, tail: int) -> None:
+        prompt = base[:cut] + self.fresh(tail)
+        if rid in self.model or not prompt:
+            assert self.refused(lambda: self.cache.admit(rid, prompt), InvalidCacheOperationError)
+            return
+        try:
+            hit = self.cache.admit(rid, prompt)
+        except OutOfBlocksError:
+            assert rid not in self.cache
+            return
+        tpb = self.cache.tokens_per_block
+        assert hit % tpb == 0 and hit < len(prompt)
+        self.model[rid] = Model(tokens=list(prompt))
+        self.model[rid].written = set(range(hit // tpb))
+        self.write_full_blocks(rid, hit // tpb)
+
+    @rule(rid=st.sampled_from(IDS), n=st.integers(0, 5))
+    def reserve(self, rid: RequestId, n: int) -> None:
+        m = self.model.get(rid)
+        if m is None:
+            assert self.refused(lambda: self.cache.reserve(rid, n), UnknownRequestError)
+            return
+        if m.swapped or m.reserved + n > self.cache.max_reserve_tokens:
+            assert self.refused(lambda: self.cache.reserve(rid, n), InvalidCacheOperationError)
+            return
+        if not self.refused(lambda: self.cache.reserve(rid, n), OutOfBlocksError):
+            m.reserved += n
+
+    @rule(rid=st.sampled_from(IDS), n=st.integers(0, 5))
+    def commit(self, rid: RequestId, n: int) -> None:
+        m = self.model.get(rid)
+        accepted = self.fresh(n)
+        if m is None:
+            assert self.refused(lambda: self.cache.commit(rid, accepted), UnknownRequestError)
+            return
+        if m.swapped or n > m.reserved:
+            assert self.refused(
+                lambda: self.cache.commit(rid, accepted), InvalidCacheOperationError
+            )
+            return
+        self.cache.commit(rid, accepted)
+        full_before = len(m.tokens) // self.cache.tokens_per_block
+        m.tokens += accepted
+        m.reserved = 0
+        self.write_full_blocks(rid, full_before)
+
+    @rule(rid=st.sampled_from(IDS))
+    def free(self, rid: RequestId) -> None:
+        if rid not in self.model:
+            assert self.refused(lambda: self.cache.free(rid), UnknownRequestError)
+            return
+        self.cache.free(rid)
+        del self.model[rid]
+
+    @rule(rid=st.sampled_from(IDS), swap=st.booleans())
+    def preempt(self, rid: RequestId, swap: bool) -> None:
+        m = self.model.get(rid)
+        mode = "swap" if swap else "recompute"
+        if m is None:
+            assert self.refused(lambda: self.cache.preempt(rid, mode=mode), UnknownRequestError)
+            return
+        if m.swapped or (swap and not self.can_swap):
+            assert self.refused(
+                lambda: self.cache.preempt(rid, mode=mode), InvalidCacheOperationError
+            )
+            return
+        if not swap:
+            assert self.cache.preempt(rid, mode="recompute") == tuple(m.tokens)
+            del self.model[rid]
+            return
+        if not self.refused(lambda: self.cache.preempt(rid, mode="swap"), OutOfBlocksError):
+            m.swapped, m.reserved = True, 0
+
+    @precondition(lambda self: any(m.swapped for m in self.model.values()))
+    @rule(data=st.data())
+    def resume(self, data: st.DataObject) -> None:
+        rid = data.draw(st.sampled_from(sorted(r for r, m in self.model.items() if m.swapped)))
+        if not self.refused(lambda: self.cache.resume(rid), OutOfBlocksError):
+            self.model[rid].swapped = False
+
+    # ------------------------------------------------------------------ checks
+    @invariant()
+    def consistent(self) -> None:
+        self.cache.check_invariants()
+        assert len(self.cache) == len(self.model)
+        for rid, m in self.model.items():
+            assert self.cache.num_tokens(rid) == len(m.tokens)
+            assert self.cache.num_reserved(rid) == m.reserved
+            assert self.cache.is_swapped(rid) == m.swapped
+
+    @invariant()
+    def bytes_survive(self) -> None:
+        if self.cache.storage is None:
+            return
+        tpb = self.cache.tokens_per_block
+        for rid, m in self.model.items():
+            if m.swapped:
+                continue
+            for i in sorted(m.written):
+                for role in self.cache.roles:
+                    page = self.cache.page(rid, role, i)
+                    want = pattern(role, m.tokens[: (i + 1) * tpb], page.numel())
+                    assert bool((page == want).all()), (rid, role, i)
+
+
+def pattern(role: str, prefix: list[int], nbytes: int) -> Any:
+    import torch
+
+    seed = hash((role, tuple(prefix)))
+    step = seed % 13 + 1
+    return ((torch.arange(nbytes, dtype=torch.int64) * step + seed % 256) % 256).to(torch.uint8)
+
+
+class TwoRolesWithHost(CacheMachine):
+    plan = tiny_plan(gpu_blocks=6, host_blocks=4)
+
+
+class EagleUnequalBlocksWithDisk(CacheMachine):
+    plan = tiny_plan(gpu_blocks=7, draft_gpu_blocks=6, host_blocks=2, disk_blocks=3, spec="eagle3")
+
+
+class WindowAndState(CacheMachine):
+    plan = tiny_plan(
+        gpu_blocks=10,
+        host_blocks=4,
+        max_batch_size=3,
+        target_window_groups=(
+            WindowGroup(window_tokens=6, num_layers=1, bytes_per_token=2, blocks_per_seq=4),
+        ),
+        target_state_bytes_per_seq=16,
+    )
+    can_swap = False
+
+
+class TargetOnly(CacheMachine):
+    plan = tiny_plan(gpu_blocks=5, host_blocks=3, draft=False, spec="ngram")
+
+
+class WithStorage(CacheMachine):
+    plan = tiny_plan(gpu_blocks=6, host_blocks=3, disk_blocks=2)
+    device = "cpu"
+
+
+TestTwoRolesWithHost = TwoRolesWithHost.TestCase
+TestTwoRolesWithHost.settings = SETTINGS
+TestEagleUnequalBlocksWithDisk = EagleUnequalBlocksWithDisk.TestCase
+TestEagleUnequalBlocksWithDisk.settings = SETTINGS
+TestWindowAndState = WindowAndState.TestCase
+TestWindowAndState.settings = SETTINGS
+TestTargetOnly = TargetOnly.TestCase
+TestTargetOnly.settings = settings(SETTINGS, max_examples=20)
+
+
+def test_storage_machine() -> None:
+    pytest.importorskip("torch")
+    WithStorage.TestCase.settings = settings(SETTINGS, max_examples=25)
+    WithStorage.TestCase("runTest").runTest()

@@ -1,0 +1,116 @@
+"""Real storage (CPU torch): sizes equal the plan, offload/onboard copy exact bytes."""
+
+from __future__ import annotations
+
+import pytest
+from test_cache_support import tiny_plan
+
+from kvbudget.cache import RequestId, SpecDecodeCache
+from kvbudget.cost import WindowGroup
+from kvbudget.errors import InvalidArgumentError, InvalidCacheOperationError
+
+torch = pytest.importorskip("torch")
+
+A, B, C = RequestId("a"), RequestId("b"), RequestId("c")
+
+
+def fill(cache: SpecDecodeCache, rid: RequestId, seed: int) -> dict[tuple[str, int], bytes]:
+    """Write a distinct byte pattern into every block of ``rid`` in every role."""
+    written = {}
+    for r, role in enumerate(cache.roles):
+        for i, _ in enumerate(cache.block_table(rid, role)):
+            page = cache.page(rid, role, i)
+            data = (torch.arange(page.numel(), dtype=torch.int64) * 7 + seed + 31 * i + r) % 251
+            page.copy_(data.to(torch.uint8))
+            written[(role, i)] = bytes(page.tolist())
+    return written
+
+
+def test_tensor_bytes_equal_the_plan() -> None:
+    window = WindowGroup(window_tokens=8, num_layers=1, bytes_per_token=4, blocks_per_seq=4)
+    plan = tiny_plan(
+        gpu_blocks=6,
+        host_blocks=3,
+        disk_blocks=2,
+        target_window_groups=(window,),
+        target_state_bytes_per_seq=10,
+        max_batch_size=2,
+    )
+    cache = SpecDecodeCache.from_plan(plan, device="cpu")
+    storage = cache.storage
+    assert storage is not None and storage.device == "cpu"
+    for m, rs in zip(plan.managers, storage.roles, strict=True):
+        for tier in ("gpu", "host", "disk"):
+            assert rs.tier_bytes(tier) + rs.padding_bytes[tier] == m.tier(tier).bytes
+            assert rs.padding_bytes[tier] == m.tier(tier).padding_bytes == 0
+    target = storage.roles[0]
+    # 6 x 32 kv + 2 x 4 x (4 x 4) window + 2 x 10 state
+    assert target.tier_bytes("gpu") == 192 + 128 + 20
+    assert [t.shape for t in target.kv] == [(6, 32), (3, 32), (2, 32)]
+    cache.check_invariants()
+
+
+def test_offload_and_onboard_copy_exact_bytes() -> None:
+    cache = SpecDecodeCache.from_plan(tiny_plan(gpu_blocks=4, host_blocks=4), device="cpu")
+    cache.admit(A, range(9))
+    written = fill(cache, A, seed=3)
+    cache.free(A)  # blocks 0, 1 cached on gpu, 2 free
+    cache.admit(B, range(100, 116))  # evicts A's blocks 1, 0 to the host tier
+    fill(cache, B, seed=99)  # overwrite every gpu block
+    assert cache.stats().pool("target", "host").offloaded_blocks == 2
+    cache.free(B)
+    assert cache.admit(C, [*range(8), 5]) == 8  # onboarded from host
+    for role in cache.roles:
+        for i in range(2):
+            assert bytes(cache.page(C, role, i).tolist()) == written[(role, i)]
+    cache.check_invariants()
+
+
+def test_swap_round_trip_keeps_bytes() -> None:
+    cache = SpecDecodeCache.from_plan(
+        tiny_plan(gpu_blocks=4, host_blocks=4, disk_blocks=2), device="cpu"
+    )
+    cache.admit(A, range(7))  # one full block, one partial
+    written = fill(cache, A, seed=11)
+    cache.preempt(A, mode="swap")
+    cache.admit(B, range(100, 116))
+    fill(cache, B, seed=77)
+    cache.free(B)
+    cache.resume(A)
+    for role in cache.roles:
+        for i in range(2):
+            assert bytes(cache.page(A, role, i).tolist()) == written[(role, i)]
+    cache.check_invariants()
+
+
+def test_disk_round_trip_keeps_bytes() -> None:
+    cache = SpecDecodeCache.from_plan(
+        tiny_plan(gpu_blocks=3, host_blocks=1, disk_blocks=4), device="cpu"
+    )
+    cache.admit(A, range(9))
+    written = fill(cache, A, seed=5)
+    cache.free(A)
+    cache.admit(B, range(100, 112))  # A's block 1 ends on disk, block 0 on host
+    fill(cache, B, seed=1)
+    cache.free(B)
+    assert cache.admit(C, [*range(8), 3]) == 8
+    assert cache.stats().pool("target", "disk").onboarded_blocks == 1
+    for role in cache.roles:
+        for i in range(2):
+            assert bytes(cache.page(C, role, i).tolist()) == written[(role, i)]
+
+
+def test_metadata_only_has_no_pages() -> None:
+    cache = SpecDecodeCache.from_plan(tiny_plan(gpu_blocks=2))
+    assert cache.storage is None
+    cache.admit(A, [1])
+    with pytest.raises(InvalidCacheOperationError, match="metadata-only"):
+        cache.page(A, "target", 0)
+
+
+def test_unusable_device_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError):
+        SpecDecodeCache.from_plan(tiny_plan(gpu_blocks=2), device="no-such-device")
+    if not torch.cuda.is_available():
+        with pytest.raises(InvalidArgumentError, match="no CUDA device"):
+            SpecDecodeCache.from_plan(tiny_plan(gpu_blocks=2), device="cuda")
