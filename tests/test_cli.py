@@ -191,8 +191,9 @@ def test_vllm_offloading_size_is_total_gib_across_tp() -> None:
 
 def test_sglang_hicache_size_is_decimal_gb_per_rank() -> None:
     result = run("plan", *FIXED, "--tp", "4", "--host-budget", "16GiB", "--emit", "sglang")
-    # 16 GiB = 17179869184 B = 17.18 GB -> 17 (rounded down, per rank)
-    assert "--hicache-size 17 " in result.stdout + " "
+    # SGLang's --hicache-size sizes the target's host pool only (the draft's comes on top):
+    # target share = 17179869184 - floor(17179869184 / 33) = 16659267087 B -> 16 GB (floor)
+    assert "--hicache-size 16 " in result.stdout + " "
 
 
 def test_default_command_plans_the_embedded_default() -> None:
