@@ -315,14 +315,18 @@ class SpecDecodeCache:
         total = committed + reserved
         num_blocks = -(-total // self.tokens_per_block)
         seqs = req.seqs
-        if num_blocks > len(seqs[0].table) or self._has_windows:
+        extra = num_blocks - len(seqs[0].table)  # the same in every role
+        if extra > 0 or self._has_windows:
             managers = self._managers
             for i, m in enumerate(managers):
-                reason = m.grow_shortage(seqs[i], num_blocks, committed, total)
-                if reason is not None:
-                    raise OutOfBlocksError(
-                        f"cannot reserve {num_tokens} tokens for request {request_id!r}: {reason}"
-                    )
+                gpu = m.gpu
+                if extra > len(gpu.free) + len(gpu.cached) or m.windows:
+                    reason = m.grow_shortage(seqs[i], num_blocks, committed, total)
+                    if reason is not None:
+                        raise OutOfBlocksError(
+                            f"cannot reserve {num_tokens} tokens for request "
+                            f"{request_id!r}: {reason}"
+                        )
             for i, m in enumerate(managers):
                 m.grow(seqs[i], num_blocks, total)
             if self._storage is not None:

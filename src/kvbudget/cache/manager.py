@@ -61,6 +61,7 @@ class RoleManager:
             BlockPool(f"{plan.role}/{name}", usable, plan.tier(name).blocks)
             for name, usable in zip(TIERS, usable_blocks, strict=True)
         )
+        self.gpu = self.tiers[GPU]
         present = [i for i, p in enumerate(self.tiers) if p.num_blocks > 0]
         # next_tier[i]: where tier i's evicted cached blocks go (None: they are lost)
         self.next_tier: tuple[int | None, ...] = tuple(
@@ -81,15 +82,28 @@ class RoleManager:
 
     # ----------------------------------------------------------------- allocation
     def _take(self, tier: int) -> BlockId:
-        """A block of ``tier`` with refcount 1; an evicted cached block moves down."""
-        block, old = self.tiers[tier].take()
-        if old is not None:
-            self._evicted(tier, block, old)
+        """A block of ``tier`` with refcount 1; an evicted cached block moves down.
+
+        :meth:`BlockPool.take`, inlined: this runs for every new block.
+        """
+        pool = self.tiers[tier]
+        pool.num_used += 1
+        if pool.free:
+            block = pool.free.pop()
+            pool.refcount[block] = 1
+            return block
+        block, _ = pool.cached.popitem(last=False)
+        old = pool.block_hash[block]
+        assert old is not None
+        del pool.by_hash[old]
+        pool.block_hash[block] = None
+        pool.refcount[block] = 1
+        self._evicted(tier, block, old)
         return block
 
     def _evicted(self, tier: int, block: BlockId, block_hash: BlockHash) -> None:
         """``block`` of ``tier`` (content still in place) lost ``block_hash``: keep a copy
-        in the next tier when it has room, else count the loss."""
+        as a cached block of the next tier when it has room, else count the loss."""
         low_index = self.next_tier[tier]
         if low_index is None:
             self.tiers[tier].evicted_blocks += 1
@@ -97,16 +111,28 @@ class RoleManager:
         low = self.tiers[low_index]
         existing = low.by_hash.get(block_hash)
         if existing is not None:
-            low.touch(existing)
+            if low.refcount[existing] == 0:
+                low.cached.move_to_end(existing)
             return
-        if not low.free and not low.cached:  # everything pinned (swapped requests)
+        if low.free:
+            dst = low.free.pop()
+        elif low.cached:  # make room: that tier's LRU block moves further down first
+            dst, _ = low.cached.popitem(last=False)
+            old = low.block_hash[dst]
+            assert old is not None
+            del low.by_hash[old]
+            if self.next_tier[low_index] is None:
+                low.evicted_blocks += 1  # the common case of _evicted(low_index, ...)
+            else:
+                self._evicted(low_index, dst, old)
+        else:  # every block of that tier is pinned (swapped-out requests)
             self.tiers[tier].evicted_blocks += 1
             return
-        dst = self._take(low_index)  # may push that tier's LRU block further down first
         if self.copies is not None:
             self.copies.append((tier, block, low_index, dst))
-        low.set_hash(dst, block_hash)
-        low.release(dst)
+        low.by_hash[block_hash] = dst
+        low.block_hash[dst] = block_hash
+        low.cached[dst] = None
         low.offloaded_blocks += 1
 
     # ----------------------------------------------------------------- prefix lookup
@@ -191,12 +217,17 @@ class RoleManager:
             tiers[t].onboarded_blocks += 1
         for _, t, lb in onboard:
             tiers[t].release(lb)  # the lower tier keeps its copy, cached
+        by_hash, block_hash = gpu.by_hash, gpu.block_hash
         num_hashed = len(hashes)
+        take = self._take
         for i in range(num_hit, num_blocks):
-            b = self._take(GPU)
+            b = take(GPU)
             table.append(b)
             if i < num_hashed:
-                gpu.set_hash(b, hashes[i])
+                h = hashes[i]
+                if h not in by_hash:  # BlockPool.set_hash, inlined
+                    by_hash[h] = b
+                    block_hash[b] = h
         if self.has_fixed:
             for g, pool in enumerate(self.windows):
                 first, end = self._window_span(g, num_tokens, num_tokens)
@@ -211,8 +242,9 @@ class RoleManager:
     ) -> str | None:
         """Why ``seq`` cannot grow to ``num_blocks`` / ``num_total`` tokens, or None."""
         extra = num_blocks - len(seq.table)
-        if extra > 0 and extra > self.tiers[GPU].num_available:
-            return self._kv_message(extra, self.tiers[GPU].num_available)
+        gpu = self.tiers[GPU]
+        if extra > 0 and extra > len(gpu.free) + len(gpu.cached):
+            return self._kv_message(extra, gpu.num_available)
         if self.windows:
             return self._fixed_shortage(num_committed, num_total, new_seq=False, seq=seq)
         return None
@@ -227,9 +259,9 @@ class RoleManager:
                 b = gpu.free.pop()
                 gpu.refcount[b] = 1
                 gpu.num_used += 1
-                table.append(b)
             else:
-                table.append(self._take(GPU))
+                b = self._take(GPU)
+            table.append(b)
         if self.windows:
             end = -(-num_total // self.tokens_per_block)
             for g, pool in enumerate(self.windows):
@@ -240,9 +272,13 @@ class RoleManager:
     def register(self, seq: SeqBlocks, hashes: list[BlockHash], start: int) -> None:
         """Record ``hashes[start:]`` for the GPU blocks at those positions of ``seq``."""
         gpu = self.tiers[GPU]
+        by_hash, block_hash = gpu.by_hash, gpu.block_hash
         table = seq.table
         for i in range(start, len(hashes)):
-            gpu.set_hash(table[i], hashes[i])
+            h = hashes[i]
+            if h not in by_hash:  # BlockPool.set_hash, inlined
+                by_hash[h] = table[i]
+                block_hash[table[i]] = h
 
     def shrink(self, seq: SeqBlocks, num_blocks: int, num_committed: int) -> None:
         """Release blocks past ``num_blocks`` (rolled-back lookahead, tail first) and the
@@ -269,8 +305,19 @@ class RoleManager:
         """Release every block of ``seq`` (its table in ``tier``), tail first."""
         pool = self.tiers[tier]
         table = seq.table
-        for i in range(len(table) - 1, -1, -1):
-            pool.release(table[i])
+        refcount, block_hash, free, cached = pool.refcount, pool.block_hash, pool.free, pool.cached
+        released = 0
+        for i in range(len(table) - 1, -1, -1):  # BlockPool.release, inlined
+            b = table[i]
+            count = refcount[b] - 1
+            refcount[b] = count
+            if count == 0:
+                released += 1
+                if block_hash[b] is None:
+                    free.append(b)
+                else:
+                    cached[b] = None
+        pool.num_used -= released
         table.clear()
         for g, pool_w in enumerate(self.windows):
             for b in reversed(seq.window_tables[g]):
