@@ -10,9 +10,11 @@ Workload (one op stream, built before timing, replayed unchanged through both):
 
 * requests from ``../shared/traces/azure-llm-inference-2023-conv.csv`` (prompt and output
   lengths), in trace order, at most ``--running`` decoding at once;
-* synthetic shared prefixes: ``--prefix-share`` of the requests (chosen by a seeded RNG)
-  start with one of ``--system-prompts`` system prompts (lengths 256, 512, ... tokens),
-  cut to the request's prompt length; the rest of every prompt is unique tokens;
+* synthetic shared prefixes (a seeded RNG picks, per request): ``--followup-share`` of
+  the requests are a later turn of one of the last ``--followup-window`` finished
+  conversations (its prompt and output, cut to the new prompt length);
+  ``--prefix-share`` start with one of ``--system-prompts`` system prompts (lengths 256,
+  512, ... tokens), cut likewise; the rest of every prompt is unique tokens;
 * decode-heavy speculative decoding: each step reserves ``K + 1`` tokens (K = 3 draft
   tokens + the bonus token) and commits ``accepted + 1`` of them, ``accepted`` cycling
   through a fixed pattern, until the request's output length is reached; then free.
@@ -34,7 +36,7 @@ import pstats
 import random
 import sys
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, fields
 from pathlib import Path
@@ -70,6 +72,8 @@ def build_ops(
     running: int,
     system_prompts: int,
     prefix_share: float,
+    followup_share: float,
+    followup_window: int,
     seed: int,
 ) -> tuple[list[Op], int]:
     """The op stream and the peak blocks the running set holds without sharing."""
@@ -81,7 +85,8 @@ def build_ops(
     ops: list[Op] = []
     pending = list(enumerate(trace))
     pending.reverse()
-    live: dict[RequestId, list[int]] = {}  # rid -> [tokens, remaining output, step]
+    live: dict[RequestId, list[Any]] = {}  # rid -> [tokens, remaining output, step]
+    finished: deque[list[int]] = deque(maxlen=followup_window)
     blocks: dict[RequestId, int] = {}
     peak = 0
     tpb = tokens_per_block
@@ -91,26 +96,31 @@ def build_ops(
             i, (prompt_len, output_len) = pending.pop()
             rid = RequestId(f"r{i}")
             prompt: list[int] = []
-            if rng.random() < prefix_share:
+            draw = rng.random()
+            if draw < followup_share and finished:  # a later turn of a finished conversation
+                prompt = finished[rng.randrange(len(finished))][:prompt_len]
+            elif draw < followup_share + prefix_share:
                 prompt = systems[rng.randrange(system_prompts)][:prompt_len]
             unique = prompt_len - len(prompt)
             prompt = prompt + list(range(next_token, next_token + unique))
             next_token += unique
             ops.append((ADMIT, rid, prompt))
-            live[rid] = [prompt_len, output_len, 0]
+            live[rid] = [list(prompt), output_len, 0]
         for rid in list(live):
             state = live[rid]
             tokens, remaining, step = state
             ops.append((RESERVE, rid, reserve))
-            blocks[rid] = -(-(tokens + reserve) // tpb)
+            blocks[rid] = -(-(len(tokens) + reserve) // tpb)
             accepted = min(remaining, ACCEPT_PATTERN[step % len(ACCEPT_PATTERN)] + 1)
-            ops.append((COMMIT, rid, tuple(range(next_token, next_token + accepted))))
+            new_tokens = tuple(range(next_token, next_token + accepted))
+            ops.append((COMMIT, rid, new_tokens))
             next_token += accepted
-            state[0] += accepted
+            tokens.extend(new_tokens)
             state[1] -= accepted
             state[2] += 1
             if state[1] == 0:
                 ops.append((FREE, rid, None))
+                finished.append(tokens)
                 del live[rid]
         peak = max(peak, sum(blocks.values()))
         for rid in [r for r in blocks if r not in live]:
@@ -307,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-draft-len", type=int, default=3)
     parser.add_argument("--running", type=int, default=64, help="requests decoding at once")
     parser.add_argument("--system-prompts", type=int, default=4)
-    parser.add_argument("--prefix-share", type=float, default=0.6)
+    parser.add_argument("--prefix-share", type=float, default=0.5)
+    parser.add_argument("--followup-share", type=float, default=0.2)
+    parser.add_argument("--followup-window", type=int, default=1024)
     parser.add_argument("--host-factor", type=int, default=4, help="host blocks / gpu blocks")
     parser.add_argument("--repeat", type=int, default=3, help="best of N timed replays")
     parser.add_argument("--seed", type=int, default=0)
@@ -330,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         running=args.running,
         system_prompts=args.system_prompts,
         prefix_share=args.prefix_share,
+        followup_share=args.followup_share,
+        followup_window=args.followup_window,
         seed=args.seed,
     )
     gpu_blocks = peak + peak // 4
