@@ -54,14 +54,23 @@ if TYPE_CHECKING:
 class _Request:
     """A request's shared state: its verified tokens, lookahead and per-role blocks."""
 
-    __slots__ = ("extra_keys", "hashes", "num_reserved", "seqs", "swapped", "tokens")
+    __slots__ = ("extra_keys", "hashes", "num_reserved", "parts", "seqs", "swapped", "tokens")
 
-    def __init__(self, tokens: list[int], extra_keys: tuple[Hashable, ...], num_roles: int) -> None:
+    def __init__(
+        self,
+        tokens: list[int],
+        extra_keys: tuple[Hashable, ...],
+        managers: tuple[RoleManager, ...],
+    ) -> None:
         self.tokens = tokens
         self.extra_keys = extra_keys
         self.hashes: list[BlockHash] = []
         self.num_reserved = 0
-        self.seqs: tuple[SeqBlocks, ...] = tuple(SeqBlocks() for _ in range(num_roles))
+        self.seqs: tuple[SeqBlocks, ...] = tuple(SeqBlocks() for _ in managers)
+        # (manager, this request's blocks in it) per role, ready for the hot loops
+        self.parts: tuple[tuple[RoleManager, SeqBlocks], ...] = tuple(
+            zip(managers, self.seqs, strict=True)
+        )
         self.swapped = False
 
 
@@ -266,7 +275,7 @@ class SpecDecodeCache:
         if num_tokens == 0:
             raise InvalidCacheOperationError(f"request {request_id!r} has an empty prompt")
         tpb = self.tokens_per_block
-        req = _Request(tokens, tuple(extra_keys), len(self._managers))
+        req = _Request(tokens, tuple(extra_keys), self._managers)
         hashes = req.hashes
         num_hit = 0
         if self.prefix_reuse:
@@ -280,7 +289,7 @@ class SpecDecodeCache:
             f"cannot admit request {request_id!r} ({num_tokens} prompt tokens)",
             (m.admit_shortage(hashes, num_hit, num_blocks, num_tokens) for m in self._managers),
         )
-        for m, seq in zip(self._managers, req.seqs, strict=True):
+        for m, seq in req.parts:
             m.admit(seq, hashes, num_hit, num_blocks, num_tokens)
         self._flush()
         self._requests[request_id] = req
@@ -314,21 +323,20 @@ class SpecDecodeCache:
         committed = len(req.tokens)
         total = committed + reserved
         num_blocks = -(-total // self.tokens_per_block)
-        seqs = req.seqs
-        extra = num_blocks - len(seqs[0].table)  # the same in every role
+        parts = req.parts
+        extra = num_blocks - len(req.seqs[0].table)  # the same in every role
         if extra > 0 or self._has_windows:
-            managers = self._managers
-            for i, m in enumerate(managers):
+            for m, seq in parts:
                 gpu = m.gpu
                 if extra > len(gpu.free) + len(gpu.cached) or m.windows:
-                    reason = m.grow_shortage(seqs[i], num_blocks, committed, total)
+                    reason = m.grow_shortage(seq, num_blocks, committed, total)
                     if reason is not None:
                         raise OutOfBlocksError(
                             f"cannot reserve {num_tokens} tokens for request "
                             f"{request_id!r}: {reason}"
                         )
-            for i, m in enumerate(managers):
-                m.grow(seqs[i], num_blocks, total)
+            for m, seq in parts:
+                m.grow(seq, num_blocks, total)
             if self._storage is not None:
                 self._flush()
         req.num_reserved = reserved
@@ -355,25 +363,23 @@ class SpecDecodeCache:
         req.num_reserved = 0
         committed = len(tokens)
         tpb = self.tokens_per_block
-        managers = self._managers
-        seqs = req.seqs
         hashes = req.hashes
         if self.prefix_reuse and committed // tpb > len(hashes):
             start = len(hashes)
             extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
-            for i, m in enumerate(managers):
-                m.register(seqs[i], hashes, start)
+            for m, seq in req.parts:
+                m.register(seq, hashes, start)
         keep = -(-committed // tpb)
-        if len(seqs[0].table) > keep or self._has_windows:
-            for i, m in enumerate(managers):
-                m.shrink(seqs[i], keep, committed)
+        if len(req.seqs[0].table) > keep or self._has_windows:
+            for m, seq in req.parts:
+                m.shrink(seq, keep, committed)
 
     def free(self, request_id: RequestId) -> None:
         """Release every block of a request in every role, tail first (its full blocks
         stay cached for reuse). Raises UnknownRequestError (e.g. a double free)."""
         req = self._get(request_id)
         tier = HOST if req.swapped else GPU
-        for m, seq in zip(self._managers, req.seqs, strict=True):
+        for m, seq in req.parts:
             m.release_all(seq, tier)
         del self._requests[request_id]
 
@@ -408,12 +414,9 @@ class SpecDecodeCache:
             )
         self._refuse(
             f"cannot swap out request {request_id!r} ({keep} blocks per role)",
-            (
-                m.move_shortage(seq, keep, GPU, HOST)
-                for m, seq in zip(self._managers, req.seqs, strict=True)
-            ),
+            (m.move_shortage(seq, keep, GPU, HOST) for m, seq in req.parts),
         )
-        for m, seq in zip(self._managers, req.seqs, strict=True):
+        for m, seq in req.parts:
             m.shrink(seq, keep, len(tokens))
             m.move(seq, GPU, HOST)
         self._flush()
@@ -437,12 +440,9 @@ class SpecDecodeCache:
         keep = len(req.seqs[0].table)
         self._refuse(
             f"cannot resume request {request_id!r} ({keep} blocks per role)",
-            (
-                m.move_shortage(seq, keep, HOST, GPU)
-                for m, seq in zip(self._managers, req.seqs, strict=True)
-            ),
+            (m.move_shortage(seq, keep, HOST, GPU) for m, seq in req.parts),
         )
-        for m, seq in zip(self._managers, req.seqs, strict=True):
+        for m, seq in req.parts:
             m.move(seq, HOST, GPU)
         self._flush()
         req.swapped = False

@@ -253,10 +253,11 @@ class RoleManager:
         """Append blocks until ``seq`` holds ``num_blocks`` (and its windows ``num_total``
         tokens). Precondition: :meth:`grow_shortage` returned None."""
         table = seq.table
-        gpu = self.tiers[GPU]
-        while len(table) < num_blocks:
-            if gpu.free:
-                b = gpu.free.pop()
+        gpu = self.gpu
+        free = gpu.free
+        for _ in range(num_blocks - len(table)):
+            if free:
+                b = free.pop()
                 gpu.refcount[b] = 1
                 gpu.num_used += 1
             else:
@@ -284,10 +285,20 @@ class RoleManager:
         """Release blocks past ``num_blocks`` (rolled-back lookahead, tail first) and the
         window blocks that left the window of ``num_committed`` tokens."""
         table = seq.table
-        if len(table) > num_blocks:
-            release = self.tiers[GPU].release
-            while len(table) > num_blocks:
-                release(table.pop())
+        surplus = len(table) - num_blocks
+        if surplus > 0:
+            gpu = self.gpu
+            refcount = gpu.refcount
+            for _ in range(surplus):  # BlockPool.release, inlined
+                b = table.pop()
+                count = refcount[b] - 1
+                refcount[b] = count
+                if count == 0:
+                    gpu.num_used -= 1
+                    if gpu.block_hash[b] is None:
+                        gpu.free.append(b)
+                    else:
+                        gpu.cached[b] = None
         if self.windows:
             for g, pool in enumerate(self.windows):
                 first, end = self._window_span(g, num_committed, num_committed)
@@ -343,9 +354,14 @@ class RoleManager:
                 pinned += 1
         have = d.num_available - pinned
         if need > have:
+            hint = (
+                "raise host_budget in the plan or preempt with mode='recompute'"
+                if dst == HOST
+                else "free or preempt other requests first"
+            )
             return (
                 f"role {self.role} needs {need} free {TIERS[dst]} blocks to move the request, "
-                f"{have} are free or evictable ({d.num_blocks} in the pool)"
+                f"{have} are free or evictable ({d.num_blocks} in the pool); {hint}"
             )
         return None
 
