@@ -101,6 +101,25 @@ class RoleManager:
         self._evicted(tier, block, old)
         return block
 
+    def _take_gpu(self, table: list[BlockId], count: int) -> None:
+        """Append ``count`` new GPU blocks to ``table``: :meth:`_take` for a batch, with
+        the pool's lists bound once (this is the allocation path of admit and reserve)."""
+        gpu = self.gpu
+        free, refcount, block_hash = gpu.free, gpu.refcount, gpu.block_hash
+        for _ in range(count):
+            if free:
+                b = free.pop()
+            else:
+                b, _ = gpu.cached.popitem(last=False)
+                old = block_hash[b]
+                assert old is not None
+                del gpu.by_hash[old]
+                block_hash[b] = None
+                self._evicted(GPU, b, old)
+            refcount[b] = 1
+            table.append(b)
+        gpu.num_used += count
+
     def _evicted(self, tier: int, block: BlockId, block_hash: BlockHash) -> None:
         """``block`` of ``tier`` (content still in place) lost ``block_hash``: keep a copy
         as a cached block of the next tier when it has room, else count the loss."""
@@ -217,17 +236,14 @@ class RoleManager:
             tiers[t].onboarded_blocks += 1
         for _, t, lb in onboard:
             tiers[t].release(lb)  # the lower tier keeps its copy, cached
+        self._take_gpu(table, num_blocks - num_hit)
         by_hash, block_hash = gpu.by_hash, gpu.block_hash
-        num_hashed = len(hashes)
-        take = self._take
-        for i in range(num_hit, num_blocks):
-            b = take(GPU)
-            table.append(b)
-            if i < num_hashed:
-                h = hashes[i]
-                if h not in by_hash:  # BlockPool.set_hash, inlined
-                    by_hash[h] = b
-                    block_hash[b] = h
+        for i in range(num_hit, min(len(hashes), num_blocks)):
+            h = hashes[i]
+            if h not in by_hash:  # BlockPool.set_hash, inlined
+                b = table[i]
+                by_hash[h] = b
+                block_hash[b] = h
         if self.has_fixed:
             for g, pool in enumerate(self.windows):
                 first, end = self._window_span(g, num_tokens, num_tokens)
@@ -253,16 +269,8 @@ class RoleManager:
         """Append blocks until ``seq`` holds ``num_blocks`` (and its windows ``num_total``
         tokens). Precondition: :meth:`grow_shortage` returned None."""
         table = seq.table
-        gpu = self.gpu
-        free = gpu.free
-        for _ in range(num_blocks - len(table)):
-            if free:
-                b = free.pop()
-                gpu.refcount[b] = 1
-                gpu.num_used += 1
-            else:
-                b = self._take(GPU)
-            table.append(b)
+        if num_blocks > len(table):
+            self._take_gpu(table, num_blocks - len(table))
         if self.windows:
             end = -(-num_total // self.tokens_per_block)
             for g, pool in enumerate(self.windows):
