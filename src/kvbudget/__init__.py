@@ -4,6 +4,16 @@ Plan, split and enforce the KV cache of a target model and its draft (EAGLE3 hea
 layers or a small model) across GPU, host and disk tiers, per rank.
 """
 
+from kvbudget.cache import (
+    BlockHash,
+    BlockId,
+    CacheStats,
+    DraftPrefixPolicy,
+    PoolStats,
+    PreemptMode,
+    RequestId,
+    SpecDecodeCache,
+)
 from kvbudget.cost import CacheCost, CostDetail, WindowGroup, cache_cost, cache_cost_detail
 from kvbudget.dtypes import DType, parse_dtype
 from kvbudget.engines import ENGINES, emit
@@ -41,14 +51,18 @@ __all__ = [
     "ENGINES",
     "SPEC_MODES",
     "AttentionLayer",
+    "BlockHash",
+    "BlockId",
     "Budget",
     "BudgetSplit",
     "CacheCost",
     "CacheError",
+    "CacheStats",
     "Capacity",
     "ConfigError",
     "CostDetail",
     "DType",
+    "DraftPrefixPolicy",
     "GatedDeltaNetLayer",
     "GpuSpec",
     "InfeasibleBudgetError",
@@ -64,6 +78,10 @@ __all__ = [
     "OutOfBlocksError",
     "ParamCounts",
     "Plan",
+    "PoolStats",
+    "PreemptMode",
+    "RequestId",
+    "SpecDecodeCache",
     "TierPlan",
     "UnknownModelError",
     "UnknownRequestError",
