@@ -122,13 +122,21 @@ class BlockPool:
                 self.cached[block] = None
 
     def set_hash(self, block: BlockId, block_hash: BlockHash) -> bool:
-        """Record that used ``block`` holds the full block ``block_hash``.
+        """Record that used, unhashed ``block`` holds the full block ``block_hash``.
 
-        Returns False (and records nothing) when another block of this pool already holds
-        that hash: the duplicate stays unhashed and is freed, not cached, when released.
+        When an unowned (cached) twin holds that hash, the hash moves to ``block`` and the
+        twin becomes free: the index then points at a block that cannot be evicted while
+        its owner runs. Returns False (and records nothing) when an *owned* block already
+        holds the hash: the duplicate stays unhashed and is freed, not cached, when
+        released.
         """
-        if block_hash in self.by_hash:
-            return False
+        twin = self.by_hash.get(block_hash)
+        if twin is not None:
+            if self.refcount[twin] > 0:
+                return False
+            del self.cached[twin]
+            self.block_hash[twin] = None
+            self.free.append(twin)
         self.by_hash[block_hash] = block
         self.block_hash[block] = block_hash
         return True

@@ -237,13 +237,7 @@ class RoleManager:
         for _, t, lb in onboard:
             tiers[t].release(lb)  # the lower tier keeps its copy, cached
         self._take_gpu(table, num_blocks - num_hit)
-        by_hash, block_hash = gpu.by_hash, gpu.block_hash
-        for i in range(num_hit, min(len(hashes), num_blocks)):
-            h = hashes[i]
-            if h not in by_hash:  # BlockPool.set_hash, inlined
-                b = table[i]
-                by_hash[h] = b
-                block_hash[b] = h
+        self._register(table, hashes, num_hit)
         if self.has_fixed:
             for g, pool in enumerate(self.windows):
                 first, end = self._window_span(g, num_tokens, num_tokens)
@@ -279,15 +273,21 @@ class RoleManager:
                     wt.append(pool.take()[0])
 
     def register(self, seq: SeqBlocks, hashes: list[BlockHash], start: int) -> None:
-        """Record ``hashes[start:]`` for the GPU blocks at those positions of ``seq``."""
-        gpu = self.tiers[GPU]
+        """Record ``hashes[start:]`` for the GPU blocks at those positions of ``seq``
+        (blocks that just became full); see :meth:`BlockPool.set_hash` for twins."""
+        self._register(seq.table, hashes, start)
+
+    def _register(self, table: list[BlockId], hashes: list[BlockHash], start: int) -> None:
+        gpu = self.gpu
         by_hash, block_hash = gpu.by_hash, gpu.block_hash
-        table = seq.table
-        for i in range(start, len(hashes)):
+        for i in range(start, min(len(hashes), len(table))):
             h = hashes[i]
-            if h not in by_hash:  # BlockPool.set_hash, inlined
-                by_hash[h] = table[i]
-                block_hash[table[i]] = h
+            if h in by_hash:
+                gpu.set_hash(table[i], h)  # a twin holds it: the running block wins
+            else:  # BlockPool.set_hash, inlined for the common case
+                b = table[i]
+                by_hash[h] = b
+                block_hash[b] = h
 
     def shrink(self, seq: SeqBlocks, num_blocks: int, num_committed: int) -> None:
         """Release blocks past ``num_blocks`` (rolled-back lookahead, tail first) and the
