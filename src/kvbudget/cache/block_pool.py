@@ -151,8 +151,12 @@ class BlockPool:
         n = self.num_blocks
         if n > self.plan_blocks:
             raise AssertionError(f"{self.name}: uses {n} blocks, plan gives {self.plan_blocks}")
+        if len(self.refcount) != n or len(self.block_hash) != n:
+            raise AssertionError(f"{self.name}: per-block lists are not {n} long")
         free = set(self.free)
         cached = set(self.cached)
+        if any(not 0 <= b < n for b in free | cached | set(self.by_hash.values())):
+            raise AssertionError(f"{self.name}: a listed block id is outside 0..{n - 1}")
         if len(free) != len(self.free):
             raise AssertionError(f"{self.name}: a block is on the free list twice")
         if free & cached:

@@ -498,8 +498,8 @@ class SpecDecodeCache:
         no unowned used block); every request holds ``ceil((tokens + reserved) /
         tokens_per_block)`` blocks in every role, hashed alike at every position (the
         draft holds exactly the target's tokens); every tier caches the same hashes in
-        every role; window tables hold exactly their window; no role uses more blocks or
-        bytes than its plan share in any tier.
+        every role, in the same LRU order; window tables hold exactly their window; no
+        role uses more blocks or bytes than its plan share in any tier.
         """
         from kvbudget.cache.invariants import check_cache
 

@@ -44,13 +44,9 @@ def check_cache(
             m, [(rid, r.seqs[managers.index(m)], r.swapped) for rid, r in requests.items()]
         )
         for name, pool in zip(TIERS, m.tiers, strict=True):
-            if pool.num_blocks > m.plan.tier(name).blocks:
-                _fail(f"{m.role}: uses {pool.num_blocks} {name} blocks > plan share")
-    first = managers[0]
-    for m in managers[1:]:
-        for t, (a, b) in enumerate(zip(first.tiers, m.tiers, strict=True)):
-            if a.by_hash.keys() != b.by_hash.keys():
-                _fail(f"{TIERS[t]} tier caches different blocks in {first.role} and {m.role}")
+            # pool.check() holds num_blocks to plan_blocks; this holds that to the plan
+            if pool.plan_blocks != m.plan.tier(name).blocks:
+                _fail(f"{pool.name}: plan_blocks {pool.plan_blocks} is not the plan's")
     for rid, req in requests.items():
         n = len(req.tokens)
         if req.num_reserved < 0 or req.num_reserved > cache.max_reserve_tokens:
@@ -74,6 +70,14 @@ def check_cache(
             _check_fixed(m, seq, rid, n, req.num_reserved, req.swapped)
         if any(row != rows[0] for row in rows[1:]):
             _fail(f"request {rid!r}: roles hold different tokens")
+    first = managers[0]
+    for m in managers[1:]:
+        for t, (a, b) in enumerate(zip(first.tiers, m.tiers, strict=True)):
+            if a.by_hash.keys() != b.by_hash.keys():
+                _fail(f"{TIERS[t]} tier caches different blocks in {first.role} and {m.role}")
+            # the same eviction order, or the next evictions would part the roles
+            if [a.block_hash[x] for x in a.cached] != [b.block_hash[x] for x in b.cached]:
+                _fail(f"{TIERS[t]} tier LRU order differs in {first.role} and {m.role}")
     storage = cache.storage
     if storage is not None:
         for m, rs in zip(managers, storage.roles, strict=True):
