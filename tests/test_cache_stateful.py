@@ -38,6 +38,7 @@ SETTINGS = settings(
 @dataclass
 class Model:
     tokens: list[int]
+    salt: tuple[str, ...] = ()
     reserved: int = 0
     swapped: bool = False
     written: set[int] = field(default_factory=set)
@@ -53,17 +54,40 @@ class CacheMachine(RuleBasedStateMachine):
         self.cache = SpecDecodeCache.from_plan(self.plan, device=self.device)
         self.model: dict[RequestId, Model] = {}
         self.next_token = 1000
+        # (salt, token prefix) of every full block ever computed: a hit must be one
+        self.computed: set[tuple[tuple[str, ...], tuple[int, ...]]] = set()
+        self.hit_tokens = 0
 
     # ------------------------------------------------------------------ helpers
+    def snapshot(self) -> Any:
+        """stats() plus every request's tokens, reservation and block tables."""
+        rows = []
+        for rid, m in sorted(self.model.items()):
+            tables = (
+                None
+                if m.swapped
+                else [
+                    (self.cache.block_table(rid, r), self.cache.window_tables(rid, r))
+                    for r in self.cache.roles
+                ]
+            )
+            rows.append((rid, self.cache.num_tokens(rid), self.cache.num_reserved(rid), tables))
+        return self.cache.stats(), rows
+
     def refused(self, op: Any, error: type[Exception]) -> bool:
         """Run ``op``; True if it raised ``error`` (state must then be unchanged)."""
-        before = self.cache.stats()
+        before = self.snapshot()
         try:
             op()
         except error:
-            assert self.cache.stats() == before
+            assert self.snapshot() == before
             return True
         return False
+
+    def note_computed(self, m: Model) -> None:
+        tpb = self.cache.tokens_per_block
+        for i in range(1, len(m.tokens) // tpb + 1):
+            self.computed.add((m.salt, tuple(m.tokens[: i * tpb])))
 
     def fresh(self, n: int) -> list[int]:
         self.next_token += n
@@ -77,7 +101,7 @@ class CacheMachine(RuleBasedStateMachine):
         for i in range(start, len(m.tokens) // tpb):
             for role in self.cache.roles:
                 page = self.cache.page(rid, role, i)
-                page.copy_(pattern(role, m.tokens[: (i + 1) * tpb], page.numel()))
+                page.copy_(pattern(role, m.salt, m.tokens[: (i + 1) * tpb], page.numel()))
             m.written.add(i)
 
     # ------------------------------------------------------------------ rules
@@ -86,21 +110,31 @@ class CacheMachine(RuleBasedStateMachine):
         base=st.sampled_from(BASES),
         cut=st.integers(0, 12),
         tail=st.integers(0, 9),
+        salt=st.sampled_from([(), (), ("salt",)]),
     )
-    def admit(self, rid: RequestId, base: list[int], cut: int, tail: int) -> None:
+    def admit(
+        self, rid: RequestId, base: list[int], cut: int, tail: int, salt: tuple[str, ...]
+    ) -> None:
         prompt = base[:cut] + self.fresh(tail)
+
+        def op() -> int:
+            return self.cache.admit(rid, prompt, extra_keys=salt)
+
         if rid in self.model or not prompt:
-            assert self.refused(lambda: self.cache.admit(rid, prompt), InvalidCacheOperationError)
+            assert self.refused(op, InvalidCacheOperationError)
             return
-        try:
-            hit = self.cache.admit(rid, prompt)
-        except OutOfBlocksError:
+        if self.refused(op, OutOfBlocksError):
             assert rid not in self.cache
             return
+        hit = self.cache.stats().hit_tokens - self.hit_tokens
+        self.hit_tokens += hit
         tpb = self.cache.tokens_per_block
         assert hit % tpb == 0 and hit < len(prompt)
-        self.model[rid] = Model(tokens=list(prompt))
-        self.model[rid].written = set(range(hit // tpb))
+        for i in range(1, hit // tpb + 1):  # only blocks computed with this salt can hit
+            assert (salt, tuple(prompt[: i * tpb])) in self.computed, (rid, i)
+        m = self.model[rid] = Model(tokens=list(prompt), salt=salt)
+        m.written = set(range(hit // tpb))
+        self.note_computed(m)
         self.write_full_blocks(rid, hit // tpb)
 
     @rule(rid=st.sampled_from(IDS), n=st.integers(0, 5))
@@ -131,6 +165,7 @@ class CacheMachine(RuleBasedStateMachine):
         full_before = len(m.tokens) // self.cache.tokens_per_block
         m.tokens += accepted
         m.reserved = 0
+        self.note_computed(m)
         self.write_full_blocks(rid, full_before)
 
     @rule(rid=st.sampled_from(IDS))
@@ -188,14 +223,14 @@ class CacheMachine(RuleBasedStateMachine):
             for i in sorted(m.written):
                 for role in self.cache.roles:
                     page = self.cache.page(rid, role, i)
-                    want = pattern(role, m.tokens[: (i + 1) * tpb], page.numel())
+                    want = pattern(role, m.salt, m.tokens[: (i + 1) * tpb], page.numel())
                     assert bool((page == want).all()), (rid, role, i)
 
 
-def pattern(role: str, prefix: list[int], nbytes: int) -> Any:
+def pattern(role: str, salt: tuple[str, ...], prefix: list[int], nbytes: int) -> Any:
     import torch
 
-    seed = hash((role, tuple(prefix)))
+    seed = hash((role, salt, tuple(prefix)))
     step = seed % 13 + 1
     return ((torch.arange(nbytes, dtype=torch.int64) * step + seed % 256) % 256).to(torch.uint8)
 
@@ -230,6 +265,11 @@ class WithStorage(CacheMachine):
     device = "cpu"
 
 
+class EagleWithStorage(CacheMachine):
+    plan = tiny_plan(gpu_blocks=5, host_blocks=2, spec="eagle3")
+    device = "cpu"
+
+
 TestTwoRolesWithHost = TwoRolesWithHost.TestCase
 TestTwoRolesWithHost.settings = SETTINGS
 TestEagleUnequalBlocksWithDisk = EagleUnequalBlocksWithDisk.TestCase
@@ -240,7 +280,8 @@ TestTargetOnly = TargetOnly.TestCase
 TestTargetOnly.settings = settings(SETTINGS, max_examples=20)
 
 
-def test_storage_machine() -> None:
+@pytest.mark.parametrize("machine", [WithStorage, EagleWithStorage])
+def test_storage_machine(machine: type[CacheMachine]) -> None:
     pytest.importorskip("torch")
-    WithStorage.TestCase.settings = settings(SETTINGS, max_examples=25)
-    WithStorage.TestCase("runTest").runTest()
+    machine.TestCase.settings = settings(SETTINGS, max_examples=25)
+    machine.TestCase("runTest").runTest()
