@@ -114,3 +114,22 @@ def test_unusable_device_is_refused() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(InvalidArgumentError, match="no CUDA device"):
             SpecDecodeCache.from_plan(tiny_plan(gpu_blocks=2), device="cuda")
+
+
+def test_a_host_block_written_twice_in_one_admit_keeps_the_last_copy() -> None:
+    cache = SpecDecodeCache.from_plan(tiny_plan(gpu_blocks=2, host_blocks=1), device="cpu")
+    cache.admit(A, range(8))  # gpu 0, 1 (full)
+    pages = fill(cache, A, seed=5)
+    cache.free(A)  # LRU [1, 0]
+    # 2 new blocks evict gpu 1 -> host 0, then gpu 0 -> host 0 (the first copy evicted):
+    # both copies target host block 0 in one batch; the second must win
+    cache.admit(B, range(100, 108))
+    storage = cache.storage
+    assert storage is not None
+    for r, role in enumerate(cache.roles):
+        host = storage.roles[r].kv[1][0]
+        assert bytes(host.tolist()) == pages[(role, 0)]
+    cache.free(B)
+    assert cache.admit(C, [*range(4), 9]) == 4  # A's head comes back from the host
+    assert bytes(cache.page(C, "draft", 0).tolist()) == pages[("draft", 0)]
+    cache.check_invariants()

@@ -89,13 +89,19 @@ class RoleStorage:
 
     def run_copies(self, copies: list[Copy], th: Any) -> None:
         """Execute ``copies`` in order, batching consecutive copies between the same two
-        tiers into one gather and one scatter."""
+        tiers into one gather and one scatter. A batch never writes one block twice
+        (``index_copy_`` leaves duplicate targets undefined on CUDA): a block offloaded
+        and overwritten again in the same operation starts a new batch."""
         i = 0
         n = len(copies)
         while i < n:
             src_tier, _, dst_tier, _ = copies[i]
             j = i
+            targets: set[int] = set()
             while j < n and copies[j][0] == src_tier and copies[j][2] == dst_tier:
+                if copies[j][3] in targets:
+                    break
+                targets.add(copies[j][3])
                 j += 1
             src = self.kv[src_tier]
             dst = self.kv[dst_tier]
