@@ -217,3 +217,48 @@ def test_models_and_gpus_list() -> None:
     assert models.exit_code == 0 and "deepseek-ai/DeepSeek-V3" in models.stdout
     gpus = run("gpus")
     assert gpus.exit_code == 0 and "h200" in gpus.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--memory-fraction", "abc"), "--memory-fraction"),
+        (("--max-seq-len", "long"), "--max-seq-len"),
+        (("--tpp", "2"), "No such option: --tpp"),
+        (("--tp",), "--tp"),
+        (("--json", "--emit", "vllm"), "--json and --emit are exclusive"),
+    ],
+)
+def test_command_line_mistakes_are_one_error_line(args: tuple[str, ...], needle: str) -> None:
+    result = run("plan", "--kv-budget", "40GiB", *args)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
+    assert result.stdout == ""
+
+
+def test_unknown_command_is_one_error_line() -> None:
+    result = run("plann")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: No such command 'plann'")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_help_names_units_and_mirrors_plan_keywords() -> None:
+    import inspect
+
+    from kvbudget.planner import plan
+
+    result = run("plan", "--help")
+    assert result.exit_code == 0
+    for name in inspect.signature(plan).parameters:
+        assert f"--{name.replace('_', '-')}" in result.stdout, name
+    assert "BYTES" in result.stdout and "--no-separate-draft-cache" not in result.stdout
+
+
+def test_table_shows_concurrency_against_the_batch() -> None:
+    result = run("plan", *FIXED, "--spec", "none", "--max-batch-size", "16", "--host-budget", "0")
+    assert result.exit_code == 0, result.output
+    # 10240 blocks // 256 per 8192-token sequence = 40 fit; 16 run at once
+    assert "16 of 16" in result.stdout
+    assert "hold 40 sequences" in result.stdout

@@ -286,6 +286,10 @@ def test_node_host_memory_warning() -> None:
         ({"spec": "ngram", "draft": EAGLE8B}, "no draft"),
         ({"spec": "mtp"}, "no MTP layers"),
         ({"memory_fraction": 1.5}, "memory_fraction"),
+        ({"separate_draft_cache": True}, "--separate-draft-cache applies to --spec mtp only"),
+        ({"target": EAGLE8B, "spec": "ngram"}, "EAGLE3 draft head, not a target model"),
+        ({"state_dtype": "fp6"}, "unknown state_dtype"),  # checked even without state layers
+        ({"target": "openai/gpt-oss-120b", "spec": "ngram"}, "pass --kv-dtype bf16"),
     ],
 )
 def test_bad_input_is_a_typed_error(kwargs: dict[str, object], match: str) -> None:
@@ -331,3 +335,56 @@ def test_qwen3_next_mtp_adds_its_attention_layer_to_the_target_manager() -> None
     (target,) = p.managers
     # (12 full + 1 MTP) layers x 2 x 2 kv heads x 256 x 2 B = 26624 B/token
     assert target.slope_bytes_per_token == 26624
+
+
+def test_gpt_oss_without_a_config_dtype_plans_with_an_explicit_kv_dtype() -> None:
+    # openai/gpt-oss-120b's config names no torch_dtype (mxfp4 checkpoint); with ngram no
+    # draft config supplies one, so "auto" is an error and an explicit dtype works:
+    # 18 full layers x 2 x 8 kv heads x 64 x 2 B = 36864 B/token
+    p = plan("openai/gpt-oss-120b", spec="ngram", kv_dtype="bf16", kv_budget="40GiB")
+    assert p.managers[0].slope_bytes_per_token == 36864
+
+
+def test_concurrency_is_capped_at_the_batch_size_with_a_warning() -> None:
+    p = plan(spec="none", kv_budget="40GiB", host_budget=0, max_seq_len=8192, max_batch_size=16)
+    # 10240 blocks // 256 blocks per sequence = 40 sequences fit, but only 16 run at once
+    assert p.capacity.max_concurrency == 16
+    # 10240 // 16 = 640 blocks each = 20480 tokens, capped at max_seq_len 8192
+    assert p.capacity.max_seq_len_at_batch == 8192
+    assert any("hold 40 sequences" in w and "max_batch_size is 16" in w for w in p.warnings)
+
+
+def test_window_model_concurrency_never_exceeds_its_window_pools() -> None:
+    # gpt-oss-120b's window pools exist for max_batch_size=8 sequences only
+    p = plan(
+        "openai/gpt-oss-120b",
+        kv_budget="60GiB",
+        max_batch_size=8,
+        max_seq_len=8192,
+        host_budget=0,
+    )
+    assert p.capacity.max_concurrency == 8
+
+
+def test_given_kv_budget_larger_than_the_gpu_warns() -> None:
+    p = plan(kv_budget="200GiB", gpu="H200", max_seq_len=8192)
+    # 200 GiB + weights (8030261248 + 424817664 EAGLE3 params) x 2 B = 16910157824 B
+    # + 4 GiB reserve = 235953489920 B > H200's 150021734400 B
+    (warning,) = [w for w in p.warnings if "--kv-budget" in w]
+    assert "219.75 GiB per rank" in warning and "139.72 GiB" in warning
+    # 40 GiB + 15.75 GiB + 4 GiB fits in 139.72 GiB: no warning
+    assert not any("--kv-budget" in w for w in plan(kv_budget="40GiB", gpu="H200").warnings)
+
+
+def test_fixed_cost_error_when_not_even_one_sequence_fits() -> None:
+    with pytest.raises(InfeasibleBudgetError) as err:
+        plan("google/gemma-3-27b-it", spec="ngram", kv_budget="1GiB", max_seq_len=100000)
+    message = str(err.value)
+    assert "not even one sequence of 100000 tokens fits" in message
+    assert "(to 0)" not in message and "PP stage" not in message
+
+
+def test_node_warning_for_one_rank_says_rank() -> None:
+    p = plan(kv_budget="40GiB", host_budget="64GiB", host_memory="32GiB")
+    (warning,) = [w for w in p.warnings if "host memory" in w]
+    assert warning.startswith("1 rank per node pins 64.00 GiB of host KV cache")

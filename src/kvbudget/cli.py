@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from kvbudget.engines import ENGINES, emit
-from kvbudget.errors import KvBudgetError
+from kvbudget.errors import InvalidArgumentError, KvBudgetError
 from kvbudget.gpus import get_gpu, list_gpus
 from kvbudget.model import list_presets, load_model
 from kvbudget.planner import (
@@ -31,7 +32,31 @@ from kvbudget.planner import (
 from kvbudget.report import print_plan
 from kvbudget.units import format_bytes
 
+
+class _OneLineErrors(TyperGroup):
+    """Print command-line parse errors (bad flag, bad number) as one ``error:`` line."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("standalone_mode", True) is False:
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except typer.Abort:
+            typer.echo("error: aborted", err=True)
+            sys.exit(1)
+        except typer.TyperException as exc:  # click's ClickException, vendored by typer
+            format_message = getattr(exc, "format_message", None)
+            text = format_message() if callable(format_message) else str(exc)
+            code = getattr(exc, "exit_code", 2)
+            hint = " (see --help)" if code == 2 else ""
+            typer.echo(f"error: {text}{hint}", err=True)
+            sys.exit(code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     add_completion=False,
     help="KV-cache budgets for speculative decoding: plan target + draft caches per rank.",
 )
@@ -51,64 +76,129 @@ def _run(action: Callable[[], T]) -> T:
         raise typer.Exit(2) from None
 
 
+def _raise(exc: Exception) -> Callable[[], None]:
+    def action() -> None:
+        raise exc
+
+    return action
+
+
 @app.command("plan")
 def plan_command(
-    target: Annotated[str, typer.Option(help="Target model: preset id or config path.")] = (
-        DEFAULT_TARGET
-    ),
+    target: Annotated[
+        str,
+        typer.Option(
+            metavar="MODEL", help="Target model: preset id (`kvbudget models`) or config path."
+        ),
+    ] = (DEFAULT_TARGET),
     draft: Annotated[
-        str | None, typer.Option(help="Draft model (EAGLE3 head or small model).")
+        str | None,
+        typer.Option(
+            metavar="MODEL",
+            help="Draft: EAGLE3 head (eagle3; default: the target's preset head) or small model "
+            "(draft-target).",
+        ),
     ] = None,
-    spec: Annotated[str, typer.Option(help=f"Speculation: {', '.join(SPEC_MODES)}.")] = "eagle3",
+    spec: Annotated[
+        str, typer.Option(metavar="MODE", help=f"Speculation: {', '.join(SPEC_MODES)}.")
+    ] = "eagle3",
     kv_budget: Annotated[
-        str | None, typer.Option(help="GPU KV budget per rank (e.g. 40GiB); overrides --gpu.")
+        str | None,
+        typer.Option(
+            metavar="BYTES",
+            help="GPU KV budget per rank (e.g. 40GiB), taken as is instead of deriving it "
+            "from --gpu memory - weights - reserve.",
+        ),
     ] = None,
     host_budget: Annotated[
-        str, typer.Option(help="Host KV budget per rank.")
+        str, typer.Option(metavar="BYTES", help="Host (pinned CPU) KV budget per rank.")
     ] = DEFAULT_HOST_BUDGET,
-    disk_budget: Annotated[str, typer.Option(help="Disk KV budget per rank.")] = "0",
-    gpu: Annotated[str, typer.Option(help="GPU preset (see `kvbudget gpus`).")] = DEFAULT_GPU,
+    disk_budget: Annotated[
+        str, typer.Option(metavar="BYTES", help="Disk KV budget per rank.")
+    ] = "0",
+    gpu: Annotated[
+        str, typer.Option(metavar="NAME", help="GPU preset (`kvbudget gpus`).")
+    ] = DEFAULT_GPU,
     gpu_memory: Annotated[
-        str | None, typer.Option(help="GPU memory per device in bytes; overrides --gpu.")
+        str | None, typer.Option(metavar="BYTES", help="GPU memory per device; overrides --gpu.")
     ] = None,
     memory_fraction: Annotated[
-        float, typer.Option(help="Fraction of memory free after weights and reserve for KV.")
+        float,
+        typer.Option(
+            metavar="FRACTION",
+            help="Share of the memory left after weights and --reserve that goes to KV "
+            "(TensorRT-LLM free_gpu_memory_fraction semantics).",
+        ),
     ] = DEFAULT_MEMORY_FRACTION,
     reserve: Annotated[
-        str, typer.Option(help="Activation/runtime reserve per rank.")
+        str, typer.Option(metavar="BYTES", help="Activation/runtime reserve per rank.")
     ] = DEFAULT_RESERVE,
     weights_bytes: Annotated[
-        str | None, typer.Option(help="Weight bytes per rank; overrides the estimate.")
+        str | None,
+        typer.Option(metavar="BYTES", help="Weight bytes per rank; overrides the estimate."),
     ] = None,
     kv_dtype: Annotated[
-        str, typer.Option(help="KV dtype: auto, fp32, bf16, fp16, fp8, int8, nvfp4.")
+        str,
+        typer.Option(
+            metavar="DTYPE",
+            help="KV dtype: auto (the config's), fp32, bf16, fp16, fp8, int8, nvfp4.",
+        ),
     ] = "auto",
-    state_dtype: Annotated[str, typer.Option(help="Recurrent state dtype.")] = "auto",
-    tokens_per_block: Annotated[int, typer.Option(help="Tokens per KV block.")] = 32,
+    state_dtype: Annotated[
+        str, typer.Option(metavar="DTYPE", help="Recurrent (Mamba, delta-net) state dtype.")
+    ] = "auto",
+    tokens_per_block: Annotated[int, typer.Option(metavar="N", help="Tokens per KV block.")] = 32,
     max_batch_size: Annotated[
-        int, typer.Option(help="Max concurrent sequences.")
+        int,
+        typer.Option(
+            metavar="N", help="Max concurrent sequences (sizes window pools and state slots)."
+        ),
     ] = DEFAULT_MAX_BATCH_SIZE,
     max_seq_len: Annotated[
-        int | None, typer.Option(help="Max sequence length (default: the target's).")
+        int | None,
+        typer.Option(
+            metavar="TOKENS", help="Max sequence length (default: the target's context length)."
+        ),
     ] = None,
-    max_draft_len: Annotated[int, typer.Option(help="Draft tokens per step (K).")] = 3,
-    tp: Annotated[int, typer.Option(help="Tensor parallel size.")] = 1,
-    pp: Annotated[int, typer.Option(help="Pipeline parallel size.")] = 1,
+    max_draft_len: Annotated[
+        int,
+        typer.Option(
+            metavar="K", help="Draft tokens per step; each sequence reserves K lookahead slots."
+        ),
+    ] = 3,
+    tp: Annotated[int, typer.Option(metavar="N", help="Tensor parallel size.")] = 1,
+    pp: Annotated[int, typer.Option(metavar="N", help="Pipeline parallel size.")] = 1,
     gpus_per_node: Annotated[
-        int | None, typer.Option(help="Ranks per node (default: min(tp*pp, 8)).")
+        int | None, typer.Option(metavar="N", help="Ranks per node (default: min(tp*pp, 8)).")
     ] = None,
     host_memory: Annotated[
-        str | None, typer.Option(help="Host memory per node, to check pinned totals.")
+        str | None,
+        typer.Option(metavar="BYTES", help="Host memory per node; warns when the ranks pin more."),
     ] = None,
     separate_draft_cache: Annotated[
-        bool, typer.Option(help="MTP: give the MTP layers their own cache manager.")
+        bool,
+        typer.Option(
+            "--separate-draft-cache", help="mtp only: give the MTP layers their own cache manager."
+        ),
     ] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the plan as JSON (schema 1).")
+    ] = False,
     emit_engine: Annotated[
-        str | None, typer.Option("--emit", help=f"Print settings for: {', '.join(ENGINES)}.")
+        str | None,
+        typer.Option(
+            "--emit",
+            metavar="ENGINE",
+            help=f"Print the engine settings that realise the plan: {', '.join(ENGINES)}.",
+        ),
     ] = None,
 ) -> None:
-    """Plan the KV caches of target + draft per rank across GPU, host and disk."""
+    """Plan the KV caches of target + draft per rank across GPU, host and disk.
+
+    Sizes take units (40GiB, 64GB, 512MiB) or plain bytes; every budget is per rank.
+    """
+    if json_out and emit_engine is not None:
+        _run(_raise(InvalidArgumentError("--json and --emit are exclusive; pick one")))
     result = _run(
         lambda: plan(
             target,

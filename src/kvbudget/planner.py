@@ -193,11 +193,28 @@ def plan(
     require_int("tokens_per_block", tokens_per_block, minimum=1)
     require_int("max_batch_size", max_batch_size, minimum=1)
     require_int("max_draft_len", max_draft_len, minimum=0)
+    if separate_draft_cache and spec != "mtp":
+        raise InvalidArgumentError(
+            f"--separate-draft-cache applies to --spec mtp only (got --spec {spec}); drop it"
+        )
     target_model = _resolve(target)
+    if target_model.is_eagle3:
+        raise InvalidArgumentError(
+            f"{target_model.name} is an EAGLE3 draft head, not a target model; pass it as "
+            "--draft and its base model as --target"
+        )
     draft_model = _resolve_draft(spec, target_model, draft)
     # "auto" is the target's dtype for every manager (engines run the draft in the
     # target's dtype), else the draft's when the target config names none.
     auto_dtype = target_model.dtype or (draft_model.dtype if draft_model else None)
+    if auto_dtype is None and kv_dtype.strip().lower() == "auto":
+        raise InvalidArgumentError(
+            f"--kv-dtype auto needs a dtype, but the config of {target_model.name} names none "
+            "(no torch_dtype/dtype, e.g. a quantized checkpoint); pass --kv-dtype bf16 (what "
+            "engines use for its activations), fp8 or nvfp4"
+        )
+    if state_dtype.strip().lower() != "auto":
+        parse_dtype(state_dtype, what="state_dtype")
     seq_len = target_model.max_position_embeddings if max_seq_len is None else max_seq_len
     require_int("max_seq_len", seq_len, minimum=1)
     shape = _Shape(
@@ -273,13 +290,17 @@ def plan(
             f"PP stage {binding} binds capacity ({blocks} blocks vs "
             f"{report.blocks} on the last stage, reported here)"
         )
+    if not rule.derived and rule.memory_bytes is not None:
+        _check_given_budget(rule, max(stage_weights(s) for s in range(pp)), warnings)
     if tier_bytes["host"] and not capacity.tokens:
         warnings.append("the host tier holds growing-layer blocks only; this model has none")
     if host_memory_bytes is not None and tier_bytes["host"] * node_gpus > host_memory_bytes:
         warnings.append(
-            f"{node_gpus} ranks per node pin {format_bytes(tier_bytes['host'] * node_gpus)} of "
-            f"host KV cache but the node has {format_bytes(host_memory_bytes)} of host memory; "
-            "lower --host-budget (it is per rank) or --gpus-per-node"
+            f"{_ranks(node_gpus)} per node pin{'s' if node_gpus == 1 else ''} "
+            f"{format_bytes(tier_bytes['host'] * node_gpus)} of host KV cache "
+            f"({format_bytes(tier_bytes['host'])} per rank) but the node has "
+            f"{format_bytes(host_memory_bytes)} of host memory (--host-memory); lower "
+            "--host-budget (it is per rank) or --gpus-per-node"
         )
     plan_budget = Budget(
         gpu_bytes=report.gpu_bytes,
@@ -393,9 +414,12 @@ def _capacity(
     seq_blocks = -(-(shape.max_seq_len + lookahead) // bs)
     growing = any(_cost(m, s).slope for m in managers for s in range(shape.pp))
     if growing:
-        concurrency = blocks // seq_blocks
+        fit = blocks // seq_blocks
+        # window pools and state slots exist for max_batch_size sequences, and an engine
+        # runs no more than that: concurrency is capped at the batch size.
+        concurrency = min(fit, batch)
         at_batch = min(shape.max_seq_len, (blocks // batch) * bs - lookahead)
-        if concurrency == 0:
+        if fit == 0:
             raise InfeasibleBudgetError(
                 f"one sequence of max_seq_len {shape.max_seq_len} (+{lookahead} lookahead) needs "
                 f"{seq_blocks} blocks per manager but the GPU budget of "
@@ -404,7 +428,13 @@ def _capacity(
                 f"fits is {max(blocks * bs - lookahead, 0)} tokens: lower --max-seq-len, raise "
                 "--kv-budget/--memory-fraction, use a smaller --kv-dtype, or raise --tp/--pp"
             )
-        if concurrency < batch:
+        if fit > batch:
+            warnings.append(
+                f"the GPU blocks hold {fit} sequences of max_seq_len {shape.max_seq_len} but "
+                f"max_batch_size is {batch}: at most {batch} run at once (raise "
+                "--max-batch-size to use the rest, or lower --kv-budget/--memory-fraction)"
+            )
+        if fit < batch:
             warnings.append(
                 f"only {concurrency} sequences of max_seq_len {shape.max_seq_len} fit at once "
                 f"(max_batch_size is {batch}); at the full batch each sequence can hold "
@@ -509,14 +539,38 @@ def _infeasible_fixed(
     )
     per_seq = fixed // batch + slope * seq_tokens
     fits = budget // per_seq if per_seq else 0
+    advice = (
+        f"at most {fits} sequences of {shape.max_seq_len} tokens fit: lower --max-batch-size "
+        f"(to {fits}) or --max-seq-len"
+        if fits
+        else f"not even one sequence of {shape.max_seq_len} tokens fits "
+        f"({format_bytes(per_seq)} each): lower --max-batch-size and --max-seq-len"
+    )
     return InfeasibleBudgetError(
-        f"the GPU budget of {format_bytes(budget)} ({budget} bytes) per rank cannot cover the "
-        f"fixed cost of {format_bytes(fixed)} ({fixed} bytes: sliding-window blocks and "
-        f"recurrent state for max_batch_size={batch}); at most {fits} sequences of "
-        f"{shape.max_seq_len} tokens fit: lower --max-batch-size (to {fits}) or --max-seq-len, "
+        f"the GPU budget of {format_bytes(budget)} ({budget} bytes) per rank"
+        f"{f' on PP stage {stage}' if shape.pp > 1 else ''} cannot cover the fixed cost of "
+        f"{format_bytes(fixed)} ({fixed} bytes: "
+        f"sliding-window blocks and recurrent state for max_batch_size={batch}); {advice}, "
         "raise --kv-budget/--memory-fraction, use a smaller --kv-dtype/--state-dtype, or raise "
         "--tp/--pp"
     )
+
+
+def _check_given_budget(rule: GpuBudgetRule, weights: int, warnings: list[str]) -> None:
+    """Warn when a given --kv-budget plus weights and reserve overflow the named GPU."""
+    assert rule.given_bytes is not None and rule.memory_bytes is not None
+    need = rule.given_bytes + weights + rule.reserve_bytes
+    if need > rule.memory_bytes:
+        warnings.append(
+            f"--kv-budget {format_bytes(rule.given_bytes)} + weights {format_bytes(weights)} + "
+            f"reserve {format_bytes(rule.reserve_bytes)} = {format_bytes(need)} per rank is more "
+            f"than the {format_bytes(rule.memory_bytes)} of {rule.gpu_name} (--gpu/--gpu-memory); "
+            "lower --kv-budget, or name the GPU you run on"
+        )
+
+
+def _ranks(count: int) -> str:
+    return f"{count} rank" if count == 1 else f"{count} ranks"
 
 
 __all__ = ["DEFAULT_TARGET", "EAGLE3_DRAFTS", "SPEC_MODES", "plan"]

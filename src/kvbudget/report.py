@@ -18,12 +18,14 @@ def render_plan(plan: Plan) -> Group:
     """A rich renderable of ``plan``: budget, managers per tier, capacity, warnings."""
     b = plan.budget
     title = Text.assemble(
-        ("kvbudget plan", "bold"),
-        f"  {plan.target}",
-        f" + {plan.draft}" if plan.draft else "",
-        f"  spec={plan.spec} tp={plan.tp} pp={plan.pp} kv={plan.kv_dtype} "
-        f"block={plan.tokens_per_block} tokens",
+        ("kvbudget plan: ", "bold"),
+        plan.target,
+        f"\n  draft: {_draft(plan)}",
+        f"\n  tp={plan.tp} pp={plan.pp}  kv={plan.kv_dtype}  "
+        f"{plan.tokens_per_block} tokens per block",
     )
+    if plan.pp > 1:
+        title.append(f"  (PP stage {plan.pp_stage} shown)")
     budget = Table(title="Budget per rank", show_header=False, title_justify="left")
     budget.add_column("item")
     budget.add_column("value", justify="right")
@@ -41,12 +43,16 @@ def render_plan(plan: Plan) -> Group:
 
     managers = Table(title="Managers (per rank)", title_justify="left")
     for col in ("role", "model", "layers", "bytes/token", "fixed"):
-        managers.add_column(col, justify="left" if col in ("role", "model") else "right")
+        managers.add_column(
+            col,
+            justify="left" if col in ("role", "model") else "right",
+            overflow="fold" if col == "model" else "ellipsis",
+        )
     for m in plan.managers:
         managers.add_row(
             m.role,
             m.model,
-            f"{m.num_layers} ({m.layers})",
+            _layers(m.num_layers, m.layers),
             f"{m.slope_bytes_per_token:,}",
             _size(m.fixed_bytes),
         )
@@ -75,15 +81,37 @@ def render_plan(plan: Plan) -> Group:
     if c.disk_tokens:
         cap.add_row("tokens on disk", f"{c.disk_tokens:,}")
     cap.add_row(
-        f"sequences of {c.max_seq_len:,} tokens (+{c.lookahead_tokens} lookahead)",
-        f"{c.max_concurrency:,}",
+        f"sequences of {c.max_seq_len:,} (+{c.lookahead_tokens} lookahead) tokens at once",
+        f"{c.max_concurrency:,} of {c.max_batch_size:,}",
     )
-    cap.add_row(f"longest sequence at batch {c.max_batch_size}", f"{c.max_seq_len_at_batch:,}")
+    cap.add_row(
+        f"tokens per sequence at the full batch of {c.max_batch_size:,}",
+        f"{c.max_seq_len_at_batch:,}",
+    )
 
     parts: list[Table | Text] = [title, budget, source, managers, tiers, cap]
     for w in plan.warnings:
         parts.append(Text(f"warning: {w}", style="yellow"))
     return Group(*parts)
+
+
+def _draft(plan: Plan) -> str:
+    """The speculation mode in words."""
+    if plan.spec == "mtp":
+        own = plan.manager("draft") is not None
+        return f"the target's MTP layers (mtp, {'own cache' if own else 'in the target cache'})"
+    if plan.spec == "ngram":
+        return "none (ngram: lookahead slots, no draft cache)"
+    if plan.draft is None:
+        return "none (no speculation)"
+    return f"{plan.draft} ({plan.spec})"
+
+
+def _layers(count: int, which: str) -> str:
+    """``32``, ``62 (with MTP)`` or ``1 (MTP)``: the layers a manager caches."""
+    return {"model": f"{count}", "all": f"{count} (with MTP)", "mtp": f"{count} (MTP)"}.get(
+        which, f"{count} ({which})"
+    )
 
 
 def print_plan(plan: Plan, console: Console) -> None:
