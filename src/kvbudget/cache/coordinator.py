@@ -336,7 +336,10 @@ class SpecDecodeCache:
                             f"{request_id!r}: {reason}"
                         )
             for m, seq in parts:
-                m.grow(seq, num_blocks, total)
+                if m.windows:
+                    m.grow(seq, num_blocks, total)
+                elif extra > 0:  # RoleManager.grow without windows
+                    m.take_gpu(seq.table, extra)
             if self._storage is not None:
                 self._flush()
         req.num_reserved = reserved
@@ -368,7 +371,7 @@ class SpecDecodeCache:
             start = len(hashes)
             extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
             for m, seq in req.parts:
-                m.register(seq, hashes, start)
+                m.register(seq.table, hashes, start)
         keep = -(-committed // tpb)
         if len(req.seqs[0].table) > keep or self._has_windows:
             for m, seq in req.parts:

@@ -101,7 +101,7 @@ class RoleManager:
         self._evicted(tier, block, old)
         return block
 
-    def _take_gpu(self, table: list[BlockId], count: int) -> None:
+    def take_gpu(self, table: list[BlockId], count: int) -> None:
         """Append ``count`` new GPU blocks to ``table``: :meth:`_take` for a batch, with
         the pool's lists bound once (this is the allocation path of admit and reserve)."""
         gpu = self.gpu
@@ -236,8 +236,8 @@ class RoleManager:
             tiers[t].onboarded_blocks += 1
         for _, t, lb in onboard:
             tiers[t].release(lb)  # the lower tier keeps its copy, cached
-        self._take_gpu(table, num_blocks - num_hit)
-        self._register(table, hashes, num_hit)
+        self.take_gpu(table, num_blocks - num_hit)
+        self.register(table, hashes, num_hit)
         if self.has_fixed:
             for g, pool in enumerate(self.windows):
                 first, end = self._window_span(g, num_tokens, num_tokens)
@@ -264,7 +264,7 @@ class RoleManager:
         tokens). Precondition: :meth:`grow_shortage` returned None."""
         table = seq.table
         if num_blocks > len(table):
-            self._take_gpu(table, num_blocks - len(table))
+            self.take_gpu(table, num_blocks - len(table))
         if self.windows:
             end = -(-num_total // self.tokens_per_block)
             for g, pool in enumerate(self.windows):
@@ -272,12 +272,9 @@ class RoleManager:
                 while seq.window_first[g] + len(wt) < end:
                     wt.append(pool.take()[0])
 
-    def register(self, seq: SeqBlocks, hashes: list[BlockHash], start: int) -> None:
-        """Record ``hashes[start:]`` for the GPU blocks at those positions of ``seq``
+    def register(self, table: list[BlockId], hashes: list[BlockHash], start: int) -> None:
+        """Record ``hashes[start:]`` for the GPU blocks at those positions of ``table``
         (blocks that just became full); see :meth:`BlockPool.set_hash` for twins."""
-        self._register(seq.table, hashes, start)
-
-    def _register(self, table: list[BlockId], hashes: list[BlockHash], start: int) -> None:
         gpu = self.gpu
         by_hash, block_hash = gpu.by_hash, gpu.block_hash
         for i in range(start, min(len(hashes), len(table))):
