@@ -7,6 +7,7 @@ the weights path is tested separately. Every expected value carries its arithmet
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -388,3 +389,25 @@ def test_node_warning_for_one_rank_says_rank() -> None:
     p = plan(kv_budget="40GiB", host_budget="64GiB", host_memory="32GiB")
     (warning,) = [w for w in p.warnings if "host memory" in w]
     assert warning.startswith("1 rank per node pins 64.00 GiB of host KV cache")
+
+
+def test_given_kv_budget_plans_a_config_without_weight_fields(tmp_path: Path) -> None:
+    # no intermediate_size: weights cannot be counted, but a given budget needs none
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "hidden_size": 512,
+        "max_position_embeddings": 4096,
+        "torch_dtype": "bfloat16",
+        "vocab_size": 1000,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    p = plan(str(tmp_path), spec="none", kv_budget="1GiB", host_budget=0)
+    # 4 layers x 2 x 2 kv heads x 64 x 2 B = 2048 B/token
+    assert p.managers[0].slope_bytes_per_token == 2048
+    # 2^30 // (2048 x 32) = 16384 blocks; 4096 / 32 = 128 blocks a sequence -> 128 at once
+    assert p.capacity.max_concurrency == 128
+    assert not any("--kv-budget" in w for w in p.warnings)

@@ -29,7 +29,7 @@ from kvbudget._validate import require_int
 from kvbudget.budget import GpuBudgetRule, gpu_budget_rule
 from kvbudget.cost import CacheCost, CostDetail, cache_cost_detail
 from kvbudget.dtypes import parse_dtype
-from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
+from kvbudget.errors import ConfigError, InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.model import ModelSpec, load_model
 from kvbudget.plan_types import Budget, Capacity, ManagerPlan, Plan, Role, TierPlan
 from kvbudget.split import BudgetSplit, split_budget
@@ -291,7 +291,12 @@ def plan(
             f"{report.blocks} on the last stage, reported here)"
         )
     if not rule.derived and rule.memory_bytes is not None:
-        _check_given_budget(rule, max(stage_weights(s) for s in range(pp)), warnings)
+        try:
+            weights = max(stage_weights(s) for s in range(pp))
+        except ConfigError:
+            weights = None  # a config too sparse to count weights: a given budget still plans
+        if weights is not None:
+            _check_given_budget(rule, weights, warnings)
     if tier_bytes["host"] and not capacity.tokens:
         warnings.append("the host tier holds growing-layer blocks only; this model has none")
     if host_memory_bytes is not None and tier_bytes["host"] * node_gpus > host_memory_bytes:
