@@ -352,3 +352,33 @@ def test_engine_names() -> None:
     assert emit(p, "VLLM") == emit(p, "vllm")
     with pytest.raises(InvalidArgumentError, match="unknown engine 'tgi'"):
         emit(p, "tgi")
+
+
+def test_pp_stages_with_different_budgets_emit_the_smallest() -> None:
+    # Gemma-3 at pp=2: stage 0 holds the vision tower and the embeddings, the last stage
+    # the tied lm_head copy; stage 0 carries more weights, so its KV budget is smaller
+    p = plan(
+        "google/gemma-3-27b-it",
+        spec="ngram",
+        pp=2,
+        host_budget=0,
+        max_seq_len=8192,
+        max_batch_size=8,
+    )
+    first, last = p.stages
+    assert first.weights_bytes is not None and last.weights_bytes is not None
+    assert first.weights_bytes > last.weights_bytes
+    # (memory - weights - reserve) x 0.9 per stage, so the difference is 0.9 x the weights'
+    assert first.gpu_bytes < last.gpu_bytes == p.budget.gpu_bytes
+    # a per-GPU knob applied to every stage must fit the smallest stage budget
+    vllm = emit(p, "vllm")
+    assert f"--kv-cache-memory-bytes {first.gpu_bytes} " in vllm
+    assert "PP stages differ" in vllm
+    assert f"max_gpu_total_bytes: {first.gpu_bytes}\n" in emit(p, "trtllm")
+
+
+def test_one_stage_emits_the_managers_bytes() -> None:
+    p = plan(kv_budget="40GiB", host_budget=0, max_seq_len=8192)
+    # 40 GiB = 42949672960 B, split between target and draft, emitted whole
+    assert "--kv-cache-memory-bytes 42949672960 " in emit(p, "vllm")
+    assert "PP stages differ" not in emit(p, "vllm")

@@ -232,7 +232,21 @@ GB = 10**9
 
 
 def _gpu_total(plan: Plan) -> int:
-    return sum(m.gpu.bytes for m in plan.managers)
+    """KV bytes per GPU for an engine knob applied to every rank alike.
+
+    The reported stage's managers' bytes; with pipeline stages of different budgets,
+    the smallest stage budget, so no stage is asked for more than it has.
+    """
+    return min(sum(m.gpu.bytes for m in plan.managers), plan.min_stage_gpu_bytes)
+
+
+def _stage_note(plan: Plan) -> list[str]:
+    if plan.min_stage_gpu_bytes >= plan.budget.gpu_bytes:
+        return []
+    return [
+        f"# PP stages differ: the KV bytes are the smallest stage budget "
+        f"({plan.min_stage_gpu_bytes}), not the reported last stage's ({plan.budget.gpu_bytes})"
+    ]
 
 
 def _host_total(plan: Plan) -> int:
@@ -317,7 +331,7 @@ def _emit_trtllm(plan: Plan) -> str:
             "# target and draft managers share both budgets, split by bytes per token;",
             "# releases before PRs #12188/#14373 gave each manager the whole value",
         ]
-    lines += _auto_note(plan, facts, dtype)
+    lines += _auto_note(plan, facts, dtype) + _stage_note(plan)
     lines += [
         f"tensor_parallel_size: {plan.tp}",
         f"pipeline_parallel_size: {plan.pp}",
@@ -365,7 +379,7 @@ def _emit_vllm(plan: Plan) -> str:
         f"# {facts.gpu_knob} is KV bytes per GPU for all layers, draft layers included; "
         "it overrides --gpu-memory-utilization"
     )
-    lines += _auto_note(plan, facts, dtype)
+    lines += _auto_note(plan, facts, dtype) + _stage_note(plan)
     args = [
         f"vllm serve {plan.target}",
         f"--tensor-parallel-size {plan.tp}",

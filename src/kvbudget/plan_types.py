@@ -112,6 +112,17 @@ class Capacity:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StagePlan:
+    """One pipeline stage of a rank: its GPU KV budget, weights and common blocks."""
+
+    pp_stage: int
+    gpu_bytes: int
+    weights_bytes: int | None
+    fixed_bytes: int
+    blocks: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """A complete KV plan for one rank of a speculative-decoding deployment."""
 
@@ -127,7 +138,15 @@ class Plan:
     budget: Budget
     managers: tuple[ManagerPlan, ...]
     capacity: Capacity
+    stages: tuple[StagePlan, ...] = ()
     warnings: tuple[str, ...] = ()
+
+    @property
+    def min_stage_gpu_bytes(self) -> int:
+        """The smallest GPU KV budget of any PP stage: safe for a per-GPU engine knob."""
+        if not self.stages:
+            return self.budget.gpu_bytes
+        return min(stage.gpu_bytes for stage in self.stages)
 
     def manager(self, role: Role) -> ManagerPlan | None:
         """The manager of ``role``, or None (e.g. no draft cache for ngram)."""
@@ -168,6 +187,7 @@ class Plan:
             },
             "managers": [_manager_dict(m) for m in self.managers],
             "capacity": asdict(self.capacity),
+            "stages": [asdict(stage) for stage in self.stages],
             "warnings": list(self.warnings),
         }
 

@@ -31,7 +31,15 @@ from kvbudget.cost import CacheCost, CostDetail, cache_cost_detail
 from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import ConfigError, InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.model import ModelSpec, load_model
-from kvbudget.plan_types import Budget, Capacity, ManagerPlan, Plan, Role, TierPlan
+from kvbudget.plan_types import (
+    Budget,
+    Capacity,
+    ManagerPlan,
+    Plan,
+    Role,
+    StagePlan,
+    TierPlan,
+)
 from kvbudget.split import BudgetSplit, split_budget
 from kvbudget.units import format_bytes, parse_bytes
 from kvbudget.weights import weights_bytes as rank_weights
@@ -335,6 +343,16 @@ def plan(
             _manager_plan(shape, m, i, last, splits, tier_blocks) for i, m in enumerate(managers)
         ),
         capacity=capacity,
+        stages=tuple(
+            StagePlan(
+                pp_stage=i,
+                gpu_bytes=st.gpu_bytes,
+                weights_bytes=st.weights_bytes,
+                fixed_bytes=st.split.fixed_bytes,
+                blocks=st.blocks,
+            )
+            for i, st in enumerate(stages)
+        ),
         warnings=tuple(warnings),
     )
 
