@@ -262,3 +262,18 @@ def test_table_shows_concurrency_against_the_batch() -> None:
     # 10240 blocks // 256 per 8192-token sequence = 40 fit; 16 run at once
     assert "16 of 16" in result.stdout
     assert "hold 40 sequences" in result.stdout
+
+
+def test_plan_is_the_default_command() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "kvbudget", "--kv-budget", "40GiB", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    # 40 GiB = 42949672960 bytes, the given budget
+    assert json.loads(done.stdout)["budget"]["gpu_bytes"] == 42949672960

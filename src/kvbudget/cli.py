@@ -255,7 +255,12 @@ def gpus_command() -> None:
 
 
 def main() -> None:
-    """Entry point of the ``kvbudget`` script; with no arguments, ``kvbudget plan``."""
-    if len(sys.argv) == 1:
-        sys.argv.append("plan")
+    """Entry point of the ``kvbudget`` script.
+
+    ``plan`` is the default command: ``kvbudget`` and ``kvbudget --tp 2 ...`` mean
+    ``kvbudget plan ...`` (``kvbudget --help`` still lists the commands).
+    """
+    args = sys.argv[1:]
+    if not args or (args[0].startswith("-") and args[0] not in ("--help", "-h")):
+        sys.argv.insert(1, "plan")
     app()

@@ -1,0 +1,5 @@
+"""``python -m kvbudget``: the ``kvbudget`` command."""
+
+from kvbudget.cli import main
+
+main()
