@@ -14,7 +14,7 @@ import pytest
 from test_cache_support import tiny_plan
 
 from kvbudget.cache import BlockId, BlockPool, RequestId, SpecDecodeCache
-from kvbudget.cache.manager import SeqBlocks
+from kvbudget.cache.request import SeqBlocks
 from kvbudget.cost import WindowGroup
 
 A, B = RequestId("a"), RequestId("b")

@@ -33,8 +33,9 @@ from collections.abc import Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from kvbudget.cache.hashing import extend_block_hashes
-from kvbudget.cache.ids import BlockHash, BlockId, DraftPrefixPolicy, PreemptMode, RequestId
-from kvbudget.cache.manager import GPU, HOST, RoleManager, SeqBlocks
+from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
+from kvbudget.cache.manager import GPU, HOST, RoleManager
+from kvbudget.cache.request import Request
 from kvbudget.cache.stats import CacheStats, PoolStats
 from kvbudget.errors import (
     InvalidArgumentError,
@@ -49,29 +50,6 @@ if TYPE_CHECKING:
     import torch
 
     from kvbudget.cache.storage import CacheStorage
-
-
-class _Request:
-    """A request's shared state: its verified tokens, lookahead and per-role blocks."""
-
-    __slots__ = ("extra_keys", "hashes", "num_reserved", "parts", "seqs", "swapped", "tokens")
-
-    def __init__(
-        self,
-        tokens: list[int],
-        extra_keys: tuple[Hashable, ...],
-        managers: tuple[RoleManager, ...],
-    ) -> None:
-        self.tokens = tokens
-        self.extra_keys = extra_keys
-        self.hashes: list[BlockHash] = []
-        self.num_reserved = 0
-        self.seqs: tuple[SeqBlocks, ...] = tuple(SeqBlocks() for _ in managers)
-        # (manager, this request's blocks in it) per role, ready for the hot loops
-        self.parts: tuple[tuple[RoleManager, SeqBlocks], ...] = tuple(
-            zip(managers, self.seqs, strict=True)
-        )
-        self.swapped = False
 
 
 class SpecDecodeCache:
@@ -121,8 +99,8 @@ class SpecDecodeCache:
         )
         self._roles: tuple[Role, ...] = tuple(m.role for m in plan.managers)
         self.prefix_reuse = not any(m.has_fixed for m in self._managers)
-        self._has_windows = any(m.windows for m in self._managers)
-        self._requests: dict[RequestId, _Request] = {}
+        self._has_windows = any(m.windows is not None for m in self._managers)
+        self._requests: dict[RequestId, Request] = {}
         self._prompt_tokens = 0
         self._hit_tokens = 0
         self._swapped_out = 0
@@ -177,7 +155,7 @@ class SpecDecodeCache:
     def __len__(self) -> int:
         return len(self._requests)
 
-    def _get(self, request_id: RequestId) -> _Request:
+    def _get(self, request_id: RequestId) -> Request:
         try:
             return self._requests[request_id]
         except KeyError:
@@ -186,7 +164,7 @@ class SpecDecodeCache:
                 "or preempted with mode='recompute')"
             ) from None
 
-    def _running(self, request_id: RequestId, what: str) -> _Request:
+    def _running(self, request_id: RequestId, what: str) -> Request:
         req = self._get(request_id)
         if req.swapped:
             raise InvalidCacheOperationError(
@@ -275,7 +253,7 @@ class SpecDecodeCache:
         if num_tokens == 0:
             raise InvalidCacheOperationError(f"request {request_id!r} has an empty prompt")
         tpb = self.tokens_per_block
-        req = _Request(tokens, tuple(extra_keys), self._managers)
+        req = Request(tokens, tuple(extra_keys), self._managers)
         hashes = req.hashes
         num_hit = 0
         if self.prefix_reuse:
@@ -336,7 +314,7 @@ class SpecDecodeCache:
                             f"{request_id!r}: {reason}"
                         )
             for m, seq in parts:
-                if m.windows:
+                if m.windows is not None:
                     m.grow(seq, num_blocks, total)
                 elif extra > 0:  # RoleManager.grow without windows
                     m.take_gpu(seq.table, extra)
@@ -465,14 +443,7 @@ class SpecDecodeCache:
         """A snapshot of every pool and the request counters. Reads only."""
         pools: list[PoolStats] = []
         for m in self._managers:
-            named = [(TIERS[i], "kv", p) for i, p in enumerate(m.tiers)]
-            named += [
-                ("gpu", f"window{g.window_tokens}", p)
-                for g, p in zip(m.window_groups, m.windows, strict=True)
-            ]
-            if m.state is not None:
-                named.append(("gpu", "state", m.state))
-            for tier, kind, p in named:
+            for tier, kind, p in m.named_pools():
                 pools.append(
                     PoolStats(
                         role=m.role, tier=tier, kind=kind, plan_blocks=p.plan_blocks,

@@ -8,22 +8,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from kvbudget.cache.ids import BlockHash, RequestId
-from kvbudget.cache.manager import GPU, HOST, RoleManager, SeqBlocks
+from kvbudget.cache.manager import GPU, HOST, RoleManager
+from kvbudget.cache.request import Request, SeqBlocks
 from kvbudget.split import TIERS
 
 if TYPE_CHECKING:
     from kvbudget.cache.coordinator import SpecDecodeCache
-
-
-class _RequestView(Protocol):
-    tokens: list[int]
-    hashes: list[BlockHash]
-    num_reserved: int
-    seqs: tuple[SeqBlocks, ...]
-    swapped: bool
 
 
 def _fail(message: str) -> None:
@@ -33,12 +26,12 @@ def _fail(message: str) -> None:
 def check_cache(
     cache: SpecDecodeCache,
     managers: tuple[RoleManager, ...],
-    requests: Mapping[RequestId, _RequestView],
+    requests: Mapping[RequestId, Request],
 ) -> None:
     """Check every invariant listed in :meth:`SpecDecodeCache.check_invariants`."""
     tpb = cache.tokens_per_block
     for m in managers:
-        for pool in (*m.tiers, *m.windows, *((m.state,) if m.state is not None else ())):
+        for _, _, pool in m.named_pools():
             pool.check()
         _check_owners(
             m, [(rid, r.seqs[managers.index(m)], r.swapped) for rid, r in requests.items()]
@@ -88,8 +81,9 @@ def check_cache(
 
 def _check_owners(m: RoleManager, seqs: list[tuple[RequestId, SeqBlocks, bool]]) -> None:
     """refcount of every block == number of request tables that list it, once each."""
+    window_pools = m.windows.pools if m.windows is not None else ()
     owners = [Counter[int]() for _ in m.tiers]
-    window_owners = [Counter[int]() for _ in m.windows]
+    window_owners = [Counter[int]() for _ in window_pools]
     slots = Counter[int]()
     for rid, seq, swapped in seqs:
         if len(set(seq.table)) != len(seq.table):
@@ -99,7 +93,7 @@ def _check_owners(m: RoleManager, seqs: list[tuple[RequestId, SeqBlocks, bool]])
             window_owners[g].update(wt)
         if seq.slot is not None:
             slots[seq.slot] += 1
-    for pool, count in zip((*m.tiers, *m.windows), (*owners, *window_owners), strict=True):
+    for pool, count in zip((*m.tiers, *window_pools), (*owners, *window_owners), strict=True):
         for b in range(pool.num_blocks):
             if pool.refcount[b] != count.get(b, 0):
                 _fail(f"{pool.name}: block {b} refcount {pool.refcount[b]}, owners {count[b]}")
@@ -114,12 +108,13 @@ def _check_fixed(
 ) -> None:
     if m.state is not None and seq.slot is None and not swapped:
         _fail(f"request {rid!r}: {m.role} has no recurrent-state slot")
-    if len(seq.window_tables) != len(m.windows):
+    windows = m.windows
+    if len(seq.window_tables) != (len(windows.groups) if windows is not None else 0):
         _fail(f"request {rid!r}: {m.role} window tables missing")
-    tpb = m.tokens_per_block
-    for g, group in enumerate(m.window_groups):
-        lo = max(0, n - group.window_tokens + 1)
-        first, end = lo // tpb, -(-(n + reserved) // tpb)
+    if windows is None:
+        return
+    for g, group in enumerate(windows.groups):
+        first, end = windows.span(g, n, n + reserved)
         wt = seq.window_tables[g]
         if seq.window_first[g] != first or len(wt) != end - first:
             _fail(f"request {rid!r}: {m.role} window {group.window_tokens} holds wrong blocks")

@@ -3,15 +3,19 @@
 A :class:`RoleManager` owns the pools of its role, all sized by the plan:
 
 * ``tiers``: the growing layers' blocks on gpu, host and disk (one :class:`BlockPool`
-  each, ``ManagerPlan.<tier>.blocks`` of ``block_bytes``);
-* ``windows``: one GPU pool per sliding-window group, ``blocks_per_seq x max_batch_size``
-  blocks; a sequence keeps only the blocks its next token can still attend to;
-* ``state``: ``max_batch_size`` recurrent-state slots when ``state_bytes_per_seq > 0``.
+  each, ``ManagerPlan.<tier>.blocks`` of ``block_bytes``); this module holds their logic:
+  allocation with eviction and offload, prefix lookup and onboarding, hashing of full
+  blocks, and moving a sequence between tiers (swap);
+* ``windows``: the sliding-window groups (:class:`~kvbudget.cache.windows.WindowPools`,
+  None when the role has none);
+* ``state``: the recurrent-state slots (:class:`~kvbudget.cache.recurrent_state.StatePool`,
+  None when ``state_bytes_per_seq == 0``).
 
-It keeps no request table of its own: the coordinator holds one :class:`SeqBlocks` per
-request and role and passes it in. Methods named ``*_shortage`` only read state and return
-a message when an operation would not fit; the matching mutating method assumes that the
-check passed (check-then-commit), so a refused operation never changes anything.
+It keeps no request table of its own: the coordinator holds one
+:class:`~kvbudget.cache.request.SeqBlocks` per request and role and passes it in. Methods
+named ``*_shortage`` only read state and return a message when an operation would not
+fit; the matching mutating method assumes that the check passed (check-then-commit), so a
+refused operation never changes anything.
 
 A cached block evicted from one tier is copied into the next tier that has blocks (host,
 then disk); a tier with no room left loses it. Copies are logged in ``copies`` (when the
@@ -21,30 +25,18 @@ they must run, with tier indices into :data:`TIERS`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
 from kvbudget.cache.block_pool import BlockPool
 from kvbudget.cache.ids import BlockHash, BlockId
+from kvbudget.cache.recurrent_state import StatePool
+from kvbudget.cache.request import SeqBlocks
+from kvbudget.cache.windows import WindowPools
 from kvbudget.plan_types import ManagerPlan
-from kvbudget.split import TIERS
+from kvbudget.split import TIERS, Tier
 
 Copy = tuple[int, BlockId, int, BlockId]
 GPU, HOST = 0, 1
-
-
-@dataclass(slots=True)
-class SeqBlocks:
-    """One request's blocks in one role. Owned by the coordinator, mutated by the manager.
-
-    ``table[i]`` holds tokens ``i*tpb .. (i+1)*tpb - 1`` (GPU blocks, or host blocks while
-    the request is swapped out). ``window_tables[g]`` holds the window group's blocks
-    ``window_first[g] ..``; ``slot`` is the recurrent-state slot.
-    """
-
-    table: list[BlockId] = field(default_factory=list)
-    window_tables: list[list[BlockId]] = field(default_factory=list)
-    window_first: list[int] = field(default_factory=list)
-    slot: BlockId | None = None
 
 
 class RoleManager:
@@ -68,42 +60,27 @@ class RoleManager:
             next((j for j in present if j > i), None) for i in range(len(TIERS))
         )
         self.lookup_maps = tuple(self.tiers[i].by_hash for i in present)
-        mbs = plan.max_batch_size
-        self.window_groups = plan.window_groups
-        self.windows: tuple[BlockPool, ...] = tuple(
-            BlockPool(f"{plan.role}/gpu/window{g.window_tokens}", g.blocks_per_seq * mbs)
-            for g in plan.window_groups
+        self.windows: WindowPools | None = WindowPools(plan) if plan.window_groups else None
+        self.state: StatePool | None = (
+            StatePool(plan.role, plan.max_batch_size) if plan.state_bytes_per_seq > 0 else None
         )
-        self.state: BlockPool | None = (
-            BlockPool(f"{plan.role}/gpu/state", mbs) if plan.state_bytes_per_seq > 0 else None
-        )
-        self.has_fixed = bool(self.windows) or self.state is not None
+        # pools sized per sequence, not per token: no prefix reuse, no swap
+        self.has_fixed = self.windows is not None or self.state is not None
         self.copies: list[Copy] | None = [] if record_copies else None
 
     # ----------------------------------------------------------------- allocation
     def _take(self, tier: int) -> BlockId:
         """A block of ``tier`` with refcount 1; an evicted cached block moves down.
-
-        :meth:`BlockPool.take`, inlined: this runs for every new block.
-        """
-        pool = self.tiers[tier]
-        pool.num_used += 1
-        if pool.free:
-            block = pool.free.pop()
-            pool.refcount[block] = 1
-            return block
-        block, _ = pool.cached.popitem(last=False)
-        old = pool.block_hash[block]
-        assert old is not None
-        del pool.by_hash[old]
-        pool.block_hash[block] = None
-        pool.refcount[block] = 1
-        self._evicted(tier, block, old)
+        Precondition: the tier has a block available."""
+        block, old = self.tiers[tier].take()
+        if old is not None:
+            self._evicted(tier, block, old)
         return block
 
     def take_gpu(self, table: list[BlockId], count: int) -> None:
-        """Append ``count`` new GPU blocks to ``table``: :meth:`_take` for a batch, with
-        the pool's lists bound once (this is the allocation path of admit and reserve)."""
+        """Append ``count`` new GPU blocks to ``table``: :meth:`_take` for a batch, inlined
+        with the pool's lists bound once (the allocation path of admit and reserve).
+        Precondition: the GPU tier has ``count`` blocks available."""
         gpu = self.gpu
         free, refcount, block_hash = gpu.free, gpu.refcount, gpu.block_hash
         for _ in range(count):
@@ -130,8 +107,7 @@ class RoleManager:
         low = self.tiers[low_index]
         existing = low.by_hash.get(block_hash)
         if existing is not None:
-            if low.refcount[existing] == 0:
-                low.cached.move_to_end(existing)
+            low.touch(existing)
             return
         if low.free:
             dst = low.free.pop()
@@ -169,18 +145,12 @@ class RoleManager:
         return n
 
     # ----------------------------------------------------------------- admit
-    def _window_span(self, g: int, num_committed: int, num_total: int) -> tuple[int, int]:
-        """First and one-past-last block index group ``g`` keeps."""
-        tpb = self.tokens_per_block
-        lo = max(0, num_committed - self.window_groups[g].window_tokens + 1)
-        return lo // tpb, -(-num_total // tpb)
-
     def admit_shortage(
         self, hashes: list[BlockHash], num_hit: int, num_blocks: int, num_tokens: int
     ) -> str | None:
         """Why a prompt of ``num_tokens`` (``num_blocks``, the first ``num_hit`` cached)
         would not fit, or None. Reads only."""
-        gpu = self.tiers[GPU]
+        gpu = self.gpu
         on_gpu = pinned = 0
         for h in hashes[:num_hit]:
             b = gpu.by_hash.get(h)
@@ -191,7 +161,11 @@ class RoleManager:
         have = gpu.num_available - pinned
         if need > have:
             return self._kv_message(need, have)
-        return self._fixed_shortage(num_tokens, num_tokens, new_seq=True)
+        if self.windows is not None:
+            reason = self.windows.shortage(None, num_tokens, num_tokens)
+            if reason is not None:
+                return reason
+        return self.state.shortage() if self.state is not None else None
 
     def admit(
         self,
@@ -208,7 +182,7 @@ class RoleManager:
         :meth:`admit_shortage` returned None.
         """
         tiers = self.tiers
-        gpu = tiers[GPU]
+        gpu = self.gpu
         table = seq.table
         onboard: list[tuple[int, int, BlockId]] = []
         for i in range(num_hit):
@@ -239,42 +213,38 @@ class RoleManager:
         self.take_gpu(table, num_blocks - num_hit)
         self.register(table, hashes, num_hit)
         if self.has_fixed:
-            for g, pool in enumerate(self.windows):
-                first, end = self._window_span(g, num_tokens, num_tokens)
-                seq.window_first.append(first)
-                seq.window_tables.append([pool.take()[0] for _ in range(end - first)])
+            if self.windows is not None:
+                self.windows.admit(seq, num_tokens)
             if self.state is not None:
-                seq.slot = self.state.take()[0]
+                self.state.attach(seq)
 
     # ----------------------------------------------------------------- reserve / commit
     def grow_shortage(
         self, seq: SeqBlocks, num_blocks: int, num_committed: int, num_total: int
     ) -> str | None:
-        """Why ``seq`` cannot grow to ``num_blocks`` / ``num_total`` tokens, or None."""
+        """Why ``seq`` cannot grow to ``num_blocks`` / ``num_total`` tokens, or None.
+        Reads only."""
         extra = num_blocks - len(seq.table)
-        gpu = self.tiers[GPU]
+        gpu = self.gpu
         if extra > 0 and extra > len(gpu.free) + len(gpu.cached):
             return self._kv_message(extra, gpu.num_available)
-        if self.windows:
-            return self._fixed_shortage(num_committed, num_total, new_seq=False, seq=seq)
+        if self.windows is not None:
+            return self.windows.shortage(seq, num_committed, num_total)
         return None
 
     def grow(self, seq: SeqBlocks, num_blocks: int, num_total: int) -> None:
         """Append blocks until ``seq`` holds ``num_blocks`` (and its windows ``num_total``
-        tokens). Precondition: :meth:`grow_shortage` returned None."""
+        tokens). Mutates ``seq``. Precondition: :meth:`grow_shortage` returned None."""
         table = seq.table
         if num_blocks > len(table):
             self.take_gpu(table, num_blocks - len(table))
-        if self.windows:
-            end = -(-num_total // self.tokens_per_block)
-            for g, pool in enumerate(self.windows):
-                wt = seq.window_tables[g]
-                while seq.window_first[g] + len(wt) < end:
-                    wt.append(pool.take()[0])
+        if self.windows is not None:
+            self.windows.grow(seq, num_total)
 
     def register(self, table: list[BlockId], hashes: list[BlockHash], start: int) -> None:
         """Record ``hashes[start:]`` for the GPU blocks at those positions of ``table``
-        (blocks that just became full); see :meth:`BlockPool.set_hash` for twins."""
+        (blocks that just became full); see :meth:`BlockPool.set_hash` for twins.
+        Mutates the GPU pool's hash index only; never fails."""
         gpu = self.gpu
         by_hash, block_hash = gpu.by_hash, gpu.block_hash
         for i in range(start, min(len(hashes), len(table))):
@@ -288,7 +258,7 @@ class RoleManager:
 
     def shrink(self, seq: SeqBlocks, num_blocks: int, num_committed: int) -> None:
         """Release blocks past ``num_blocks`` (rolled-back lookahead, tail first) and the
-        window blocks that left the window of ``num_committed`` tokens."""
+        window blocks that left the window of ``num_committed`` tokens. Never fails."""
         table = seq.table
         surplus = len(table) - num_blocks
         if surplus > 0:
@@ -304,21 +274,12 @@ class RoleManager:
                         gpu.free.append(b)
                     else:
                         gpu.cached[b] = None
-        if self.windows:
-            for g, pool in enumerate(self.windows):
-                first, end = self._window_span(g, num_committed, num_committed)
-                wt = seq.window_tables[g]
-                while seq.window_first[g] + len(wt) > end:
-                    pool.release(wt.pop())
-                drop = first - seq.window_first[g]
-                if drop > 0:
-                    for b in wt[:drop]:
-                        pool.release(b)
-                    del wt[:drop]
-                    seq.window_first[g] = first
+        if self.windows is not None:
+            self.windows.shrink(seq, num_committed)
 
     def release_all(self, seq: SeqBlocks, tier: int = GPU) -> None:
-        """Release every block of ``seq`` (its table in ``tier``), tail first."""
+        """Release every block of ``seq`` (its table in ``tier``), tail first, and empty
+        it; hashed blocks stay cached. Never fails."""
         pool = self.tiers[tier]
         table = seq.table
         refcount, block_hash, free, cached = pool.refcount, pool.block_hash, pool.free, pool.cached
@@ -335,19 +296,16 @@ class RoleManager:
                     cached[b] = None
         pool.num_used -= released
         table.clear()
-        for g, pool_w in enumerate(self.windows):
-            for b in reversed(seq.window_tables[g]):
-                pool_w.release(b)
-        seq.window_tables.clear()
-        seq.window_first.clear()
-        if seq.slot is not None and self.state is not None:
-            self.state.release(seq.slot)
-            seq.slot = None
+        if self.windows is not None:
+            self.windows.release_all(seq)
+        if self.state is not None:
+            self.state.detach(seq)
 
     # ----------------------------------------------------------------- swap
     def move_shortage(self, seq: SeqBlocks, num_blocks: int, src: int, dst: int) -> str | None:
         """Why the first ``num_blocks`` of ``seq`` cannot move from tier ``src`` to
-        ``dst``, or None. Blocks whose hash ``dst`` already holds are shared, not copied."""
+        ``dst``, or None. Blocks whose hash ``dst`` already holds are shared, not copied.
+        Reads only."""
         s, d = self.tiers[src], self.tiers[dst]
         need = pinned = 0
         for b in seq.table[:num_blocks]:
@@ -372,8 +330,8 @@ class RoleManager:
 
     def move(self, seq: SeqBlocks, src: int, dst: int) -> None:
         """Move every block of ``seq`` from tier ``src`` to ``dst`` (copies logged), then
-        release the source blocks tail first (hashed ones stay cached there).
-        Precondition: :meth:`move_shortage` returned None."""
+        release the source blocks tail first (hashed ones stay cached there). Replaces
+        ``seq.table``. Precondition: :meth:`move_shortage` returned None."""
         s, d = self.tiers[src], self.tiers[dst]
         old = seq.table
         new: list[BlockId] = list(old)
@@ -403,36 +361,23 @@ class RoleManager:
             s.release(old[i])
         seq.table = new
 
-    # ----------------------------------------------------------------- messages
+    # ----------------------------------------------------------------- stats, messages
+    def named_pools(self) -> Iterator[tuple[Tier, str, BlockPool]]:
+        """Every pool of the role as ``(tier, kind, pool)``, in :class:`PoolStats` order:
+        the kv tiers, the window groups, the state slots. Reads only."""
+        for name, pool in zip(TIERS, self.tiers, strict=True):
+            yield name, "kv", pool
+        if self.windows is not None:
+            for g, pool in zip(self.windows.groups, self.windows.pools, strict=True):
+                yield "gpu", f"window{g.window_tokens}", pool
+        if self.state is not None:
+            yield "gpu", "state", self.state
+
     def _kv_message(self, need: int, have: int) -> str:
-        gpu = self.tiers[GPU]
+        gpu = self.gpu
         return (
             f"role {self.role} needs {need} more GPU blocks ({need * self.tokens_per_block} "
             f"tokens), {have} are free or evictable of {gpu.num_blocks} "
             f"({gpu.num_used} in use); free or preempt requests, or raise the GPU KV budget "
             f"(kv_budget / memory_fraction) in the plan"
         )
-
-    def _fixed_shortage(
-        self, num_committed: int, num_total: int, *, new_seq: bool, seq: SeqBlocks | None = None
-    ) -> str | None:
-        mbs = self.plan.max_batch_size
-        for g, pool in enumerate(self.windows):
-            first, end = self._window_span(g, num_committed, num_total)
-            if seq is None:
-                extra = end - first
-            else:
-                extra = end - (seq.window_first[g] + len(seq.window_tables[g]))
-            if extra > pool.num_free:
-                return (
-                    f"role {self.role} needs {extra} blocks of its "
-                    f"{self.window_groups[g].window_tokens}-token window pool, "
-                    f"{pool.num_free} are free ({pool.num_blocks} = blocks_per_seq x "
-                    f"max_batch_size {mbs}); admit fewer sequences or raise max_batch_size"
-                )
-        if new_seq and self.state is not None and not self.state.free:
-            return (
-                f"role {self.role} has no free recurrent-state slot: all max_batch_size={mbs} "
-                f"slots are taken; free a request or raise max_batch_size in the plan"
-            )
-        return None
