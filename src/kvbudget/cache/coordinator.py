@@ -25,18 +25,23 @@ kept), so reuse is off for the whole cache when any manager has them.
 Lookahead: ``reserve`` adds room for at most ``max_reserve_tokens`` unverified tokens
 (default ``capacity.lookahead_tokens + 1``: the draft tokens plus the target's bonus
 token); ``commit`` keeps the accepted tokens and releases the rest, tail first.
+
+This module is the public facade and the lockstep hot paths (admit, reserve, commit,
+free); swapping lives in :mod:`kvbudget.cache.swap`, the stats snapshot in
+:mod:`kvbudget.cache.stats`, the integrity check in :mod:`kvbudget.cache.invariants`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
 from kvbudget.cache.hashing import extend_block_hashes
 from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
-from kvbudget.cache.manager import GPU, HOST, RoleManager
+from kvbudget.cache.manager import GPU, HOST, RoleManager, refuse
 from kvbudget.cache.request import Request
-from kvbudget.cache.stats import CacheStats, PoolStats
+from kvbudget.cache.stats import CacheStats, RequestCounters, snapshot
+from kvbudget.cache.swap import swap_in, swap_out
 from kvbudget.errors import (
     InvalidArgumentError,
     InvalidCacheOperationError,
@@ -91,20 +96,17 @@ class SpecDecodeCache:
         if max_reserve_tokens < 1:
             raise InvalidArgumentError(f"max_reserve_tokens must be >= 1, got {max_reserve_tokens}")
         self.max_reserve_tokens = max_reserve_tokens
-        usable = tuple(min(m.tier(t).blocks for m in plan.managers) for t in TIERS)
-        usable3 = (usable[0], usable[1], usable[2])
+        # every role uses the smallest plan count per tier, so all roles hold the same tokens
+        gpu, host, disk = (min(m.tier(t).blocks for m in plan.managers) for t in TIERS)
         self._managers: tuple[RoleManager, ...] = tuple(
-            RoleManager(m, usable_blocks=usable3, record_copies=device is not None)
+            RoleManager(m, usable_blocks=(gpu, host, disk), record_copies=device is not None)
             for m in plan.managers
         )
         self._roles: tuple[Role, ...] = tuple(m.role for m in plan.managers)
         self.prefix_reuse = not any(m.has_fixed for m in self._managers)
         self._has_windows = any(m.windows is not None for m in self._managers)
         self._requests: dict[RequestId, Request] = {}
-        self._prompt_tokens = 0
-        self._hit_tokens = 0
-        self._swapped_out = 0
-        self._recomputed = 0
+        self._counters = RequestCounters()
         self._storage: CacheStorage | None = None
         if device is not None:
             from kvbudget.cache.storage import CacheStorage
@@ -220,11 +222,6 @@ class SpecDecodeCache:
                 storage.run_copies(i, copies)
                 copies.clear()
 
-    def _refuse(self, what: str, reasons: Iterable[str | None]) -> None:
-        for reason in reasons:
-            if reason is not None:
-                raise OutOfBlocksError(f"{what}: {reason}")
-
     # ------------------------------------------------------------------ operations
     def admit(
         self,
@@ -263,7 +260,7 @@ class SpecDecodeCache:
             if num_hit and self.draft_prefix == "drop_last_block":
                 num_hit -= 1
         num_blocks = -(-num_tokens // tpb)
-        self._refuse(
+        refuse(
             f"cannot admit request {request_id!r} ({num_tokens} prompt tokens)",
             (m.admit_shortage(hashes, num_hit, num_blocks, num_tokens) for m in self._managers),
         )
@@ -271,8 +268,8 @@ class SpecDecodeCache:
             m.admit(seq, hashes, num_hit, num_blocks, num_tokens)
         self._flush()
         self._requests[request_id] = req
-        self._prompt_tokens += num_tokens
-        self._hit_tokens += num_hit * tpb
+        self._counters.prompt_tokens += num_tokens
+        self._counters.hit_tokens += num_hit * tpb
         return num_hit * tpb
 
     def reserve(self, request_id: RequestId, num_tokens: int) -> None:
@@ -383,27 +380,13 @@ class SpecDecodeCache:
             raise InvalidCacheOperationError(f"mode must be 'swap' or 'recompute', got {mode!r}")
         req = self._running(request_id, "preempt")
         tokens = tuple(req.tokens)
-        keep = -(-len(tokens) // self.tokens_per_block)
         if mode == "recompute":
             self.free(request_id)
-            self._recomputed += 1
+            self._counters.recomputed += 1
             return tokens
-        if any(m.has_fixed for m in self._managers):
-            raise InvalidCacheOperationError(
-                f"cannot swap request {request_id!r}: its sliding-window blocks / recurrent "
-                "state live on the GPU only; preempt with mode='recompute'"
-            )
-        self._refuse(
-            f"cannot swap out request {request_id!r} ({keep} blocks per role)",
-            (m.move_shortage(seq, keep, GPU, HOST) for m, seq in req.parts),
-        )
-        for m, seq in req.parts:
-            m.shrink(seq, keep, len(tokens))
-            m.move(seq, GPU, HOST)
+        swap_out(req, request_id, self.tokens_per_block)
         self._flush()
-        req.num_reserved = 0
-        req.swapped = True
-        self._swapped_out += 1
+        self._counters.swapped_out += 1
         return tokens
 
     def resume(self, request_id: RequestId) -> None:
@@ -415,18 +398,8 @@ class SpecDecodeCache:
             InvalidCacheOperationError: the request is not swapped out.
             UnknownRequestError: no such request.
         """
-        req = self._get(request_id)
-        if not req.swapped:
-            raise InvalidCacheOperationError(f"request {request_id!r} is not swapped out")
-        keep = len(req.seqs[0].table)
-        self._refuse(
-            f"cannot resume request {request_id!r} ({keep} blocks per role)",
-            (m.move_shortage(seq, keep, HOST, GPU) for m, seq in req.parts),
-        )
-        for m, seq in req.parts:
-            m.move(seq, HOST, GPU)
+        swap_in(self._get(request_id), request_id)
         self._flush()
-        req.swapped = False
 
     # ------------------------------------------------------------------ storage access
     def page(self, request_id: RequestId, role: Role, index: int) -> torch.Tensor:
@@ -441,28 +414,7 @@ class SpecDecodeCache:
     # ------------------------------------------------------------------ introspection
     def stats(self) -> CacheStats:
         """A snapshot of every pool and the request counters. Reads only."""
-        pools: list[PoolStats] = []
-        for m in self._managers:
-            for tier, kind, p in m.named_pools():
-                pools.append(
-                    PoolStats(
-                        role=m.role, tier=tier, kind=kind, plan_blocks=p.plan_blocks,
-                        total_blocks=p.num_blocks, free_blocks=p.num_free,
-                        used_blocks=p.num_used, cached_blocks=p.num_cached,
-                        hit_blocks=p.hit_blocks, offloaded_blocks=p.offloaded_blocks,
-                        onboarded_blocks=p.onboarded_blocks, evicted_blocks=p.evicted_blocks,
-                    )
-                )  # fmt: skip
-        swapped = sum(1 for r in self._requests.values() if r.swapped)
-        return CacheStats(
-            pools=tuple(pools),
-            running_requests=len(self._requests) - swapped,
-            swapped_requests=swapped,
-            prompt_tokens=self._prompt_tokens,
-            hit_tokens=self._hit_tokens,
-            swapped_out=self._swapped_out,
-            recomputed=self._recomputed,
-        )
+        return snapshot(self._managers, self._requests.values(), self._counters)
 
     def check_invariants(self) -> None:
         """Raise AssertionError naming the first broken invariant. Reads only; O(size).

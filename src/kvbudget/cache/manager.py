@@ -25,18 +25,27 @@ they must run, with tier indices into :data:`TIERS`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from kvbudget.cache.block_pool import BlockPool
 from kvbudget.cache.ids import BlockHash, BlockId
 from kvbudget.cache.recurrent_state import StatePool
 from kvbudget.cache.request import SeqBlocks
 from kvbudget.cache.windows import WindowPools
+from kvbudget.errors import OutOfBlocksError
 from kvbudget.plan_types import ManagerPlan
 from kvbudget.split import TIERS, Tier
 
 Copy = tuple[int, BlockId, int, BlockId]
 GPU, HOST = 0, 1
+
+
+def refuse(what: str, reasons: Iterable[str | None]) -> None:
+    """Raise :class:`OutOfBlocksError` ``"<what>: <reason>"`` for the first reason that
+    is not None (the check half of check-then-commit, over every role); else return."""
+    for reason in reasons:
+        if reason is not None:
+            raise OutOfBlocksError(f"{what}: {reason}")
 
 
 class RoleManager:

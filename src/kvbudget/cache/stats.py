@@ -1,12 +1,24 @@
-"""Immutable snapshots of the cache's pools and counters, returned by ``stats()``."""
+"""What ``SpecDecodeCache.stats()`` returns, and how it is assembled.
+
+* :class:`PoolStats`, :class:`CacheStats`: immutable snapshots (public);
+* :class:`RequestCounters`: the coordinator's running totals (mutable, internal);
+* :func:`snapshot`: reads every manager's pools and the counters into a
+  :class:`CacheStats`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.plan_types import Role
 from kvbudget.split import Tier
+
+if TYPE_CHECKING:
+    from kvbudget.cache.manager import RoleManager
+    from kvbudget.cache.request import Request
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,3 +70,42 @@ class CacheStats:
             if p.role == role and p.tier == tier and p.kind == kind:
                 return p
         raise InvalidArgumentError(f"no {kind} pool for role {role!r} in tier {tier!r}")
+
+
+@dataclass(slots=True)
+class RequestCounters:
+    """Running totals kept by the coordinator; copied into :class:`CacheStats`."""
+
+    prompt_tokens: int = 0
+    hit_tokens: int = 0
+    swapped_out: int = 0
+    recomputed: int = 0
+
+
+def snapshot(
+    managers: Iterable[RoleManager], requests: Collection[Request], counters: RequestCounters
+) -> CacheStats:
+    """A :class:`CacheStats` of every pool of ``managers`` (in role order, then
+    :meth:`RoleManager.named_pools` order) and of ``requests``. Reads only."""
+    pools: list[PoolStats] = []
+    for m in managers:
+        for tier, kind, p in m.named_pools():
+            pools.append(
+                PoolStats(
+                    role=m.role, tier=tier, kind=kind, plan_blocks=p.plan_blocks,
+                    total_blocks=p.num_blocks, free_blocks=p.num_free, used_blocks=p.num_used,
+                    cached_blocks=p.num_cached, hit_blocks=p.hit_blocks,
+                    offloaded_blocks=p.offloaded_blocks, onboarded_blocks=p.onboarded_blocks,
+                    evicted_blocks=p.evicted_blocks,
+                )
+            )  # fmt: skip
+    swapped = sum(1 for r in requests if r.swapped)
+    return CacheStats(
+        pools=tuple(pools),
+        running_requests=len(requests) - swapped,
+        swapped_requests=swapped,
+        prompt_tokens=counters.prompt_tokens,
+        hit_tokens=counters.hit_tokens,
+        swapped_out=counters.swapped_out,
+        recomputed=counters.recomputed,
+    )
