@@ -2,12 +2,18 @@
 
 Layers, each in its own module::
 
-    block_pool   BlockPool: free list, refcounts, LRU of cached blocks (one role/tier/kind)
-    hashing      chained block hashes for prefix reuse
-    manager      RoleManager: one role's pools (gpu/host/disk kv, window groups, state)
-    coordinator  SpecDecodeCache: both roles in lockstep, the public facade
-    storage      real tensors (torch, imported only when a device is given)
-    stats        immutable snapshots returned by SpecDecodeCache.stats()
+    ids              id NewTypes and the policy / mode literals
+    block_pool       BlockPool: free list, refcounts, LRU of cached blocks (one role/tier/kind)
+    hashing          chained block hashes for prefix reuse
+    windows          WindowPools: one role's sliding-window groups
+    recurrent_state  StatePool: one role's recurrent-state slots
+    request          Request, SeqBlocks: per-request state and per-role block tables
+    manager          RoleManager: one role's pools; kv tiers, eviction, offload, onboarding
+    swap             moving a request between GPU and host in every role
+    coordinator      SpecDecodeCache: both roles in lockstep, the public facade
+    storage          real tensors (torch, imported only when a device is given)
+    stats            immutable snapshots returned by SpecDecodeCache.stats(), and their assembly
+    invariants       the integrity check behind SpecDecodeCache.check_invariants()
 
 Example::
 

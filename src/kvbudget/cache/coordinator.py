@@ -141,6 +141,9 @@ class SpecDecodeCache:
         )
 
     # ------------------------------------------------------------------ queries
+    # Every query reads only. Unknown ids raise UnknownRequestError; a role the cache
+    # lacks raises InvalidArgumentError; table reads of a swapped-out request raise
+    # InvalidCacheOperationError.
     @property
     def roles(self) -> tuple[Role, ...]:
         """The roles held, in order (``("target", "draft")`` or ``("target",)``)."""
@@ -152,9 +155,11 @@ class SpecDecodeCache:
         return self._storage
 
     def __contains__(self, request_id: object) -> bool:
+        """True while ``request_id`` is admitted (running or swapped out)."""
         return request_id in self._requests
 
     def __len__(self) -> int:
+        """The number of admitted requests, running or swapped out."""
         return len(self._requests)
 
     def _get(self, request_id: RequestId) -> Request:
@@ -183,15 +188,18 @@ class SpecDecodeCache:
             ) from None
 
     def num_tokens(self, request_id: RequestId) -> int:
-        """Verified tokens of a request (prompt plus committed)."""
+        """Verified tokens of a request (prompt plus committed). Raises
+        UnknownRequestError."""
         return len(self._get(request_id).tokens)
 
     def num_reserved(self, request_id: RequestId) -> int:
-        """Unverified lookahead tokens a request holds room for."""
+        """Unverified lookahead tokens a request holds room for. Raises
+        UnknownRequestError."""
         return self._get(request_id).num_reserved
 
     def is_swapped(self, request_id: RequestId) -> bool:
-        """True while a request is swapped out to the host tier."""
+        """True while a request is swapped out to the host tier. Raises
+        UnknownRequestError."""
         return self._get(request_id).swapped
 
     def block_table(self, request_id: RequestId, role: Role) -> tuple[BlockId, ...]:
@@ -203,16 +211,19 @@ class SpecDecodeCache:
     def window_tables(
         self, request_id: RequestId, role: Role
     ) -> tuple[tuple[int, tuple[BlockId, ...]], ...]:
-        """Per window group of ``role``: (index of the first kept block, block ids)."""
+        """Per window group of ``role``: (index of the first kept block, block ids); ``()``
+        for a role without windows. New tuples; raises for unknown or swapped requests."""
         seq = self._running(request_id, "read the window tables of").seqs[self._role_index(role)]
         return tuple(zip(seq.window_first, (tuple(t) for t in seq.window_tables), strict=True))
 
     def state_slot(self, request_id: RequestId, role: Role) -> int | None:
-        """The recurrent-state slot of a request in ``role`` (None without state)."""
+        """The recurrent-state slot of a request in ``role`` (None without state). Raises
+        for unknown or swapped requests."""
         return self._running(request_id, "read the state slot of").seqs[self._role_index(role)].slot
 
     # ------------------------------------------------------------------ helpers
     def _flush(self) -> None:
+        """Run the block copies the managers logged (real storage only), then clear them."""
         storage = self._storage
         if storage is None:
             return
