@@ -5,7 +5,7 @@ A :class:`RoleManager` owns the pools of its role, all sized by the plan:
 * ``tiers``: the growing layers' blocks on gpu, host and disk (one :class:`BlockPool`
   each, ``ManagerPlan.<tier>.blocks`` of ``block_bytes``); this module holds their logic:
   allocation with eviction and offload, prefix lookup and onboarding, hashing of full
-  blocks, and moving a sequence between tiers (swap);
+  blocks (:mod:`kvbudget.cache.swap` moves a sequence between tiers);
 * ``windows``: the sliding-window groups (:class:`~kvbudget.cache.windows.WindowPools`,
   None when the role has none);
 * ``state``: the recurrent-state slots (:class:`~kvbudget.cache.recurrent_state.StatePool`,
@@ -78,7 +78,7 @@ class RoleManager:
         self.copies: list[Copy] | None = [] if record_copies else None
 
     # ----------------------------------------------------------------- allocation
-    def _take(self, tier: int) -> BlockId:
+    def take(self, tier: int) -> BlockId:
         """A block of ``tier`` with refcount 1; an evicted cached block moves down.
         Precondition: the tier has a block available."""
         block, old = self.tiers[tier].take()
@@ -87,7 +87,7 @@ class RoleManager:
         return block
 
     def take_gpu(self, table: list[BlockId], count: int) -> None:
-        """Append ``count`` new GPU blocks to ``table``: :meth:`_take` for a batch, inlined
+        """Append ``count`` new GPU blocks to ``table``: :meth:`take` for a batch, inlined
         with the pool's lists bound once (the allocation path of admit and reserve).
         Precondition: the GPU tier has ``count`` blocks available."""
         gpu = self.gpu
@@ -211,7 +211,7 @@ class RoleManager:
                     table.append(lb)  # replaced below by the GPU block
                     break
         for i, t, lb in onboard:
-            b = self._take(GPU)
+            b = self.take(GPU)
             if self.copies is not None:
                 self.copies.append((t, lb, GPU, b))
             gpu.set_hash(b, hashes[i])
@@ -309,66 +309,6 @@ class RoleManager:
             self.windows.release_all(seq)
         if self.state is not None:
             self.state.detach(seq)
-
-    # ----------------------------------------------------------------- swap
-    def move_shortage(self, seq: SeqBlocks, num_blocks: int, src: int, dst: int) -> str | None:
-        """Why the first ``num_blocks`` of ``seq`` cannot move from tier ``src`` to
-        ``dst``, or None. Blocks whose hash ``dst`` already holds are shared, not copied.
-        Reads only."""
-        s, d = self.tiers[src], self.tiers[dst]
-        need = pinned = 0
-        for b in seq.table[:num_blocks]:
-            h = s.block_hash[b]
-            db = d.by_hash.get(h) if h is not None else None
-            if db is None:
-                need += 1
-            elif d.refcount[db] == 0:
-                pinned += 1
-        have = d.num_available - pinned
-        if need > have:
-            hint = (
-                "raise host_budget in the plan or preempt with mode='recompute'"
-                if dst == HOST
-                else "free or preempt other requests first"
-            )
-            return (
-                f"role {self.role} needs {need} free {TIERS[dst]} blocks to move the request, "
-                f"{have} are free or evictable ({d.num_blocks} in the pool); {hint}"
-            )
-        return None
-
-    def move(self, seq: SeqBlocks, src: int, dst: int) -> None:
-        """Move every block of ``seq`` from tier ``src`` to ``dst`` (copies logged), then
-        release the source blocks tail first (hashed ones stay cached there). Replaces
-        ``seq.table``. Precondition: :meth:`move_shortage` returned None."""
-        s, d = self.tiers[src], self.tiers[dst]
-        old = seq.table
-        new: list[BlockId] = list(old)
-        missing: list[int] = []
-        for i, b in enumerate(old):
-            h = s.block_hash[b]
-            db = d.by_hash.get(h) if h is not None else None
-            if db is None:
-                missing.append(i)
-            else:
-                d.acquire(db)
-                new[i] = db
-        for i in missing:
-            b = old[i]
-            db = self._take(dst)
-            if self.copies is not None:
-                self.copies.append((src, b, dst, db))
-            h = s.block_hash[b]
-            if h is not None:
-                d.set_hash(db, h)
-            new[i] = db
-            if dst > src:
-                d.offloaded_blocks += 1
-            else:
-                s.onboarded_blocks += 1
-        for i in range(len(old) - 1, -1, -1):
-            s.release(old[i])
-        seq.table = new
 
     # ----------------------------------------------------------------- stats, messages
     def named_pools(self) -> Iterator[tuple[Tier, str, BlockPool]]:
