@@ -601,3 +601,14 @@ def test_bad_arguments(name: str, kwargs: dict[str, Any], match: str) -> None:
 def test_bad_tp_suggests_working_sizes() -> None:
     with pytest.raises(InvalidArgumentError, match=r"e\.g\. 1, 2, 4, 8"):
         cost(LLAMA_8B, tp=3)
+
+
+def test_recurrent_state_keeps_one_copy_per_rollback_point() -> None:
+    model = load_model("nvidia/Nemotron-H-8B-Base-8K")
+    detail = cache_cost_detail(model, max_batch_size=2, lookahead_tokens=3)
+    # one state: 24 Mamba2 layers x (128 x 64 x 128 + 3 x (128 x 64 + 2 x 8 x 128)) x 2 B
+    # = 24 x 1079296 x 2 = 51806208 B; with 3 lookahead tokens (1 + 3) copies = 207224832
+    assert detail.state_bytes_per_seq == 207224832
+    # x 2 sequences = 414449664; attention layers add no fixed cost
+    assert detail.state_bytes == 414449664
+    assert detail.cost == CacheCost(16384, 414449664)  # slope: 4 x 2 x 8 x 128 x 2 B

@@ -13,7 +13,11 @@ A manager caching ``T`` tokens costs ``slope x T + intercept`` bytes:
     capped at the ``ceil((max_seq_len + lookahead) / tokens_per_block)`` blocks a whole
     sequence spans;
   - a recurrent layer (Gated DeltaNet, Mamba2) holds one state per sequence (see
-    :mod:`kvbudget.layers` for the formulas), stored in ``state_dtype``.
+    :mod:`kvbudget.layers` for the formulas), stored in ``state_dtype``, plus one more
+    per lookahead token: a recurrent state cannot be rolled back, so the state after
+    every unverified draft token is kept until verification (vLLM keeps
+    ``num_speculative_tokens`` extra state blocks per request the same way):
+    ``(1 + lookahead) x state`` per sequence.
 
 Pipeline parallelism gives each stage its layers the way engines split them (vLLM's
 ``get_pp_indices``: ``L // pp`` each, the remainder going one each to the stages before
@@ -104,7 +108,7 @@ class CostDetail:
     num_layers: int  # layers of this manager on this stage (cache-less layers excluded)
     window_groups: tuple[WindowGroup, ...]
     window_bytes: int
-    state_bytes_per_seq: int
+    state_bytes_per_seq: int  # recurrent state of one sequence, (1 + lookahead) copies
     state_bytes: int
 
 
@@ -232,6 +236,7 @@ def cache_cost_detail(
         window_bytes = max_batch_size * sum(
             g.blocks_per_seq * tokens_per_block * g.bytes_per_token for g in groups
         )
+        state_per_seq *= 1 + lookahead_tokens  # one state per rollback point
         state_bytes = max_batch_size * state_per_seq
         return CostDetail(
             cost=CacheCost(slope, window_bytes + state_bytes),
