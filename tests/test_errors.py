@@ -91,3 +91,72 @@ def test_unknown_request_error_message_is_not_quoted() -> None:
     assert str(UnknownRequestError()) == ""
     with pytest.raises(KeyError):
         raise UnknownRequestError("r1")
+
+
+# Caller mistakes in the public API raise a kvbudget error, never a bare
+# AttributeError / TypeError from deep inside.
+def _small_plan() -> kvbudget.Plan:
+    return kvbudget.plan(kv_budget="2GiB", host_budget="4GiB", max_seq_len=4096, max_batch_size=8)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "words"),
+    [
+        (lambda: kvbudget.get_gpu(None), InvalidArgumentError, "gpu must be a GPU name"),
+        (lambda: kvbudget.plan(gpu=1), InvalidArgumentError, "gpu must be a GPU name"),
+        (lambda: kvbudget.plan(state_dtype=None), InvalidArgumentError, "unknown state_dtype"),
+        (lambda: kvbudget.cache_cost(None), InvalidArgumentError, "model must be a ModelSpec"),
+        (
+            lambda: kvbudget.cache_cost_detail("meta-llama/Llama-3.1-8B-Instruct"),
+            InvalidArgumentError,
+            "model must be a ModelSpec",
+        ),
+        (lambda: kvbudget.count_params(None), InvalidArgumentError, "model must be a ModelSpec"),
+        (lambda: kvbudget.weights_bytes("x"), InvalidArgumentError, "model must be a ModelSpec"),
+        (lambda: kvbudget.emit(None, "vllm"), InvalidArgumentError, "plan must be a Plan"),
+        (lambda: kvbudget.emit(_small_plan(), None), InvalidArgumentError, "unknown engine None"),
+        (
+            lambda: kvbudget.parse_config([], source="x.json", name="x"),  # type: ignore[arg-type]
+            ConfigError,
+            "x.json: expected a JSON object",
+        ),
+        (
+            lambda: kvbudget.SpecDecodeCache.from_plan(None),  # type: ignore[arg-type]
+            InvalidArgumentError,
+            "plan must be a Plan",
+        ),
+    ],
+)
+def test_api_type_mistakes_are_typed_errors(
+    call: object, error: type[Exception], words: str
+) -> None:
+    assert callable(call)
+    with pytest.raises(error, match=words):
+        call()
+
+
+def test_cache_operation_type_mistakes_are_typed_and_change_nothing() -> None:
+    cache = kvbudget.SpecDecodeCache.from_plan(_small_plan())
+    rid = kvbudget.RequestId("r")
+    bad_prompts: list[object] = [None, 5, "abc", [1.5], [None]]
+    for prompt in bad_prompts:
+        with pytest.raises(InvalidCacheOperationError, match="int token ids"):
+            cache.admit(rid, prompt)  # type: ignore[arg-type]
+    with pytest.raises(InvalidCacheOperationError, match="hashable"):
+        cache.admit([1], [1, 2])  # type: ignore[arg-type]
+    with pytest.raises(InvalidCacheOperationError, match="extra_keys"):
+        cache.admit(rid, [1, 2], extra_keys=([1],))
+    assert len(cache) == 0
+    cache.check_invariants()
+
+    cache.admit(rid, list(range(100)))
+    cache.reserve(rid, 4)
+    for accepted in (None, 3, "ab", (t for t in (1, 2))):
+        with pytest.raises(InvalidCacheOperationError, match="int token ids"):
+            cache.commit(rid, accepted)  # type: ignore[arg-type]
+    assert (cache.num_tokens(rid), cache.num_reserved(rid)) == (100, 4)
+    with pytest.raises(UnknownRequestError):
+        cache.reserve([1], 1)  # type: ignore[arg-type]
+    with pytest.raises(UnknownRequestError):
+        cache.block_table([1], "target")  # type: ignore[arg-type]
+    cache.check_invariants()

@@ -12,3 +12,13 @@ def require_int(name: str, value: object, *, minimum: int = 0) -> int:
     if value < minimum:
         raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def require_model(name: str, value: object) -> None:
+    """Reject anything but a :class:`~kvbudget.model.ModelSpec` (e.g. a preset name)."""
+    from kvbudget.model import ModelSpec
+
+    if not isinstance(value, ModelSpec):
+        raise InvalidArgumentError(
+            f"{name} must be a ModelSpec (from kvbudget.load_model), got {value!r}"
+        )

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kvbudget._validate import require_int
+from kvbudget._validate import require_int, require_model
 from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.layers import AttentionLayer, GatedDeltaNetLayer, Layer, Mamba2Layer
@@ -168,6 +168,7 @@ def cache_cost_detail(
     lookahead_tokens: int = 0,
 ) -> CostDetail:
     """:func:`cache_cost` with its parts (window groups, state bytes, stage). Pure."""
+    require_model("model", model)
     require_int("tokens_per_block", tokens_per_block, minimum=1)
     require_int("max_batch_size", max_batch_size, minimum=1)
     require_int("tp", tp, minimum=1)

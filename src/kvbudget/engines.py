@@ -478,7 +478,9 @@ def emit(plan: Plan, engine: str) -> str:
     Raises InvalidArgumentError for an unknown engine, a KV dtype the engine has no cache
     for, or a block size the engine does not take.
     """
-    emitter = _EMITTERS.get(engine.lower())
+    if not isinstance(plan, Plan):
+        raise InvalidArgumentError(f"plan must be a Plan (from kvbudget.plan), got {plan!r}")
+    emitter = _EMITTERS.get(engine.lower()) if isinstance(engine, str) else None
     if emitter is None:
         raise InvalidArgumentError(
             f"unknown engine {engine!r}; choose one of {', '.join(_EMITTERS)}"

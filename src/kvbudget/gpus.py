@@ -120,6 +120,8 @@ def get_gpu(name: str) -> GpuSpec:
 
     Raises InvalidArgumentError for an unknown GPU or one without a known memory total.
     """
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"gpu must be a GPU name such as 'H200', got {name!r}")
     rows = _rows()
     key = name.strip().lower()
     full = _SHORT_NAMES.get(key) or next((n for n in rows if n.lower() == key), None)

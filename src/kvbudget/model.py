@@ -247,6 +247,8 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
 
     Raises ConfigError / UnsupportedArchitectureError as :func:`load_model` does.
     """
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"expected a JSON object at the top level, got {cfg!r}", source=source)
     outer = _Fields(cfg, source)
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str):

@@ -215,13 +215,13 @@ def plan(
     # "auto" is the target's dtype for every manager (engines run the draft in the
     # target's dtype), else the draft's when the target config names none.
     auto_dtype = target_model.dtype or (draft_model.dtype if draft_model else None)
-    if auto_dtype is None and kv_dtype.strip().lower() == "auto":
+    if auto_dtype is None and str(kv_dtype).strip().lower() == "auto":
         raise InvalidArgumentError(
             f"--kv-dtype auto needs a dtype, but the config of {target_model.name} names none "
             "(no torch_dtype/dtype, e.g. a quantized checkpoint); pass --kv-dtype bf16 (what "
             "engines use for its activations), fp8 or nvfp4"
         )
-    if state_dtype.strip().lower() != "auto":
+    if str(state_dtype).strip().lower() != "auto":
         parse_dtype(state_dtype, what="state_dtype")
     seq_len = target_model.max_position_embeddings if max_seq_len is None else max_seq_len
     require_int("max_seq_len", seq_len, minimum=1)

@@ -68,7 +68,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from kvbudget._validate import require_int
+from kvbudget._validate import require_int, require_model
 from kvbudget.cost import pp_stage_layers
 from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import ConfigError, InvalidArgumentError, UnsupportedArchitectureError
@@ -821,6 +821,7 @@ def count_params(model: ModelSpec) -> ParamCounts:
         UnsupportedArchitectureError: ``model_type`` is not one this module models.
         ConfigError: a field needed for the count is missing or malformed.
     """
+    require_model("model", model)
     totals: dict[str, int] = {}
     for w in _inventory(model):
         totals[w.component] = totals.get(w.component, 0) + w.num_params
@@ -1013,6 +1014,7 @@ def weights_bytes(
         UnsupportedArchitectureError / ConfigError: as :func:`count_params`, or a
             quantization format this module does not model.
     """
+    require_model("model", model)
     require_int("tp", tp, minimum=1)
     require_int("pp", pp, minimum=1)
     if not isinstance(include_mtp, bool):

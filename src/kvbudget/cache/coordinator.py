@@ -34,7 +34,7 @@ free); swapping lives in :mod:`kvbudget.cache.swap`, the stats snapshot in
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.cache.hashing import extend_block_hashes
 from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
@@ -57,6 +57,22 @@ if TYPE_CHECKING:
     from kvbudget.cache.storage import CacheStorage
 
 
+def _token_list(token_ids: Any, what: str) -> list[int]:
+    """``token_ids`` as a new list; raises InvalidCacheOperationError unless it is a
+    sequence (not a string) of ints."""
+    if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
+        raise InvalidCacheOperationError(
+            f"{what} must be a sequence of int token ids, got {token_ids!r}"
+        )
+    tokens = list(token_ids)
+    for t in tokens:
+        if type(t) is not int:
+            raise InvalidCacheOperationError(
+                f"{what} must be int token ids; got {t!r} of type {type(t).__name__}"
+            )
+    return tokens
+
+
 class SpecDecodeCache:
     """Paged KV cache of a target and its draft, enforcing one rank's :class:`Plan`.
 
@@ -73,6 +89,8 @@ class SpecDecodeCache:
         max_reserve_tokens: int | None = None,
     ) -> None:
         """See :meth:`from_plan`."""
+        if not isinstance(plan, Plan):
+            raise InvalidArgumentError(f"plan must be a Plan (from kvbudget.plan), got {plan!r}")
         if not plan.managers:
             raise InvalidArgumentError("the plan has no cache manager; nothing to build")
         tpbs = {m.tokens_per_block for m in plan.managers}
@@ -165,7 +183,7 @@ class SpecDecodeCache:
     def _get(self, request_id: RequestId) -> Request:
         try:
             return self._requests[request_id]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable id was never admitted
             raise UnknownRequestError(
                 f"request {request_id!r} is not in the cache (never admitted, already freed, "
                 "or preempted with mode='recompute')"
@@ -250,18 +268,31 @@ class SpecDecodeCache:
         Raises:
             OutOfBlocksError: some role lacks GPU blocks, window blocks or a state slot;
                 nothing changes.
-            InvalidCacheOperationError: the id is taken or the prompt is empty.
+            InvalidCacheOperationError: the id is unhashable or taken, the prompt is empty
+                or not a sequence of int token ids, or ``extra_keys`` is not a tuple of
+                hashable values.
         """
+        if not isinstance(request_id, Hashable):
+            raise InvalidCacheOperationError(
+                f"request id must be hashable (e.g. RequestId('r1')), got {request_id!r}"
+            )
         if request_id in self._requests:
             raise InvalidCacheOperationError(
                 f"request {request_id!r} is already admitted; free() it or use a new id"
             )
-        tokens = list(token_ids)
+        tokens = _token_list(token_ids, f"the prompt of request {request_id!r}")
         num_tokens = len(tokens)
         if num_tokens == 0:
             raise InvalidCacheOperationError(f"request {request_id!r} has an empty prompt")
+        try:
+            keys = tuple(extra_keys)
+            hash(keys)
+        except TypeError:
+            raise InvalidCacheOperationError(
+                f"extra_keys must be a tuple of hashable values, got {extra_keys!r}"
+            ) from None
         tpb = self.tokens_per_block
-        req = Request(tokens, tuple(extra_keys), self._managers)
+        req = Request(tokens, keys, self._managers)
         hashes = req.hashes
         num_hit = 0
         if self.prefix_reuse:
@@ -292,7 +323,7 @@ class SpecDecodeCache:
                 than ``max_reserve_tokens`` unverified tokens.
             UnknownRequestError: no such request.
         """
-        req = self._requests.get(request_id)
+        req = self._requests.get(request_id) if isinstance(request_id, Hashable) else None
         if req is None or req.swapped:
             req = self._running(request_id, "reserve for")
         if type(num_tokens) is not int or num_tokens < 0:
@@ -335,12 +366,16 @@ class SpecDecodeCache:
         release the rest of the lookahead in every role; newly full blocks are hashed.
 
         Raises:
-            InvalidCacheOperationError: more tokens than reserved; nothing changes.
+            InvalidCacheOperationError: more tokens than reserved, or not a sequence of
+                int token ids; nothing changes.
             UnknownRequestError: no such request.
         """
-        req = self._requests.get(request_id)
+        req = self._requests.get(request_id) if isinstance(request_id, Hashable) else None
         if req is None or req.swapped:
             req = self._running(request_id, "commit to")
+        accepted_token_ids = _token_list(
+            accepted_token_ids, f"the accepted tokens of request {request_id!r}"
+        )
         accepted = len(accepted_token_ids)
         if accepted > req.num_reserved:
             raise InvalidCacheOperationError(
