@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import kvbudget
 from kvbudget import (
     AttentionLayer,
     ConfigError,
@@ -650,3 +651,8 @@ def test_raw_config_keeps_the_top_level_of_multimodal_configs() -> None:
     spec = load_model("google/gemma-3-27b-it")
     assert "vision_config" in spec.raw_config
     assert "vision_config" not in spec.config
+
+
+def test_model_type_of_the_wrong_type_says_so() -> None:
+    with pytest.raises(ConfigError, match="expected a string, got 3"):
+        kvbudget.parse_config({"model_type": 3}, source="x.json", name="x")

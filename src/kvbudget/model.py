@@ -251,8 +251,10 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         raise ConfigError(f"expected a JSON object at the top level, got {cfg!r}", source=source)
     outer = _Fields(cfg, source)
     model_type = cfg.get("model_type")
-    if not isinstance(model_type, str):
+    if model_type is None:
         raise outer.error("model_type", "required but missing (cannot tell the architecture)")
+    if not isinstance(model_type, str):
+        raise outer.error("model_type", f"expected a string, got {model_type!r}")
     architectures = cfg.get("architectures") or []
     if not isinstance(architectures, list):
         raise outer.error("architectures", f"expected a list, got {architectures!r}")
