@@ -38,12 +38,12 @@ import sys
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
 from kvbudget.cache import RequestId, SpecDecodeCache
-from kvbudget.plan_types import Budget, Capacity, ManagerPlan, Plan, TierPlan
+from kvbudget.plan_types import Plan
+from kvbudget.planner import plan
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "azure-llm-inference-2023-conv.csv"
@@ -129,69 +129,24 @@ def build_ops(
 
 
 def make_plan(gpu_blocks: int, host_blocks: int, tokens_per_block: int, draft_len: int) -> Plan:
-    """A one-rank plan: Llama-3.1-8B-like target (128 KiB/token), EAGLE3 draft (4 KiB)."""
+    """A one-rank plan from the planner: Llama-3.1-8B-Instruct + its EAGLE3 head.
 
-    def manager(role: str, slope: int) -> ManagerPlan:
-        def tier(name: str, blocks: int) -> TierPlan:
-            nbytes = blocks * slope * tokens_per_block
-            return TierPlan(
-                tier=name,  # type: ignore[arg-type]
-                bytes=nbytes,
-                blocks=blocks,
-                tokens=blocks * tokens_per_block,
-                padding_bytes=0,
-            )
-
-        return ManagerPlan(
-            role=role,  # type: ignore[arg-type]
-            model=role,
-            layers="model",
-            num_layers=32 if role == "target" else 1,
-            kv_dtype="bf16",
-            tokens_per_block=tokens_per_block,
-            slope_bytes_per_token=slope,
-            fixed_bytes=0,
-            window_bytes=0,
-            window_groups=(),
-            state_bytes_per_seq=0,
-            max_batch_size=1,
-            gpu=tier("gpu", gpu_blocks),
-            host=tier("host", host_blocks),
-            disk=tier("disk", 0),
-        )
-
-    managers = (manager("target", 131072), manager("draft", 4096))
-    values: dict[str, object] = {
-        "target": "target",
-        "draft": "draft",
-        "spec": "eagle3",
-        "tp": 1,
-        "pp": 1,
-        "kv_dtype": "bf16",
-        "tokens_per_block": tokens_per_block,
-        "budget": Budget(
-            gpu_bytes=sum(m.gpu.bytes for m in managers),
-            host_bytes=sum(m.host.bytes for m in managers),
-            disk_bytes=0,
-            gpu_source="benchmark",
-        ),
-        "managers": managers,
-        "capacity": Capacity(
-            tokens=gpu_blocks * tokens_per_block,
-            host_tokens=host_blocks * tokens_per_block,
-            disk_tokens=0,
-            max_seq_len=gpu_blocks * tokens_per_block,
-            max_draft_len=draft_len,
-            lookahead_tokens=draft_len,
-            max_batch_size=1,
-            max_concurrency=1,
-            max_seq_len_at_batch=gpu_blocks * tokens_per_block,
-        ),
-    }
-    for f in fields(Plan):  # plan fields not used by the cache (e.g. PP stages)
-        if f.default is MISSING and f.default_factory is MISSING:
-            values.setdefault(f.name, 0)
-    return Plan(**values)  # type: ignore[arg-type]
+    Budgets are whole multiples of one block of both managers
+    ((131072 + 4096) B/token x tokens_per_block), so the slope split gives each manager
+    exactly ``gpu_blocks`` / ``host_blocks`` blocks.
+    """
+    block_pair_bytes = (131072 + 4096) * tokens_per_block
+    built = plan(
+        kv_budget=gpu_blocks * block_pair_bytes,
+        host_budget=host_blocks * block_pair_bytes,
+        tokens_per_block=tokens_per_block,
+        max_draft_len=draft_len,
+        max_seq_len=gpu_blocks * tokens_per_block - draft_len,
+        max_batch_size=1,
+    )
+    for m in built.managers:
+        assert (m.gpu.blocks, m.host.blocks) == (gpu_blocks, host_blocks), m
+    return built
 
 
 # ---------------------------------------------------------------------------- baseline
