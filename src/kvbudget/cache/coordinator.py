@@ -57,20 +57,38 @@ if TYPE_CHECKING:
     from kvbudget.cache.storage import CacheStorage
 
 
-def _token_list(token_ids: Any, what: str) -> list[int]:
-    """``token_ids`` as a new list; raises InvalidCacheOperationError unless it is a
-    sequence (not a string) of ints."""
-    if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
-        raise InvalidCacheOperationError(
-            f"{what} must be a sequence of int token ids, got {token_ids!r}"
-        )
-    tokens = list(token_ids)
-    for t in tokens:
+def _checked_tokens(token_ids: Any, what: str, request_id: object) -> Sequence[int]:
+    """``token_ids`` checked to be a sequence (not a string) of ints; raises
+    InvalidCacheOperationError otherwise. Returns it as is (a list, tuple or range) or as
+    a new list; the caller copies before keeping it.
+
+    On the per-token path: lists, tuples and ranges skip the abstract-class check, and
+    the message is only formatted on failure.
+    """
+    kind = type(token_ids)
+    if kind is not list and kind is not tuple and kind is not range:
+        if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
+            raise InvalidCacheOperationError(
+                f"{what} of request {request_id!r} must be a sequence of int token ids, "
+                f"got {token_ids!r}"
+            )
+        token_ids = list(token_ids)
+    for t in token_ids:
         if type(t) is not int:
             raise InvalidCacheOperationError(
-                f"{what} must be int token ids; got {t!r} of type {type(t).__name__}"
+                f"{what} of request {request_id!r} must be int token ids; got {t!r} of "
+                f"type {type(t).__name__}"
             )
-    return tokens
+    checked: Sequence[int] = token_ids
+    return checked
+
+
+def _lookup(requests: dict[RequestId, Request], request_id: Any) -> Request | None:
+    """The request under ``request_id``; None when absent or the id is unhashable."""
+    try:
+        return requests.get(request_id)
+    except TypeError:
+        return None
 
 
 class SpecDecodeCache:
@@ -280,7 +298,7 @@ class SpecDecodeCache:
             raise InvalidCacheOperationError(
                 f"request {request_id!r} is already admitted; free() it or use a new id"
             )
-        tokens = _token_list(token_ids, f"the prompt of request {request_id!r}")
+        tokens = list(_checked_tokens(token_ids, "the prompt", request_id))
         num_tokens = len(tokens)
         if num_tokens == 0:
             raise InvalidCacheOperationError(f"request {request_id!r} has an empty prompt")
@@ -323,7 +341,7 @@ class SpecDecodeCache:
                 than ``max_reserve_tokens`` unverified tokens.
             UnknownRequestError: no such request.
         """
-        req = self._requests.get(request_id) if isinstance(request_id, Hashable) else None
+        req = _lookup(self._requests, request_id)
         if req is None or req.swapped:
             req = self._running(request_id, "reserve for")
         if type(num_tokens) is not int or num_tokens < 0:
@@ -370,12 +388,10 @@ class SpecDecodeCache:
                 int token ids; nothing changes.
             UnknownRequestError: no such request.
         """
-        req = self._requests.get(request_id) if isinstance(request_id, Hashable) else None
+        req = _lookup(self._requests, request_id)
         if req is None or req.swapped:
             req = self._running(request_id, "commit to")
-        accepted_token_ids = _token_list(
-            accepted_token_ids, f"the accepted tokens of request {request_id!r}"
-        )
+        accepted_token_ids = _checked_tokens(accepted_token_ids, "the accepted tokens", request_id)
         accepted = len(accepted_token_ids)
         if accepted > req.num_reserved:
             raise InvalidCacheOperationError(
