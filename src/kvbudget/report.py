@@ -10,10 +10,6 @@ from kvbudget.plan_types import Plan
 from kvbudget.units import format_bytes
 
 
-def _size(num_bytes: int) -> str:
-    return f"{format_bytes(num_bytes)}"
-
-
 def render_plan(plan: Plan) -> Group:
     """A rich renderable of ``plan``: budget, managers per tier, capacity, warnings."""
     b = plan.budget
@@ -30,15 +26,17 @@ def render_plan(plan: Plan) -> Group:
     budget.add_column("item")
     budget.add_column("value", justify="right")
     if b.gpu_memory_bytes is not None and b.weights_bytes is not None:
-        budget.add_row(f"GPU memory ({b.gpu_name})", _size(b.gpu_memory_bytes))
-        budget.add_row("weights on this rank", _size(b.weights_bytes))
+        budget.add_row(f"GPU memory ({b.gpu_name})", format_bytes(b.gpu_memory_bytes))
+        budget.add_row("weights on this rank", format_bytes(b.weights_bytes))
         if b.reserve_bytes is not None:
-            budget.add_row("activation/runtime reserve", _size(b.reserve_bytes))
-    budget.add_row("KV budget, GPU", _size(b.gpu_bytes))
-    budget.add_row("KV budget, host", _size(b.host_bytes))
-    budget.add_row("KV budget, disk", _size(b.disk_bytes))
+            budget.add_row("activation/runtime reserve", format_bytes(b.reserve_bytes))
+    budget.add_row("KV budget, GPU", format_bytes(b.gpu_bytes))
+    budget.add_row("KV budget, host", format_bytes(b.host_bytes))
+    budget.add_row("KV budget, disk", format_bytes(b.disk_bytes))
     if b.gpus_per_node > 1:
-        budget.add_row(f"host pinned per node ({b.gpus_per_node} ranks)", _size(b.node_host_bytes))
+        budget.add_row(
+            f"host pinned per node ({b.gpus_per_node} ranks)", format_bytes(b.node_host_bytes)
+        )
     source = Text(f"GPU budget = {b.gpu_source}", style="dim")
 
     managers = Table(title="Managers (per rank)", title_justify="left")
@@ -54,7 +52,7 @@ def render_plan(plan: Plan) -> Group:
             m.model,
             _layers(m.num_layers, m.layers),
             f"{m.slope_bytes_per_token:,}",
-            _size(m.fixed_bytes),
+            format_bytes(m.fixed_bytes),
         )
 
     tiers = Table(title="Tiers (per rank)", title_justify="left")
@@ -66,10 +64,10 @@ def render_plan(plan: Plan) -> Group:
                 tiers.add_row(
                     m.role,
                     t.tier,
-                    _size(t.bytes),
+                    format_bytes(t.bytes),
                     f"{t.blocks:,}",
                     f"{t.tokens:,}",
-                    _size(t.padding_bytes),
+                    format_bytes(t.padding_bytes),
                 )
 
     c = plan.capacity

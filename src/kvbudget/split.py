@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kvbudget._validate import require_int
 from kvbudget.cost import CacheCost
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
 
@@ -42,14 +43,6 @@ class BudgetSplit:
     tokens: int  # tokens both managers hold at least (the draft's count)
 
 
-def _bytes_arg(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentError(f"{name} must be a whole number of bytes, got {value!r}")
-    if value < 0:
-        raise InvalidArgumentError(f"{name} must not be negative, got {value}")
-    return value
-
-
 def split_budget(
     total_bytes: int,
     *,
@@ -65,7 +58,7 @@ def split_budget(
         InvalidArgumentError: a negative or non-integer budget, or an unknown tier.
         InfeasibleBudgetError: on the GPU, the budget does not cover the fixed costs.
     """
-    total = _bytes_arg("total_bytes", total_bytes)
+    total = require_int("total_bytes", total_bytes)
     if tier not in TIERS:
         raise InvalidArgumentError(f"tier must be one of {', '.join(TIERS)}, got {tier!r}")
     if not isinstance(target, CacheCost) or not isinstance(draft, CacheCost):
