@@ -1,69 +1,67 @@
-"""Engine settings: unit conversions and each engine's budget semantics, with exact values.
+"""Engine models: what vLLM, SGLang and TensorRT-LLM allocate for a plan, exact values.
 
 Budgets are given with ``kv_budget``/``host_budget`` so every number follows from the
-cache geometry; the arithmetic is in the comments. The engine facts themselves (knob
-names, units, scopes) are documented with their sources in ``kvbudget.engines``.
+cache geometry; the hand arithmetic is beside each expected value. The engine facts
+(with their sources) are in the docstrings of ``kvbudget.engines.vllm``, ``.sglang`` and
+``.trtllm``. The fidelity harness in ``benchmarks/fidelity/`` checks the vLLM model
+against vLLM's own code.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from kvbudget import InvalidArgumentError
+from kvbudget import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.cli import app
 from kvbudget.dtypes import KV_DTYPE_NAMES
-from kvbudget.engines import ENGINES, _gib, _whole_gb, emit
+from kvbudget.engines import ENGINES, emit
+from kvbudget.engines import sglang as sgl
+from kvbudget.engines import trtllm as trt
+from kvbudget.engines.common import gib_text, whole_gb
 from kvbudget.plan_types import Plan
 from kvbudget.planner import plan
 
 GIB = 1024**3
+B40 = 40 * GIB  # 42,949,672,960 B
 LLAMA8B = "meta-llama/Llama-3.1-8B-Instruct"
 LLAMA1B = "meta-llama/Llama-3.2-1B-Instruct"
-EAGLE8B = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+LLAMA70B = "meta-llama/Llama-3.1-70B-Instruct"
 DSV3 = "deepseek-ai/DeepSeek-V3"
 GPT_OSS = "openai/gpt-oss-120b"
+GEMMA3 = "google/gemma-3-27b-it"
+MISTRAL = "mistralai/Mistral-7B-v0.1"
 SPEC_MODES = {"eagle3", "mtp", "draft-target", "ngram"}
 
 
-def make(**kwargs: object) -> Plan:
-    args: dict[str, object] = {"kv_budget": "40GiB", "max_seq_len": 8192}
+def make(engine: str, target: str = LLAMA8B, spec: str = "eagle3", **kwargs: Any) -> Plan:
+    args: dict[str, Any] = {
+        "kv_budget": "40GiB",
+        "host_budget": 0,
+        "max_seq_len": 32768,
+        "tokens_per_block": 16,
+    }
     args.update(kwargs)
-    return plan(**args)  # type: ignore[arg-type]
+    return plan(target, spec=spec, engine=engine, **args)
 
 
-def lines(text: str) -> list[str]:
-    """The emitted lines without shell continuations."""
-    return [line.removesuffix(" \\").strip() for line in text.splitlines()]
+def predicted(p: Plan) -> dict[str, Any]:
+    assert p.engine is not None
+    return dict(p.engine.predicted)
 
 
 def flag(text: str, name: str) -> str | None:
-    """The value after ``name`` on its own argument line, or None when absent."""
-    for line in lines(text):
+    for line in text.splitlines():
+        line = line.removesuffix(" \\").strip()
         if line.startswith(name + " "):
             return line[len(name) + 1 :]
     return None
 
 
-def yaml_value(text: str, key: str) -> str | None:
-    """The value of an indented ``key:`` line in the emitted YAML (comments dropped)."""
-    for line in text.splitlines():
-        body = line.split("#", 1)[0].strip()
-        if body.startswith(key + ":"):
-            return body[len(key) + 1 :].strip()
-    return None
-
-
-def spec_config(text: str) -> dict[str, object]:
-    raw = flag(text, "--speculative-config")
-    assert raw is not None and raw.startswith("'") and raw.endswith("'")
-    data: dict[str, object] = json.loads(raw[1:-1])
-    return data
-
-
-# ---------------------------------------------------------------- unit conversions
+# ---------------------------------------------------------------- units and facts
 
 
 @pytest.mark.parametrize(
@@ -71,33 +69,18 @@ def spec_config(text: str) -> dict[str, object]:
     [
         (64 * GIB, "64"),  # 68719476736 B = 64 GiB exactly
         (1610612736, "1.5"),  # 1.5 x 2^30
-        (1342177280, "1.25"),  # 1.25 x 2^30
         (GIB - 1, "0.999"),  # (2^30 - 1) x 1000 // 2^30 = 999 thousandths
         (10 * GIB + 1024**2, "10"),  # + 1 MiB = 0.00098 GiB, below one thousandth
-        (536870912, "0.5"),  # 2^29
         (1, "0"),
-        (0, "0"),
     ],
 )
 def test_gib_rounds_down_to_thousandths(num_bytes: int, expected: str) -> None:
-    assert _gib(num_bytes) == expected
+    assert gib_text(num_bytes) == expected
 
 
-@pytest.mark.parametrize(
-    ("num_bytes", "expected"),
-    [
-        (16 * GIB, 17),  # 17179869184 B = 17.18 GB -> 17
-        (64 * GIB, 68),  # 68719476736 B = 68.72 GB -> 68
-        (10**9, 1),
-        (10**9 - 1, 0),
-        (66637068351, 66),
-    ],
-)
-def test_whole_gb_is_decimal_and_rounds_down(num_bytes: int, expected: int) -> None:
-    assert _whole_gb(num_bytes) == expected
-
-
-# ---------------------------------------------------------------- the facts table
+def test_whole_gb_is_decimal_and_rounds_down() -> None:
+    assert whole_gb(64 * GIB) == 68  # 68.72e9 B
+    assert whole_gb(10**9 - 1) == 0
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
@@ -105,237 +88,292 @@ def test_every_engine_names_every_spec_mode_and_dtype(engine: str) -> None:
     facts = ENGINES[engine]
     assert set(facts.spec_names) == SPEC_MODES
     assert set(facts.kv_dtype_names) == set(KV_DTYPE_NAMES) - {"auto"}
-
-
-def test_facts_units_and_scopes() -> None:
-    trt, vllm, sgl = ENGINES["trtllm"], ENGINES["vllm"], ENGINES["sglang"]
-    assert (trt.host_unit, trt.host_covers, trt.host_over_ranks) == ("bytes", "all", False)
-    assert (vllm.host_unit, vllm.host_covers, vllm.host_over_ranks) == ("GiB", "all", True)
-    assert (sgl.host_covers, sgl.host_over_ranks) == ("target", False)
-    assert sgl.host_unit.startswith("GB (decimal")
-    assert trt.block_power_of_two and not vllm.block_power_of_two
-    assert not sgl.block_power_of_two
-    # no engine has a plain int8 KV cache
     assert all(f.kv_dtype_names["int8"] is None for f in ENGINES.values())
-
-
-# ---------------------------------------------------------------- TensorRT-LLM
-
-
-def test_trtllm_budgets_are_per_rank_totals_of_all_managers() -> None:
-    p = make(host_budget="64GiB")
-    out = emit(p, "trtllm")
-    # GPU: target 41648167719 + draft 1301505241 = 42949672960 = 40 GiB
-    assert yaml_value(out, "max_gpu_total_bytes") == "42949672960"
-    # host: target 66637068351 + draft 2082408385 = 68719476736 = 64 GiB
-    assert yaml_value(out, "host_cache_size") == "68719476736"
-    # both managers hold 9929 blocks x 32 tokens = 317728 tokens
-    assert yaml_value(out, "max_tokens") == "317728"
-    assert yaml_value(out, "tokens_per_block") == "32"
-    assert yaml_value(out, "dtype") == "auto"  # bf16 = the checkpoint's dtype
-    assert yaml_value(out, "enable_block_reuse") == "true"
-    assert yaml_value(out, "tensor_parallel_size") == "1"
-    assert yaml_value(out, "max_seq_len") == "8192"
-    assert "split by bytes per token" in out
-
-
-def test_trtllm_eagle3_uses_speculative_model() -> None:
-    out = emit(make(), "trtllm")
-    assert yaml_value(out, "decoding_type") == "Eagle3"
-    assert yaml_value(out, "max_draft_len") == "3"
-    assert yaml_value(out, "speculative_model") == EAGLE8B
-    assert "speculative_model_dir" not in out
-
-
-def test_trtllm_mtp_sets_max_draft_len_not_num_nextn_predict_layers() -> None:
-    out = emit(make(target=DSV3, spec="mtp", tp=8, max_draft_len=2), "trtllm")
-    assert yaml_value(out, "decoding_type") == "MTP"
-    assert yaml_value(out, "max_draft_len") == "2"
-    assert yaml_value(out, "num_nextn_predict_layers") is None
-    assert yaml_value(out, "speculative_model") is None
-    # one manager (MTP layers inside the target's): 40 GiB on each of 8 ranks
-    assert yaml_value(out, "max_gpu_total_bytes") == str(40 * GIB)
-    assert "split by bytes per token" not in out
-
-
-def test_trtllm_draft_target_and_ngram_names() -> None:
-    dt = emit(make(spec="draft-target", draft=LLAMA1B), "trtllm")
-    assert yaml_value(dt, "decoding_type") == "Draft_Target"
-    assert yaml_value(dt, "speculative_model") == LLAMA1B
-    # target 34359738368 (32 GiB) + draft 8589934592 (8 GiB): slopes 131072 : 32768 = 4 : 1
-    assert yaml_value(dt, "max_gpu_total_bytes") == "42949672960"
-    ng = emit(make(spec="ngram"), "trtllm")
-    assert yaml_value(ng, "decoding_type") == "NGram"
-    assert yaml_value(ng, "speculative_model") is None
-    assert "speculative_config" not in emit(make(spec="none"), "trtllm")
-
-
-def test_trtllm_leaves_out_max_tokens_for_sliding_window_models() -> None:
-    out = emit(make(target=GPT_OSS, spec="none", kv_dtype="bf16"), "trtllm")
-    assert yaml_value(out, "max_tokens") is None
-    assert yaml_value(out, "max_gpu_total_bytes") == str(40 * GIB)
-
-
-def test_trtllm_needs_power_of_two_blocks() -> None:
-    p = make(tokens_per_block=48)
-    with pytest.raises(InvalidArgumentError, match="power of two"):
-        emit(p, "trtllm")
-    assert flag(emit(p, "vllm"), "--block-size") == "48"
-    assert flag(emit(p, "sglang"), "--page-size") == "48"
 
 
 # ---------------------------------------------------------------- vLLM
 
 
-def test_vllm_gpu_bytes_per_gpu_for_all_layers() -> None:
-    out = emit(make(host_budget=0), "vllm")
-    # target 41648167719 + draft 1301505241 = 42949672960
-    assert flag(out, "--kv-cache-memory-bytes") == "42949672960"
-    assert flag(out, "--block-size") == "32"
-    assert flag(out, "--kv-cache-dtype") == "auto"
-    assert flag(out, "--max-num-seqs") == "256"
-    assert flag(out, "--kv-offloading-size") is None  # no host budget
-    assert "left unset" not in out
+def test_vllm_full_attention_with_eagle3_is_one_group() -> None:
+    p = make("vllm")
+    e = predicted(p)
+    # 2 (K,V) x 8 heads x 128 x 2 B = 4,096 B per token per layer; page = 16 x 4,096 = 65,536
+    # 32 target layers + 1 EAGLE3 layer, all equal specs: one group, 33 pages per block
+    assert e["kv_cache_groups"] == [
+        {
+            "kind": "full_attention",
+            "layers": 33,
+            "draft_layers": 1,
+            "padding_layers": 0,
+            "page_bytes": 65_536,
+            "block_size": 16,
+            "sliding_window": None,
+            "blocks_per_request": 2048,  # 32,768 / 16
+        }
+    ]
+    assert e["bytes_per_block"] == 33 * 65_536 == 2_162_688
+    assert e["num_gpu_blocks"] == B40 // 2_162_688 == 19_859
+    # concurrency 19,859 / 2,048 = 9.6968; tokens int(9.6968 x 32,768) = 19,859 x 16
+    assert round(e["max_concurrency"], 2) == 9.70
+    assert e["gpu_kv_cache_tokens"] == 317_744
+    assert p.capacity.tokens == 317_744 and p.capacity.max_concurrency == 9
+    assert p.engine is not None and p.engine.log == (
+        "GPU KV cache size: 317,744 tokens, Maximum concurrency for 32,768 tokens per "
+        "request: 9.70x",
+    )
 
 
-def test_vllm_offloading_size_is_gib_over_all_tp_and_pp_ranks() -> None:
-    p = make(tp=2, pp=2, host_budget="10GiB")
-    # last stage: target 10105805403 + draft 631612837 = 10737418240 B per rank
-    assert sum(m.host.bytes for m in p.managers) == 10 * GIB
+def test_vllm_gpt_oss_eagle3_pads_the_sliding_group() -> None:
+    e = predicted(make("vllm", GPT_OSS))
+    # 2 x 8 heads x 64 x 2 B = 2,048 B per token per layer; page = 16 x 2,048 = 32,768
+    # 18 full + 1 EAGLE3 full = 19, 18 sliding: 19 < 1.5 x 18, so groups of 19 layers
+    groups = {(g["kind"], g["layers"], g["padding_layers"]) for g in e["kv_cache_groups"]}
+    assert groups == {("full_attention", 19, 0), ("sliding_window", 18, 1)}
+    assert e["bytes_per_block"] == 19 * 32_768 == 622_592
+    assert e["num_gpu_blocks"] == B40 // 622_592 == 68_985
+    # per request: full 32,768 / 16 = 2,048; sliding cdiv(min(128 - 1 + 2 x 8,192,
+    # 32,768), 16) + 1 = cdiv(16,511, 16) + 1 = 1,033 (async: 2 batches in flight)
+    assert e["blocks_per_request"] == 2048 + 1033 == 3081
+    assert round(e["max_concurrency"], 2) == 22.39  # 68,985 / 3,081
+    assert e["gpu_kv_cache_tokens"] == int(68_985 / 3081 * 32768) == 733_690
+
+
+def test_vllm_sliding_charge_follows_max_num_batched_tokens() -> None:
+    sync = predicted(make("vllm", GPT_OSS, async_scheduling=False, max_num_batched_tokens=2048))
+    # one batch in flight: cdiv(127 + 2,048, 16) + 1 = 137 sliding blocks per request
+    assert sync["max_in_flight_tokens"] == 2048
+    assert sync["blocks_per_request"] == 2048 + 137
+
+
+def test_vllm_every_layer_sliding_gets_the_whole_pool() -> None:
+    p = make("vllm", MISTRAL, spec="ngram", tokens_per_block=32)
+    e = predicted(p)
+    # 32 layers x 32 x 4,096 B = 4 MiB per block; 40 GiB / 4 MiB = 10,240 blocks
+    assert e["num_gpu_blocks"] == 10_240
+    # cdiv(min(4,095 + 16,384, 32,768), 32) + 1 = 640 + 1
+    assert e["blocks_per_request"] == 641
+    assert e["gpu_kv_cache_tokens"] == int(10_240 / 641 * 32768) == 523_470
+    assert p.capacity.tokens == 523_470 and p.capacity.max_concurrency == 15
+
+
+def test_vllm_refuses_a_pool_of_exactly_one_sequence_the_null_block_holds_back() -> None:
+    # Llama-3.1-70B: 80 layers x 16 x 4,096 B = 5 MiB per block; 40 GiB = 8,192 blocks,
+    # exactly one 131,072-token request; vLLM keeps block 0 back and refuses to start
+    with pytest.raises(InfeasibleBudgetError, match="would refuse to start"):
+        make("vllm", LLAMA70B, spec="none", max_seq_len=131072)
+    own = make("kvbudget", LLAMA70B, spec="none", max_seq_len=131072)
+    assert own.capacity.max_concurrency == 1
+
+
+def test_vllm_mla_with_mtp() -> None:
+    e = predicted(make("vllm", DSV3, spec="mtp", tp=8))
+    # latent 512 + 64 = 576 values x 2 B = 1,152 B per token, replicated on every rank;
+    # 61 layers + 1 MTP layer in one group: 62 x 16 x 1,152 = 1,142,784 B per block
+    assert [(g["kind"], g["layers"]) for g in e["kv_cache_groups"]] == [("mla", 62)]
+    assert e["num_gpu_blocks"] == B40 // 1_142_784 == 37_583
+
+
+def test_vllm_does_not_claim_mamba_models() -> None:
+    with pytest.raises(InvalidArgumentError, match="does not model gated_deltanet"):
+        make("vllm", "Qwen/Qwen3-Next-80B-A3B-Instruct", spec="mtp")
+
+
+def test_vllm_emission_carries_the_predicted_line_and_its_flags() -> None:
+    p = make("vllm", GPT_OSS)
     out = emit(p, "vllm")
-    # 10 GiB per rank x (2 TP x 2 PP) = 40 GiB
-    assert flag(out, "--kv-offloading-size") == "40"
-    assert flag(out, "--kv-offloading-backend") == "native"
-
-
-def test_vllm_offloading_size_keeps_fractions() -> None:
-    # 1.5 GiB per rank x 1 rank = 1.5 (a float is accepted)
-    out = emit(make(spec="none", host_budget="1536MiB"), "vllm")
-    assert flag(out, "--kv-offloading-size") == "1.5"
-
-
-def test_vllm_tiny_host_budget_leaves_offloading_off() -> None:
-    # 1 KiB: target 993 B + draft 31 B = 1024 B; 1024 x 1000 // 2^30 = 0 thousandths
-    out = emit(make(host_budget="1KiB"), "vllm")
-    assert flag(out, "--kv-offloading-size") is None
-    assert flag(out, "--kv-offloading-backend") is None
-    assert "left unset" in out
-
-
-def test_vllm_speculative_config_per_mode() -> None:
-    assert spec_config(emit(make(), "vllm")) == {
-        "method": "eagle3",
-        "num_speculative_tokens": 3,
-        "model": EAGLE8B,
-    }
-    assert spec_config(emit(make(target=DSV3, spec="mtp", tp=8), "vllm")) == {
-        "method": "mtp",
-        "num_speculative_tokens": 3,
-    }
-    assert spec_config(emit(make(spec="draft-target", draft=LLAMA1B), "vllm")) == {
-        "method": "draft_model",
-        "num_speculative_tokens": 3,
-        "model": LLAMA1B,
-    }
-    assert spec_config(emit(make(spec="ngram", max_draft_len=4), "vllm")) == {
-        "method": "ngram",
-        "num_speculative_tokens": 4,
-        "prompt_lookup_max": 5,
-        "prompt_lookup_min": 5,
-    }
-    assert flag(emit(make(spec="none"), "vllm"), "--speculative-config") is None
+    assert "#   GPU KV cache size: 733,690 tokens" in out
+    assert flag(out, "--kv-cache-memory-bytes") == str(B40)
+    assert flag(out, "--max-num-batched-tokens") == "8192"
+    assert "--async-scheduling" in out and "engine model: vLLM 0.33.0" in out
 
 
 # ---------------------------------------------------------------- SGLang
 
 
-def test_sglang_hicache_size_is_whole_gb_for_the_target_pool() -> None:
-    p = make(host_budget="64GiB")
-    target = p.manager("target")
-    assert target is not None
-    # 64 GiB x 131072 / (131072 + 4096) = 68719476736 x 32/33 -> 66637068351 B
-    assert target.host.bytes == 66637068351
-    out = emit(p, "sglang")
-    # 66637068351 B // 10^9 = 66 GB (the draft's 2082408385 B are added by SGLang)
-    assert flag(out, "--hicache-size") == "66"
-    assert "--enable-hierarchical-cache" in lines(out)
-    assert "same token count on top" in out
+def _sglang_profiles(p: Plan) -> int:
+    """The KV budget SGLang profiles with the emitted --mem-fraction-static.
+
+    ``free before weights x fraction - weights`` (``_profile_available_bytes``), taking the
+    free memory before weights as the GPU's memory and nothing else resident.
+    """
+    assert p.engine is not None and p.budget.gpu_memory_bytes is not None
+    fraction = float(p.engine.settings["--mem-fraction-static"])
+    weights = max(s.weights_bytes or 0 for s in p.stages) or _weights(p)
+    return int(p.budget.gpu_memory_bytes * fraction) - weights
 
 
-def test_sglang_hicache_size_leaves_out_a_large_draft_share() -> None:
-    p = make(spec="draft-target", draft=LLAMA1B, host_budget="10GiB")
-    # target 8589934592 (8 GiB = 4/5 of 10 GiB) -> 8 GB; the total 10 GiB would say 10
-    out = emit(p, "sglang")
-    assert flag(out, "--hicache-size") == "8"
+def _weights(p: Plan) -> int:
+    from kvbudget.model import load_model
+    from kvbudget.weights import weights_bytes
+
+    total = weights_bytes(load_model(p.target), tp=p.tp).total_bytes
+    if p.draft:
+        total += weights_bytes(load_model(p.draft), tp=p.tp).total_bytes
+    return total
 
 
-def test_sglang_hicache_per_rank_with_tp() -> None:
-    p = make(tp=4, host_budget="16GiB")
-    # per rank: 16 GiB x 32/33 = 17179869184 x 32/33 -> 16659267087 B -> 16 GB
-    target = p.manager("target")
-    assert target is not None and target.host.bytes // 10**9 == 16
-    assert flag(emit(p, "sglang"), "--hicache-size") == "16"
+def test_sglang_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
+    p = make("sglang", GPT_OSS, host_budget="64GiB", tokens_per_block=32, max_batch_size=64)
+    e = predicted(p)
+    lay = sgl.layout(
+        sgl_inputs(p),
+        0,
+    )
+    # forward through SGLang's own formulas with the emitted flags
+    assert p.engine is not None
+    s = p.engine.settings
+    full, swa = sgl.allocate(
+        lay,
+        _sglang_profiles(p),
+        32,
+        s["--max-total-tokens"],
+        s["--swa-full-tokens-ratio"],
+    )
+    assert full == e["max_total_num_tokens"] == p.capacity.tokens
+    assert swa == e["swa_tokens"]
+    # sliding pool: 64 requests x (128 + 3 + 1 + 2 x 32) + 8,192 + 32 = 20,768 tokens
+    assert swa >= 20_768
+    # the real pools (T + page rows each, draft pool with its own geometry) fit the budget
+    assert sgl.device_bytes(lay, full, swa, 32) <= B40
+    # host: target full + sliding pools and the EAGLE3 sidecar fit the 64 GiB budget
+    assert e["host_bytes"] <= 64 * GIB
+    pools = sgl.host_pools(lay, s["--hicache-size"], full, swa, 32)
+    assert pools.host_bytes == e["host_bytes"]
 
 
-def test_sglang_host_under_one_gb_leaves_hicache_off() -> None:
-    # 512 MiB = 536870912 B -> 0 GB, and --hicache-size 0 would fall back to the ratio
-    out = emit(make(spec="ngram", host_budget="512MiB"), "sglang")
-    assert flag(out, "--hicache-size") is None
-    assert "--enable-hierarchical-cache" not in lines(out)
-    assert "HiCache is left off" in out
+def sgl_inputs(p: Plan) -> Any:
+    """The planner's EngineInputs for ``p`` (rebuilt the way plan() builds them)."""
+    from kvbudget.dtypes import parse_dtype
+    from kvbudget.engines.inputs import EngineInputs
+    from kvbudget.model import load_model
+
+    return EngineInputs(
+        target=load_model(p.target),
+        draft=load_model(p.draft) if p.draft else None,
+        spec=p.spec,
+        max_draft_len=p.capacity.max_draft_len,
+        tp=p.tp,
+        pp=p.pp,
+        kv_dtype=parse_dtype(p.kv_dtype),
+        state_dtype=parse_dtype("bf16"),
+        tokens_per_block=p.tokens_per_block,
+        max_seq_len=p.capacity.max_seq_len,
+        max_batch_size=p.capacity.max_batch_size,
+        gpu_kv_bytes=p.budget.gpu_bytes,
+        host_bytes=p.budget.host_bytes,
+    )
 
 
-def test_sglang_tokens_and_spec_flags() -> None:
-    out = emit(make(max_draft_len=5), "sglang")
-    assert flag(out, "--max-total-tokens") == str(make(max_draft_len=5).capacity.tokens)
-    assert flag(out, "--speculative-algorithm") == "EAGLE3"
-    assert flag(out, "--speculative-draft-model-path") == EAGLE8B
-    # topk 1: num-draft-tokens = num-steps + 1 = 5 + 1
-    assert flag(out, "--speculative-num-steps") == "5"
-    assert flag(out, "--speculative-eagle-topk") == "1"
-    assert flag(out, "--speculative-num-draft-tokens") == "6"
-    assert flag(out, "--tp-size") == "1" and flag(out, "--pp-size") == "1"
+def test_sglang_full_attention_tokens_and_pages() -> None:
+    p = make("sglang", LLAMA8B, tokens_per_block=32)
+    e = predicted(p)
+    # target 32 x 4,096 = 131,072 B/token, EAGLE3 pool 4,096 B/token, T + 32 rows each:
+    # T = (40 GiB // 135,168 - 32) // 32 x 32 = (317,750 - 32) // 32 x 32 = 317,696
+    assert e["max_total_num_tokens"] == 317_696
+    assert e["device_bytes"] == (317_696 + 32) * 135_168 <= B40
+    # SGLang budgets the EAGLE3 layer at the target's per-layer size: int(131,072 x 33/32)
+    assert e["profiled_budget_bytes"] == (317_696 + 32) * 135_168 + 1
 
 
-def test_sglang_other_spec_modes() -> None:
-    mtp = emit(make(target=DSV3, spec="mtp", tp=8), "sglang")
-    assert flag(mtp, "--speculative-algorithm") == "NEXTN"
-    assert flag(mtp, "--speculative-draft-model-path") is None
-    dt = emit(make(spec="draft-target", draft=LLAMA1B), "sglang")
-    assert flag(dt, "--speculative-algorithm") == "STANDALONE"
-    assert flag(dt, "--speculative-draft-model-path") == LLAMA1B
-    ng = emit(make(spec="ngram"), "sglang")
-    assert flag(ng, "--speculative-algorithm") == "NGRAM"
-    assert flag(ng, "--speculative-num-steps") is None
-    assert flag(ng, "--speculative-num-draft-tokens") == "4"  # 3 drafts + 1
-    assert flag(emit(make(spec="none"), "sglang"), "--speculative-algorithm") is None
+def test_sglang_mistral_keeps_every_layer_at_full_length() -> None:
+    p = make("sglang", MISTRAL, spec="ngram", tokens_per_block=32)
+    # not an allow-listed sliding hybrid: 32 layers x 4,096 B = 131,072 B per token;
+    # (40 GiB // 131,072 - 32) // 32 x 32 = 327,648 tokens, not 0
+    assert predicted(p)["max_total_num_tokens"] == 327_648
+    assert flag(emit(p, "sglang"), "--max-total-tokens") == "327648"
 
 
-# ---------------------------------------------------------------- dtypes and errors
+# ---------------------------------------------------------------- TensorRT-LLM
 
 
-@pytest.mark.parametrize(
-    ("kv_dtype", "trtllm", "vllm", "sglang"),
-    [
-        ("fp8", "fp8", "fp8", "fp8_e4m3"),
-        ("nvfp4", "nvfp4", "nvfp4", "nvfp4"),
-        ("bf16", "auto", "auto", "auto"),
-        ("fp16", "auto", "auto", "auto"),
-    ],
-)
-def test_kv_dtype_names(kv_dtype: str, trtllm: str, vllm: str, sglang: str) -> None:
-    p = make(kv_dtype=kv_dtype)
-    assert yaml_value(emit(p, "trtllm"), "dtype") == trtllm
-    assert flag(emit(p, "vllm"), "--kv-cache-dtype") == vllm
-    assert flag(emit(p, "sglang"), "--kv-cache-dtype") == sglang
-    if trtllm == "auto":
-        assert f"the plan assumes {kv_dtype}" in emit(p, "vllm")
+def test_trtllm_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
+    p = make("trtllm", GPT_OSS, host_budget="64GiB", tokens_per_block=32)
+    assert p.engine is not None
+    s = p.engine.settings
+    inputs = sgl_inputs(p)
+    mgrs = trt.managers(inputs)
+    # target: 36 layers x 2,048 = 73,728 B/token at full length; EAGLE3 draft 2,048
+    assert [m.bytes_per_token for m in mgrs] == [73_728, 2_048]
+    assert s["kv_cache_config.max_attention_window"] == [128, 32768 + 1024]
+    pools = trt.allocate(
+        inputs,
+        mgrs,
+        max_tokens=s["kv_cache_config.max_tokens"],
+        max_gpu_total_bytes=s["kv_cache_config.max_gpu_total_bytes"],
+        host_cache_size=s["kv_cache_config.host_cache_size"],
+        shares_text=s["env.TRTLLM_WINDOW_SIZE_SHARES"],
+    )
+    # max_tokens = 40 GiB // 75,776 // 32 x 32 = 566,784; the draft holds that many
+    assert s["kv_cache_config.max_tokens"] == 566_784
+    assert pools.blocks["draft"][trt.FULL][0] * 32 == 566_784
+    # the target's full-length window holds the plan's tokens within one block
+    full_blocks = pools.blocks["target"][trt.FULL][0]
+    assert abs(full_blocks * 32 - p.capacity.tokens) <= 32
+    assert p.capacity.tokens == 566_784
+    # primary bytes of both managers stay within the budget
+    used = sum(b[0] * 32 * m.windows[w] for m in mgrs for w, b in pools.blocks[m.role].items())
+    assert used <= B40
 
 
-@pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
-def test_int8_kv_has_no_engine_setting(engine: str) -> None:
-    with pytest.raises(InvalidArgumentError, match="--kv-dtype one of"):
-        emit(make(kv_dtype="int8"), engine)
+def test_trtllm_full_attention_emits_max_tokens() -> None:
+    p = make("trtllm", LLAMA8B, tokens_per_block=32)
+    out = emit(p, "trtllm")
+    # 40 GiB // (131,072 + 4,096) = 317,750 -> 317,728 (whole blocks of 32)
+    assert "  max_tokens: 317728\n" in out
+    assert "max_attention_window" not in out
+
+
+def test_trtllm_mistral_window_list() -> None:
+    p = make("trtllm", MISTRAL, spec="ngram", tokens_per_block=32)
+    assert p.engine is not None
+    assert p.engine.settings["kv_cache_config.max_attention_window"] == [4096]
+    assert p.capacity.tokens == 327_680  # 40 GiB // 131,072 = 327,680, whole blocks
+
+
+# ---------------------------------------------------------------- API and CLI
+
+
+def test_emit_needs_a_plan_for_that_engine() -> None:
+    p = make("kvbudget")
+    with pytest.raises(InvalidArgumentError, match="made for engine kvbudget"):
+        emit(p, "vllm")
+    with pytest.raises(InvalidArgumentError, match="unknown engine 'tgi'"):
+        emit(p, "tgi")
+    assert emit(make("vllm"), "VLLM") == emit(make("vllm"), "vllm")
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_json_engine_object(engine: str) -> None:
+    data = json.loads(make(engine, host_budget="8GiB").to_json())
+    assert data["schema"] == 2
+    obj = data["engine"]
+    assert obj["name"] == engine and obj["version"]
+    assert obj["log"] and obj["settings"] and obj["predicted"]
+    assert data["capacity"]["tokens"] > 0
+
+
+def test_cli_emit_implies_engine_and_engine_prints_its_lines() -> None:
+    runner = CliRunner()
+    base = [
+        "plan",
+        "--target",
+        GPT_OSS,
+        "--kv-budget",
+        "40GiB",
+        "--max-seq-len",
+        "32768",
+        "--tokens-per-block",
+        "16",
+        "--host-budget",
+        "0",
+    ]
+    shown = runner.invoke(app, [*base, "--engine", "vllm"], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert "GPU KV cache size: 733,690 tokens" in shown.stdout
+    emitted = runner.invoke(app, [*base, "--emit", "vllm"])
+    assert emitted.exit_code == 0 and "vllm serve" in emitted.stdout
+    clash = runner.invoke(app, [*base, "--engine", "sglang", "--emit", "vllm"])
+    assert clash.exit_code == 2 and "drop --engine sglang" in clash.stderr
 
 
 def test_int8_emit_is_one_line_error_on_the_cli() -> None:
@@ -345,40 +383,3 @@ def test_int8_emit_is_one_line_error_on_the_cli() -> None:
     assert result.exit_code == 2
     assert result.stderr.startswith("error: SGLang has no int8 KV cache")
     assert len(result.stderr.strip().splitlines()) == 1
-
-
-def test_engine_names() -> None:
-    p = make()
-    assert emit(p, "VLLM") == emit(p, "vllm")
-    with pytest.raises(InvalidArgumentError, match="unknown engine 'tgi'"):
-        emit(p, "tgi")
-
-
-def test_pp_stages_with_different_budgets_emit_the_smallest() -> None:
-    # Gemma-3 at pp=2: stage 0 holds the vision tower and the embeddings, the last stage
-    # the tied lm_head copy; stage 0 carries more weights, so its KV budget is smaller
-    p = plan(
-        "google/gemma-3-27b-it",
-        spec="ngram",
-        pp=2,
-        host_budget=0,
-        max_seq_len=8192,
-        max_batch_size=8,
-    )
-    first, last = p.stages
-    assert first.weights_bytes is not None and last.weights_bytes is not None
-    assert first.weights_bytes > last.weights_bytes
-    # (memory - weights - reserve) x 0.9 per stage, so the difference is 0.9 x the weights'
-    assert first.gpu_bytes < last.gpu_bytes == p.budget.gpu_bytes
-    # a per-GPU knob applied to every stage must fit the smallest stage budget
-    vllm = emit(p, "vllm")
-    assert f"--kv-cache-memory-bytes {first.gpu_bytes} " in vllm
-    assert "PP stages differ" in vllm
-    assert f"max_gpu_total_bytes: {first.gpu_bytes}\n" in emit(p, "trtllm")
-
-
-def test_one_stage_emits_the_managers_bytes() -> None:
-    p = plan(kv_budget="40GiB", host_budget=0, max_seq_len=8192)
-    # 40 GiB = 42949672960 B, split between target and draft, emitted whole
-    assert "--kv-cache-memory-bytes 42949672960 " in emit(p, "vllm")
-    assert "PP stages differ" not in emit(p, "vllm")

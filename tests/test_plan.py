@@ -291,7 +291,6 @@ def test_node_host_memory_warning() -> None:
         ({"separate_draft_cache": True}, "--separate-draft-cache applies to --spec mtp only"),
         ({"target": EAGLE8B, "spec": "ngram"}, "EAGLE3 draft head, not a target model"),
         ({"state_dtype": "fp6"}, "unknown state_dtype"),  # checked even without state layers
-        ({"target": "openai/gpt-oss-120b", "spec": "ngram"}, "pass --kv-dtype bf16"),
     ],
 )
 def test_bad_input_is_a_typed_error(kwargs: dict[str, object], match: str) -> None:
@@ -302,7 +301,9 @@ def test_bad_input_is_a_typed_error(kwargs: dict[str, object], match: str) -> No
 
 def test_json_schema_is_stable_and_integer() -> None:
     data = json.loads(plan(kv_budget="40GiB").to_json())
-    assert data["schema"] == 1
+    assert data["schema"] == 2
+    assert data["engine"]["name"] == "kvbudget"
+    assert data["engine"]["predicted"]["gpu_tokens"] == data["capacity"]["tokens"]
     for key in ("gpu_bytes", "host_bytes", "disk_bytes"):
         assert isinstance(data["budget"][key], int)
     expected = {
@@ -412,3 +413,11 @@ def test_given_kv_budget_plans_a_config_without_weight_fields(tmp_path: Path) ->
     # 2^30 // (2048 x 32) = 16384 blocks; 4096 / 32 = 128 blocks a sequence -> 128 at once
     assert p.capacity.max_concurrency == 128
     assert not any("--kv-budget" in w for w in p.warnings)
+
+
+def test_kv_dtype_auto_is_bf16_when_the_config_names_none() -> None:
+    # gpt-oss-120b's config has no torch_dtype (MXFP4 checkpoint): engines run its KV in bf16
+    p = plan("openai/gpt-oss-120b", spec="ngram", kv_budget="40GiB", max_seq_len=8192)
+    assert p.kv_dtype == "bf16"
+    # 18 full layers x 2 (K, V) x 8 KV heads x 64 x 2 B = 36,864 B per token
+    assert p.managers[0].slope_bytes_per_token == 36_864

@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-from kvbudget.engines import ENGINES, emit
+from kvbudget.engines import ENGINE_NAMES, ENGINES, emit
+from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from kvbudget.errors import InvalidArgumentError, KvBudgetError
 from kvbudget.gpus import get_gpu, list_gpus
 from kvbudget.model import list_presets, load_model
@@ -181,15 +182,43 @@ def plan_command(
             "--separate-draft-cache", help="mtp only: give the MTP layers their own cache manager."
         ),
     ] = False,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ENGINE",
+            help="Whose cache to plan: kvbudget (default: the project's own cache), vllm, "
+            "sglang or trtllm (what that engine will really allocate). --emit X implies it.",
+        ),
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            help="Tokens per scheduler step (the prefill chunk): vLLM charges each "
+            "sliding-window group the tokens in flight; emitted for every engine.",
+        ),
+    ] = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    async_scheduling: Annotated[
+        bool,
+        typer.Option(
+            "--async-scheduling/--no-async-scheduling",
+            help="vLLM: two scheduler steps in flight (its default).",
+        ),
+    ] = True,
+    prefix_caching: Annotated[
+        bool,
+        typer.Option("--prefix-caching/--no-prefix-caching", help="Block reuse across requests."),
+    ] = True,
     json_out: Annotated[
-        bool, typer.Option("--json", help="Print the plan as JSON (schema 1).")
+        bool, typer.Option("--json", help="Print the plan as JSON (schema 2).")
     ] = False,
     emit_engine: Annotated[
         str | None,
         typer.Option(
             "--emit",
             metavar="ENGINE",
-            help=f"Print the engine settings that realise the plan: {', '.join(ENGINES)}.",
+            help="Print the settings that make the engine allocate the plan (implies --engine): "
+            f"{', '.join(ENGINES)}.",
         ),
     ] = None,
 ) -> None:
@@ -199,6 +228,24 @@ def plan_command(
     """
     if json_out and emit_engine is not None:
         _run(_raise(InvalidArgumentError("--json and --emit are exclusive; pick one")))
+    if emit_engine is not None and engine is not None and engine.lower() != emit_engine.lower():
+        _run(
+            _raise(
+                InvalidArgumentError(
+                    f"--emit {emit_engine} plans for {emit_engine}; drop --engine {engine}"
+                )
+            )
+        )
+    if emit_engine is not None and emit_engine.lower() not in ENGINE_NAMES[1:]:
+        _run(
+            _raise(
+                InvalidArgumentError(
+                    f"unknown engine {emit_engine!r} for --emit; choose one of "
+                    f"{', '.join(ENGINE_NAMES[1:])}"
+                )
+            )
+        )
+    chosen = emit_engine or engine or "kvbudget"
     result = _run(
         lambda: plan(
             target,
@@ -223,6 +270,10 @@ def plan_command(
             gpus_per_node=gpus_per_node,
             host_memory=host_memory,
             separate_draft_cache=separate_draft_cache,
+            engine=chosen,
+            max_num_batched_tokens=max_num_batched_tokens,
+            async_scheduling=async_scheduling,
+            enable_prefix_caching=prefix_caching,
         )
     )
     if json_out:

@@ -8,6 +8,7 @@ per rank unless a name says ``node``.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -123,6 +124,53 @@ class StagePlan:
 
 
 @dataclass(frozen=True, kw_only=True)
+class EnginePlan:
+    """What one serving engine will allocate for a plan, and the settings that make it.
+
+    * ``name``: ``"kvbudget"`` (the project's own cache), ``"vllm"``, ``"sglang"`` or
+      ``"trtllm"``; ``version``: the engine version the model of it is for.
+    * ``settings``: flag or YAML key -> value, exactly as :func:`kvbudget.emit` writes it.
+    * ``predicted``: the engine's pools and figures, JSON-ready (integers, floats, strings,
+      lists and dicts of those); keys differ per engine (see each engine's module).
+    * ``log``: the engine's predicted start-up lines about its KV cache, verbatim.
+    * ``notes``: what each setting really does in that engine, for the emitted comments.
+    * ``gpu_tokens``: tokens of the growing layers the engine holds on one GPU, as the
+      engine itself counts them (its logged capacity); ``max_concurrency``: sequences of
+      ``max_seq_len`` it runs at once, capped at ``max_batch_size``. They become the plan's
+      ``capacity.tokens`` and ``capacity.max_concurrency``.
+    """
+
+    name: str
+    version: str
+    settings: Mapping[str, Any]
+    predicted: Mapping[str, Any]
+    gpu_tokens: int
+    max_concurrency: int
+    log: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The engine plan as plain data (the ``"engine"`` object of schema 2)."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "settings": dict(self.settings),
+            "predicted": _plain(self.predicted),
+            "log": list(self.log),
+        }
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and sequences of ``value`` as dicts and lists, for JSON."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """A complete KV plan for one rank of a speculative-decoding deployment."""
 
@@ -140,6 +188,7 @@ class Plan:
     capacity: Capacity
     stages: tuple[StagePlan, ...] = ()
     warnings: tuple[str, ...] = ()
+    engine: EnginePlan | None = None
 
     @property
     def min_stage_gpu_bytes(self) -> int:
@@ -156,7 +205,10 @@ class Plan:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan as plain data (schema 1); every size an integer."""
+        """The plan as plain data (schema 2); every size an integer.
+
+        Schema 2 added the top-level ``"engine"`` object (:meth:`EnginePlan.to_dict`).
+        """
         b = self.budget
         return {
             "schema": SCHEMA_VERSION,
@@ -189,6 +241,7 @@ class Plan:
             "capacity": asdict(self.capacity),
             "stages": [asdict(stage) for stage in self.stages],
             "warnings": list(self.warnings),
+            "engine": None if self.engine is None else self.engine.to_dict(),
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:
@@ -196,7 +249,7 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent)
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def _manager_dict(m: ManagerPlan) -> dict[str, Any]:

@@ -29,6 +29,8 @@ from kvbudget._validate import require_int
 from kvbudget.budget import GpuBudgetRule, gpu_budget_rule
 from kvbudget.cost import CacheCost, CostDetail, cache_cost_detail
 from kvbudget.dtypes import parse_dtype
+from kvbudget.engines import ENGINE_NAMES, with_engine
+from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS, EngineInputs
 from kvbudget.errors import ConfigError, InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.model import ModelSpec, load_model
 from kvbudget.plan_types import (
@@ -90,6 +92,7 @@ class _Shape:
     state_dtype: str
     tokens_per_block: int
     max_batch_size: int
+    reserve_batch: int  # sequences whose fixed costs (windows, states) are reserved
     max_seq_len: int
     lookahead_tokens: int
     tp: int
@@ -103,7 +106,7 @@ class _Shape:
             kv_dtype=self.kv_dtype,
             state_dtype=self.state_dtype,
             tokens_per_block=self.tokens_per_block,
-            max_batch_size=self.max_batch_size,
+            max_batch_size=self.reserve_batch,
             max_seq_len=self.max_seq_len,
             tp=self.tp,
             pp=stages,
@@ -177,6 +180,10 @@ def plan(
     gpus_per_node: int | None = None,
     host_memory: int | str | None = None,
     separate_draft_cache: bool = False,
+    engine: str = "kvbudget",
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    async_scheduling: bool = True,
+    enable_prefix_caching: bool = True,
 ) -> Plan:
     """Plan the KV caches of one rank of a speculative-decoding deployment.
 
@@ -188,6 +195,16 @@ def plan(
     ``floor((gpu memory - weights on the rank - reserve) x memory_fraction)`` (the
     fraction applies to what is free after weights and the runtime reserve, as
     TensorRT-LLM's ``free_gpu_memory_fraction``).
+
+    ``engine`` picks whose cache is planned: ``"kvbudget"`` (the project's own
+    :class:`~kvbudget.SpecDecodeCache`: window pools and recurrent states reserved for
+    ``max_batch_size`` sequences up front), or ``"vllm"``, ``"sglang"``, ``"trtllm"``: what
+    that engine will really allocate with the settings :func:`kvbudget.emit` writes
+    (``plan.engine``), its capacity in ``plan.capacity``. The per-manager split then
+    reserves fixed costs for one sequence only (the engines draw windows and states from
+    their pools per request). ``max_num_batched_tokens`` (the prefill chunk),
+    ``async_scheduling`` and ``enable_prefix_caching`` are engine settings that change
+    what the engine holds (vLLM charges each sliding-window group the tokens in flight).
 
     Raises:
         InvalidArgumentError: bad input (sizes, tp/pp, dtype, unknown GPU, spec/draft mix).
@@ -201,6 +218,15 @@ def plan(
     require_int("tokens_per_block", tokens_per_block, minimum=1)
     require_int("max_batch_size", max_batch_size, minimum=1)
     require_int("max_draft_len", max_draft_len, minimum=0)
+    engine_name = _engine_name(engine)
+    require_int("max_num_batched_tokens", max_num_batched_tokens, minimum=1)
+    for name, flag in (
+        ("async_scheduling", async_scheduling),
+        ("enable_prefix_caching", enable_prefix_caching),
+        ("separate_draft_cache", separate_draft_cache),
+    ):
+        if not isinstance(flag, bool):
+            raise InvalidArgumentError(f"{name} must be True or False, got {flag!r}")
     if separate_draft_cache and spec != "mtp":
         raise InvalidArgumentError(
             f"--separate-draft-cache applies to --spec mtp only (got --spec {spec}); drop it"
@@ -214,13 +240,9 @@ def plan(
     draft_model = _resolve_draft(spec, target_model, draft)
     # "auto" is the target's dtype for every manager (engines run the draft in the
     # target's dtype), else the draft's when the target config names none.
-    auto_dtype = target_model.dtype or (draft_model.dtype if draft_model else None)
-    if auto_dtype is None and str(kv_dtype).strip().lower() == "auto":
-        raise InvalidArgumentError(
-            f"--kv-dtype auto needs a dtype, but the config of {target_model.name} names none "
-            "(no torch_dtype/dtype, e.g. a quantized checkpoint); pass --kv-dtype bf16 (what "
-            "engines use for its activations), fp8 or nvfp4"
-        )
+    # A config that names no dtype (a quantized checkpoint) runs its activations, and so
+    # its KV cache, in bf16 in every engine (vLLM's ``_get_and_verify_dtype`` default).
+    auto_dtype = target_model.dtype or (draft_model.dtype if draft_model else None) or "bf16"
     if str(state_dtype).strip().lower() != "auto":
         parse_dtype(state_dtype, what="state_dtype")
     seq_len = target_model.max_position_embeddings if max_seq_len is None else max_seq_len
@@ -229,7 +251,10 @@ def plan(
         kv_dtype=parse_dtype(kv_dtype, auto=auto_dtype).name,
         state_dtype=state_dtype,
         tokens_per_block=tokens_per_block,
+        # an engine draws windows and states per request from its pool: the per-manager
+        # split reserves them for one sequence, the engine model sizes the rest
         max_batch_size=max_batch_size,
+        reserve_batch=max_batch_size if engine_name == "kvbudget" else 1,
         max_seq_len=seq_len,
         lookahead_tokens=0 if spec == "none" else max_draft_len,
         tp=tp,
@@ -292,19 +317,24 @@ def plan(
     }
     splits["gpu"], tier_blocks["gpu"] = report.split, blocks
     warnings: list[str] = []
-    capacity = _capacity(shape, managers, stages[binding], tier_blocks, warnings)
+    if engine_name == "kvbudget":
+        capacity = _capacity(shape, managers, stages[binding], tier_blocks, warnings)
+    else:  # the engine model decides what fits; the ledger's own checks do not apply
+        try:
+            capacity = _capacity(shape, managers, stages[binding], tier_blocks, [])
+        except InfeasibleBudgetError:
+            capacity = _ledger_capacity(shape, stages[binding], tier_blocks)
     if binding != last:
         warnings.append(
             f"PP stage {binding} binds capacity ({blocks} blocks vs "
             f"{report.blocks} on the last stage, reported here)"
         )
-    if not rule.derived and rule.memory_bytes is not None:
-        try:
-            weights = max(stage_weights(s) for s in range(pp))
-        except ConfigError:
-            weights = None  # a config too sparse to count weights: a given budget still plans
-        if weights is not None:
-            _check_given_budget(rule, weights, warnings)
+    try:
+        weights: int | None = max(stage_weights(s) for s in range(pp))
+    except ConfigError:
+        weights = None  # a config too sparse to count weights: a given budget still plans
+    if not rule.derived and rule.memory_bytes is not None and weights is not None:
+        _check_given_budget(rule, weights, warnings)
     if tier_bytes["host"] and not capacity.tokens:
         warnings.append("the host tier holds growing-layer blocks only; this model has none")
     if host_memory_bytes is not None and tier_bytes["host"] * node_gpus > host_memory_bytes:
@@ -328,7 +358,7 @@ def plan(
         gpus_per_node=node_gpus,
         host_memory_bytes=host_memory_bytes,
     )
-    return Plan(
+    ledger = Plan(
         target=target_model.name,
         draft=draft_model.name if draft_model else None,
         spec=spec,
@@ -355,6 +385,27 @@ def plan(
         ),
         warnings=tuple(warnings),
     )
+    inputs = EngineInputs(
+        target=target_model,
+        draft=draft_model,
+        spec=spec,
+        max_draft_len=shape.lookahead_tokens,
+        tp=tp,
+        pp=pp,
+        kv_dtype=parse_dtype(shape.kv_dtype),
+        state_dtype=parse_dtype(state_dtype, auto=target_model.dtype or "bf16", what="state_dtype"),
+        tokens_per_block=tokens_per_block,
+        max_seq_len=seq_len,
+        max_batch_size=max_batch_size,
+        gpu_kv_bytes=min(st.gpu_bytes for st in stages),
+        host_bytes=tier_bytes["host"],
+        gpu_memory_bytes=rule.memory_bytes,
+        weights_bytes=weights,
+        max_num_batched_tokens=max_num_batched_tokens,
+        async_scheduling=async_scheduling,
+        enable_prefix_caching=enable_prefix_caching,
+    )
+    return with_engine(ledger, inputs, engine_name)
 
 
 def _managers(
@@ -483,6 +534,34 @@ def _capacity(
     )
 
 
+def _ledger_capacity(shape: _Shape, binding: _Stage, tier_blocks: dict[str, int]) -> Capacity:
+    """Capacity of a split too small for one sequence in kvbudget's own cache.
+
+    Only used under another engine, whose model then says what that engine holds.
+    """
+    bs = shape.tokens_per_block
+    return Capacity(
+        tokens=binding.blocks * bs,
+        host_tokens=tier_blocks["host"] * bs,
+        disk_tokens=tier_blocks["disk"] * bs,
+        max_seq_len=shape.max_seq_len,
+        max_draft_len=shape.lookahead_tokens,
+        lookahead_tokens=shape.lookahead_tokens,
+        max_batch_size=shape.max_batch_size,
+        max_concurrency=0,
+        max_seq_len_at_batch=0,
+    )
+
+
+def _engine_name(engine: object) -> str:
+    name = engine.lower() if isinstance(engine, str) else None
+    if name not in ENGINE_NAMES:
+        raise InvalidArgumentError(
+            f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_NAMES)}"
+        )
+    return name
+
+
 def _manager_plan(
     shape: _Shape,
     m: _Manager,
@@ -519,7 +598,7 @@ def _manager_plan(
         window_bytes=detail.window_bytes,
         window_groups=detail.window_groups,
         state_bytes_per_seq=detail.state_bytes_per_seq,
-        max_batch_size=shape.max_batch_size,
+        max_batch_size=shape.reserve_batch,
         gpu=tiers["gpu"],
         host=tiers["host"],
         disk=tiers["disk"],
@@ -554,7 +633,7 @@ def _infeasible_fixed(
     budget: int, managers: list[_Manager], stage: int, shape: _Shape
 ) -> InfeasibleBudgetError:
     """The error for a GPU budget below the fixed costs, with the batch that would fit."""
-    batch = shape.max_batch_size
+    batch = shape.reserve_batch
     fixed = sum(_cost(m, stage).intercept for m in managers)
     slope = sum(_cost(m, stage).slope for m in managers)
     seq_tokens = -(-(shape.max_seq_len + shape.lookahead_tokens) // shape.tokens_per_block) * (

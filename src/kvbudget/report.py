@@ -74,7 +74,13 @@ def render_plan(plan: Plan) -> Group:
     cap = Table(title="Capacity", show_header=False, title_justify="left")
     cap.add_column("item")
     cap.add_column("value", justify="right")
-    cap.add_row("tokens on GPU (every manager)", f"{c.tokens:,}")
+    engine_name = plan.engine.name if plan.engine is not None else "kvbudget"
+    cap.add_row(
+        "tokens on GPU (every manager)"
+        if engine_name == "kvbudget"
+        else f"tokens on GPU ({engine_name}'s figure)",
+        f"{c.tokens:,}",
+    )
     cap.add_row("tokens on host", f"{c.host_tokens:,}")
     if c.disk_tokens:
         cap.add_row("tokens on disk", f"{c.disk_tokens:,}")
@@ -82,12 +88,24 @@ def render_plan(plan: Plan) -> Group:
         f"sequences of {c.max_seq_len:,} (+{c.lookahead_tokens} lookahead) tokens at once",
         f"{c.max_concurrency:,} of {c.max_batch_size:,}",
     )
-    cap.add_row(
-        f"tokens per sequence at the full batch of {c.max_batch_size:,}",
-        f"{c.max_seq_len_at_batch:,}",
-    )
+    if engine_name == "kvbudget":
+        cap.add_row(
+            f"tokens per sequence at the full batch of {c.max_batch_size:,}",
+            f"{c.max_seq_len_at_batch:,}",
+        )
 
     parts: list[Table | Text] = [title, budget, source, managers, tiers, cap]
+    engine = plan.engine
+    if engine is not None and engine.name != "kvbudget":
+        parts.append(
+            Text.assemble(
+                (f"{engine.name} {engine.version}", "bold"),
+                " will allocate (predicted start-up lines; capacity above is the engine's):",
+            )
+        )
+        for line in engine.log:
+            parts.append(Text(f"  {line}"))
+        parts.append(Text(f"  settings: kvbudget plan ... --emit {engine.name}", style="dim"))
     for w in plan.warnings:
         parts.append(Text(f"warning: {w}", style="yellow"))
     return Group(*parts)

@@ -1,0 +1,113 @@
+"""Helpers every engine model shares: units, dtype names, headers, and rendering settings."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from kvbudget.engines.facts import EngineFacts
+from kvbudget.errors import InvalidArgumentError
+from kvbudget.plan_types import Plan
+
+GIB = 1024**3
+GB = 10**9
+
+
+def gpu_total(plan: Plan) -> int:
+    """KV bytes per GPU for an engine knob applied to every rank alike.
+
+    The reported stage's managers' bytes; with pipeline stages of different budgets,
+    the smallest stage budget, so no stage is asked for more than it has.
+    """
+    return min(sum(m.gpu.bytes for m in plan.managers), plan.min_stage_gpu_bytes)
+
+
+def stage_note(plan: Plan) -> list[str]:
+    """A comment when PP stages have different budgets."""
+    if plan.min_stage_gpu_bytes >= plan.budget.gpu_bytes:
+        return []
+    return [
+        f"# PP stages differ: the KV bytes are the smallest stage budget "
+        f"({plan.min_stage_gpu_bytes}), not the reported last stage's ({plan.budget.gpu_bytes})"
+    ]
+
+
+def host_total(plan: Plan) -> int:
+    """Host bytes per rank of every manager together."""
+    return sum(m.host.bytes for m in plan.managers)
+
+
+def gib_text(num_bytes: int) -> str:
+    """GiB with up to 3 decimals, rounded down so the engine never exceeds the plan."""
+    thousandths = num_bytes * 1000 // GIB
+    whole, frac = divmod(thousandths, 1000)
+    return f"{whole}.{frac:03d}".rstrip("0").rstrip(".") if frac else str(whole)
+
+
+def whole_gb(num_bytes: int) -> int:
+    """Whole decimal GB (10^9 B), rounded down."""
+    return num_bytes // GB
+
+
+def kv_dtype_name(plan: Plan, facts: EngineFacts) -> str:
+    """The engine's name for the plan's KV dtype; InvalidArgumentError when it has none."""
+    name = facts.kv_dtype_names.get(plan.kv_dtype)
+    if name is None:
+        choices = ", ".join(k for k, v in facts.kv_dtype_names.items() if v is not None)
+        raise InvalidArgumentError(
+            f"{facts.name} has no {plan.kv_dtype} KV cache ({facts.kv_dtype_knob}); "
+            f"plan with --kv-dtype one of {choices}"
+        )
+    return name
+
+
+def check_block(plan: Plan, facts: EngineFacts) -> None:
+    """InvalidArgumentError when the engine does not take the plan's block size."""
+    tpb = plan.tokens_per_block
+    if facts.block_power_of_two and (tpb < 2 or tpb & (tpb - 1)):
+        raise InvalidArgumentError(
+            f"{facts.name} needs {facts.block_knob} to be a power of two > 1, got {tpb}; "
+            "change --tokens-per-block"
+        )
+
+
+def header(plan: Plan, comment: str, name: str, version: str) -> list[str]:
+    """The first comment lines of every emission: what was planned, for which engine."""
+    draft = f" + {plan.draft}" if plan.draft else ""
+    return [
+        f"{comment} kvbudget plan: {plan.target}{draft}, spec {plan.spec}, "
+        f"tp={plan.tp} pp={plan.pp}",
+        f"{comment} engine model: {name} {version} (the settings and predictions below are "
+        "for this version)",
+    ]
+
+
+def auto_note(plan: Plan, facts: EngineFacts, name: str) -> list[str]:
+    """A comment when the engine's dtype name is "auto"."""
+    if name != "auto":
+        return []
+    return [
+        f"# {facts.kv_dtype_knob} auto keeps the checkpoint's dtype; the plan assumes "
+        f"{plan.kv_dtype}"
+    ]
+
+
+def command_line(head: str, settings: Mapping[str, Any]) -> str:
+    """``head`` and one ``--flag value`` line per setting; ``True`` is a bare flag."""
+    args = [head]
+    for flag, value in settings.items():
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, Mapping):
+            args.append(f"{flag} '{json.dumps(dict(value))}'")
+        else:
+            args.append(f"{flag} {value}")
+    return " \\\n  ".join(args)
+
+
+def log_comments(lines: tuple[str, ...]) -> list[str]:
+    """The engine's predicted start-up lines as comments."""
+    if not lines:
+        return []
+    return ["# predicted start-up lines:"] + [f"#   {line}" for line in lines]
