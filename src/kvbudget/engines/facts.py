@@ -1,15 +1,18 @@
-"""Engine settings that realise a plan, in each engine's own units and meanings.
+"""Engine knobs: names, units and scopes, one row per engine.
 
-All engine facts live in :data:`ENGINES`, one row per engine, so they are easy to check
-and update; the emitters below take knob names, units and scopes from that table. The
-facts were read from each project's code and docs in 2026 (stored copies; commit given
-where the copy showed one):
+How each engine *sizes* its pools is in its own module (:mod:`kvbudget.engines.vllm`,
+:mod:`~kvbudget.engines.sglang`, :mod:`~kvbudget.engines.trtllm`), with sources; this
+table holds what the emitted settings are called and what unit they take. The facts were
+read from each project's code and docs in 2026 (stored copies; commit given where the
+copy showed one):
 
 * TensorRT-LLM, ``tensorrt_llm/llmapi/llm_args.py`` @ 0004396720054fd8e205cbf616f21f0b57c6b412:
 
   - ``KvCacheConfig`` fields ``max_gpu_total_bytes`` (bytes of KV per rank),
     ``max_tokens``, ``free_gpu_memory_fraction`` (default 0.9, of memory *free* after
-    weights and activations; the pool is the smallest of the three),
+    weights and activations); V1 sizes from ``max_tokens`` and reads
+    ``max_gpu_total_bytes`` only with several window sizes (see
+    :mod:`kvbudget.engines.trtllm`),
     ``host_cache_size`` (bytes, per rank), ``tokens_per_block`` (a ``KvCacheConfig``
     field, default 32, used by the PyTorch backend), ``dtype`` ("auto" = the
     checkpoint's dtype, "fp8", "fp8_ds_mla", "nvfp4"; other names only warn in
@@ -29,8 +32,9 @@ where the copy showed one):
     ``num_nextn_predict_layers`` is deprecated and remapped to ``max_draft_len``; an
     earlier stored ``llm_args.py`` instead overwrote ``max_draft_len`` with it (default
     1), so it is not emitted.
-  - ``max_tokens`` is left out for sliding-window models: ``KvCacheCreator`` warns
-    "max_tokens should not be set for VSWA case as it is ambiguous".
+  - ``max_tokens`` is emitted for every model: with several window sizes V1 ignores it in
+    the target manager but a draft manager still sizes from it, and the window shares
+    (``TRTLLM_WINDOW_SIZE_SHARES``) decide the target's pools.
   - Host offload copies *reusable* blocks to host memory on eviction
     (``docs/source/features/kvcache.md`` @ 0076e939), so block reuse stays on.
   - With a separate draft KV manager, ``max_gpu_total_bytes`` and ``host_cache_size``
@@ -66,7 +70,8 @@ where the copy showed one):
   - ``--hicache-size`` is an int: GB per rank, decimal (``HostKVCache`` in
     ``mem_cache/pool_host/base.py`` takes ``host_size * 1e9 // size_per_token`` tokens,
     ``size_per_token`` being this rank's); 0 means unset, and ``--hicache-ratio`` then
-    sizes the pool. It sizes the *target's* host pool only: draft host pools get the same
+    sizes the pool. It sizes the target's host pool (NEXTN/MTP draft layers packed in it);
+    sidecar draft host pools (EAGLE3 heads, draft models) get the same
     token count on top (PR #30393; PRs #30581 and #35875, which would make it one
     budget, were not merged). It needs ``--enable-hierarchical-cache``.
   - ``--page-size``, ``--tp-size``, ``--pp-size``; ``--kv-cache-dtype`` choices "auto",
@@ -196,7 +201,7 @@ ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
             token_knob="--max-total-tokens",
             host_knob="--hicache-size",
             host_unit="GB (decimal, whole)",
-            host_scope="per rank, target's host pool only",
+            host_scope="per rank, the target's host pools (+ packed MTP layers)",
             host_covers="target",
             host_over_ranks=False,
             block_knob="--page-size",
