@@ -523,29 +523,32 @@ def test_qwen3_next_detail() -> None:
     assert detail.num_layers == 48
 
 
-# Nemotron-H-8B, one Mamba2 layer at tp 1 (128 heads x 64, 8 groups, state 128, kernel 4):
-#   ssm  = 128 x 64 x 128 = 1048576 values
-#   conv = (4 - 1) x (128 x 64 + 2 x 8 x 128) = 3 x 10240 = 30720 values
-#   1079296 values x 2 B (bf16) = 2158592 B; 24 M layers -> 51806208 B per sequence
+# Nemotron-H-8B, one Mamba2 layer at tp 1 (128 heads x 64, 8 groups, state 128, kernel 4),
+# SSM state in float32 (mamba_ssm_cache_dtype default for Nemotron-H), conv in bf16:
+#   ssm  = 128 x 64 x 128 = 1048576 values x 4 B = 4194304 B
+#   conv = (4 - 1) x (128 x 64 + 2 x 8 x 128) = 3 x 10240 = 30720 values x 2 B = 61440 B
+#   4255744 B; 24 M layers -> 102137856 B per sequence
 # attention: 4 layers x 2 x 8 kv heads x 128 x 2 B = 16384 B per token
 
 
 @pytest.mark.parametrize(
     ("kwargs", "slope", "intercept"),
     [
-        ({}, 16384, 51806208),
-        ({"max_batch_size": 8}, 16384, 414449664),  # 8 x 51806208
-        # tp 8: h 16, g 1: 16 x 64 x 128 = 131072; 3 x (16 x 64 + 2 x 1 x 128) = 3840;
-        # 134912 x 2 B = 269824 x 24 = 6475776; attention 4 x 2 x 1 x 128 x 2 B = 2048
-        ({"tp": 8}, 2048, 6475776),
-        # tp 16: h 8, g ceil(8/16) = 1: 8 x 64 x 128 = 65536; 3 x (8 x 64 + 2 x 128) = 2304;
-        # 67840 x 2 B = 135680 x 24 = 3256320; kv heads ceil(8/16) = 1 -> 2048
-        ({"tp": 16}, 2048, 3256320),
-        # kv fp8: 4 x 2 x 8 x 128 x 1 B = 8192; state fp32: 1079296 x 4 B x 24 = 103612416
+        ({}, 16384, 102137856),
+        ({"max_batch_size": 8}, 16384, 817102848),  # 8 x 102137856
+        # tp 8: h 16, g 1: 16 x 64 x 128 = 131072 x 4 B = 524288; 3 x (16 x 64 + 2 x 1 x 128)
+        # = 3840 x 2 B = 7680; 531968 x 24 = 12767232; attention 4 x 2 x 1 x 128 x 2 B = 2048
+        ({"tp": 8}, 2048, 12767232),
+        # tp 16: h 8, g ceil(8/16) = 1: 8 x 64 x 128 = 65536 x 4 B = 262144; 3 x (8 x 64 +
+        # 2 x 128) = 2304 x 2 B = 4608; 266752 x 24 = 6402048; kv heads ceil(8/16) = 1 -> 2048
+        ({"tp": 16}, 2048, 6402048),
+        # kv fp8: 4 x 2 x 8 x 128 x 1 B = 8192; state fp32 (both): 1079296 x 4 B x 24 = 103612416
         ({"kv_dtype": "fp8", "state_dtype": "fp32"}, 8192, 103612416),
+        # state bf16 (both, overriding the config): 1079296 x 2 B x 24 = 51806208
+        ({"state_dtype": "bf16"}, 16384, 51806208),
         # pp 2: 26 layers each; stage 0 has 12 M + 2 attention (7, 18), as has stage 1:
-        # 2 x 4096 = 8192; 12 x 2158592 = 25903104
-        ({"pp": 2}, 8192, 25903104),
+        # 2 x 4096 = 8192; 12 x 4255744 = 51068928
+        ({"pp": 2}, 8192, 51068928),
     ],
 )
 def test_nemotron_h(kwargs: dict[str, Any], slope: int, intercept: int) -> None:
@@ -606,9 +609,10 @@ def test_bad_tp_suggests_working_sizes() -> None:
 def test_recurrent_state_keeps_one_copy_per_rollback_point() -> None:
     model = load_model("nvidia/Nemotron-H-8B-Base-8K")
     detail = cache_cost_detail(model, max_batch_size=2, lookahead_tokens=3)
-    # one state: 24 Mamba2 layers x (128 x 64 x 128 + 3 x (128 x 64 + 2 x 8 x 128)) x 2 B
-    # = 24 x 1079296 x 2 = 51806208 B; with 3 lookahead tokens (1 + 3) copies = 207224832
-    assert detail.state_bytes_per_seq == 207224832
-    # x 2 sequences = 414449664; attention layers add no fixed cost
-    assert detail.state_bytes == 414449664
-    assert detail.cost == CacheCost(16384, 414449664)  # slope: 4 x 2 x 8 x 128 x 2 B
+    # one state: 24 Mamba2 layers x (128 x 64 x 128 x 4 B (fp32 SSM) + (3 + 3) conv rows x
+    # (128 x 64 + 2 x 8 x 128) x 2 B) = 24 x (4194304 + 122880) = 103612416 B; with 3
+    # lookahead tokens (1 + 3) copies = 414449664
+    assert detail.state_bytes_per_seq == 414449664
+    # x 2 sequences = 828899328; attention layers add no fixed cost
+    assert detail.state_bytes == 828899328
+    assert detail.cost == CacheCost(16384, 828899328)  # slope: 4 x 2 x 8 x 128 x 2 B

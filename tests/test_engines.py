@@ -383,3 +383,10 @@ def test_int8_emit_is_one_line_error_on_the_cli() -> None:
     assert result.exit_code == 2
     assert result.stderr.startswith("error: SGLang has no int8 KV cache")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_cache_refuses_a_plan_made_for_another_engine() -> None:
+    from kvbudget import SpecDecodeCache
+
+    with pytest.raises(InvalidArgumentError, match="needs a plan made with engine='kvbudget'"):
+        SpecDecodeCache.from_plan(make("vllm"))

@@ -200,11 +200,11 @@ def test_qwen3_next_recurrent_state_is_a_fixed_cost() -> None:
     (target,) = p.managers
     # 12 full layers x 2 x 2 kv heads x 256 x 2 B = 24576 B/token
     assert target.slope_bytes_per_token == 24576
-    # one state: 36 linear layers x (32 x 128 x 128 + 3 x (2 x 16 x 128 + 32 x 128)) x 2 B
-    # = 36 x 548864 x 2 = 39518208 B; ngram keeps K=3 more for rollback:
-    # (1 + 3) x 39518208 = 158072832 B per sequence; x 16 sequences = 2529165312
-    assert target.state_bytes_per_seq == 158072832
-    assert target.fixed_bytes == 2529165312
+    # one state: 36 linear layers x (32 x 128 x 128 + (3 + 3) conv rows x (2 x 16 x 128 +
+    # 32 x 128)) x 2 B = 36 x (524288 + 49152) x 2 = 41287680 B; ngram keeps K=3 more for
+    # rollback: (1 + 3) x 41287680 = 165150720 B per sequence; x 16 sequences = 2642411520
+    assert target.state_bytes_per_seq == 165150720
+    assert target.fixed_bytes == 2642411520
 
 
 def test_nemotron_h_mamba_state_and_attention() -> None:
@@ -218,9 +218,9 @@ def test_nemotron_h_mamba_state_and_attention() -> None:
     (target,) = p.managers
     # 4 attention layers x 2 x 8 x 128 x 2 B = 16384 B/token
     assert target.slope_bytes_per_token == 16384
-    # 24 Mamba2 layers x (128 x 64 x 128 + 3 x (128 x 64 + 2 x 8 x 128)) x 2 B
-    # = 24 x 1079296 x 2 = 51806208 per sequence; x 8 = 414449664
-    assert target.fixed_bytes == 414449664
+    # 24 Mamba2 layers x (128 x 64 x 128 x 4 B (fp32 SSM state) + 3 x (128 x 64 + 2 x 8 x
+    # 128) x 2 B) = 24 x (4194304 + 61440) = 102137856 per sequence; x 8 = 817102848
+    assert target.fixed_bytes == 817102848
 
 
 def test_gemma3_fixed_cost_too_large_is_infeasible_with_advice() -> None:

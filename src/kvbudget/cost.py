@@ -13,7 +13,10 @@ A manager caching ``T`` tokens costs ``slope x T + intercept`` bytes:
     capped at the ``ceil((max_seq_len + lookahead) / tokens_per_block)`` blocks a whole
     sequence spans;
   - a recurrent layer (Gated DeltaNet, Mamba2) holds one state per sequence (see
-    :mod:`kvbudget.layers` for the formulas), stored in ``state_dtype``, plus one more
+    :mod:`kvbudget.layers` for the formulas; its conv state keeps ``conv_kernel - 1 +
+    lookahead`` rows), stored in ``state_dtype`` (``auto``: the SSM state in the config's
+    ``mamba_ssm_cache_dtype``, float32 for Nemotron-H, the conv state in the model's
+    dtype), plus one more
     per lookahead token: a recurrent state cannot be rolled back, so the state after
     every unverified draft token is kept until verification (vLLM keeps
     ``num_speculative_tokens`` extra state blocks per request the same way):
@@ -180,6 +183,14 @@ def cache_cost_detail(
     has_state = any(x.kind in ("gated_deltanet", "mamba2") for x in model.layers)
     # recurrent-state storage matters only for models that have recurrent layers
     sdtype = parse_dtype(state_dtype, auto=model.dtype, what="state_dtype") if has_state else dtype
+    # "auto": the SSM/recurrent state in the config's state dtype (Nemotron-H: fp32), the
+    # conv state in the model's; an explicit state_dtype sets both
+    auto_state = str(state_dtype).strip().lower() == "auto"
+    ssm_dtype = (
+        parse_dtype(model.ssm_state_dtype, what="state_dtype")
+        if auto_state and has_state and model.ssm_state_dtype
+        else None
+    )
     if layers not in ("model", "mtp", "all"):
         raise InvalidArgumentError(f"layers must be 'model', 'mtp' or 'all', got {layers!r}")
     if pp > model.num_layers:
@@ -208,7 +219,9 @@ def cache_cost_detail(
         counted = 0
         for layer in chosen:
             per_token = layer.bytes_per_token(dtype, tp)
-            state = layer.state_bytes(sdtype, tp)
+            state = layer.state_bytes(
+                sdtype, tp, lookahead=lookahead_tokens, ssm_dtype=ssm_dtype
+            )
             if per_token or state:
                 counted += 1
             state_per_seq += state

@@ -46,7 +46,9 @@ class AttentionLayer:
         values = per_rank(self.num_kv_heads, tp) * self.head_dim
         return 2 * dtype.bytes_for(values)
 
-    def state_bytes(self, dtype: DType, tp: int) -> int:
+    def state_bytes(
+        self, dtype: DType, tp: int, *, lookahead: int = 0, ssm_dtype: DType | None = None
+    ) -> int:
         """Attention keeps no per-sequence state besides its KV: 0."""
         return 0
 
@@ -70,7 +72,9 @@ class MLALayer:
         """Bytes of one token's latent (independent of ``tp``: replicated)."""
         return dtype.bytes_for(self.kv_lora_rank + self.qk_rope_head_dim)
 
-    def state_bytes(self, dtype: DType, tp: int) -> int:
+    def state_bytes(
+        self, dtype: DType, tp: int, *, lookahead: int = 0, ssm_dtype: DType | None = None
+    ) -> int:
         """MLA keeps no per-sequence state besides its latent: 0."""
         return 0
 
@@ -83,7 +87,7 @@ class GatedDeltaNetLayer:
     ``hv = ceil(num_v_heads/tp)``::
 
         recurrent state = hv x k_head_dim x v_head_dim
-        conv state      = (conv_kernel - 1) x (2 x hk x k_head_dim + hv x v_head_dim)
+        conv state      = (conv_kernel - 1 + lookahead) x (2 x hk x k_head_dim + hv x v_head_dim)
 
     (the causal conv runs over the concatenated q, k and v projections). Nothing grows
     with the number of tokens.
@@ -103,13 +107,21 @@ class GatedDeltaNetLayer:
         """Linear attention stores nothing per token: 0."""
         return 0
 
-    def state_bytes(self, dtype: DType, tp: int) -> int:
-        """Recurrent plus conv state of one sequence on one rank."""
+    def state_bytes(
+        self, dtype: DType, tp: int, *, lookahead: int = 0, ssm_dtype: DType | None = None
+    ) -> int:
+        """Recurrent plus conv state of one sequence on one rank.
+
+        The conv state keeps ``conv_kernel - 1 + lookahead`` rows (the inputs of the
+        unverified draft tokens too); the recurrent state is stored in ``ssm_dtype``
+        (default ``dtype``), the conv state in ``dtype``.
+        """
         hk = per_rank(self.num_k_heads, tp)
         hv = per_rank(self.num_v_heads, tp)
         recurrent = hv * self.k_head_dim * self.v_head_dim
-        conv = (self.conv_kernel - 1) * (2 * hk * self.k_head_dim + hv * self.v_head_dim)
-        return dtype.bytes_for(recurrent) + dtype.bytes_for(conv)
+        rows = self.conv_kernel - 1 + lookahead
+        conv = rows * (2 * hk * self.k_head_dim + hv * self.v_head_dim)
+        return (ssm_dtype or dtype).bytes_for(recurrent) + dtype.bytes_for(conv)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +132,7 @@ class Mamba2Layer:
     ``g = ceil(n_groups/tp)``::
 
         ssm state  = h x head_dim x ssm_state_size
-        conv state = (conv_kernel - 1) x (h x head_dim + 2 x g x ssm_state_size)
+        conv state = (conv_kernel - 1 + lookahead) x (h x head_dim + 2 x g x ssm_state_size)
 
     (the conv runs over x, B and C; B and C have ``n_groups x ssm_state_size`` channels each).
     """
@@ -139,13 +151,20 @@ class Mamba2Layer:
         """Mamba stores nothing per token: 0."""
         return 0
 
-    def state_bytes(self, dtype: DType, tp: int) -> int:
-        """SSM plus conv state of one sequence on one rank."""
+    def state_bytes(
+        self, dtype: DType, tp: int, *, lookahead: int = 0, ssm_dtype: DType | None = None
+    ) -> int:
+        """SSM plus conv state of one sequence on one rank.
+
+        The conv state keeps ``conv_kernel - 1 + lookahead`` rows; the SSM state is stored
+        in ``ssm_dtype`` (default ``dtype``), the conv state in ``dtype``.
+        """
         h = per_rank(self.num_heads, tp)
         g = per_rank(self.n_groups, tp)
         ssm = h * self.head_dim * self.ssm_state_size
-        conv = (self.conv_kernel - 1) * (h * self.head_dim + 2 * g * self.ssm_state_size)
-        return dtype.bytes_for(ssm) + dtype.bytes_for(conv)
+        rows = self.conv_kernel - 1 + lookahead
+        conv = rows * (h * self.head_dim + 2 * g * self.ssm_state_size)
+        return (ssm_dtype or dtype).bytes_for(ssm) + dtype.bytes_for(conv)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,7 +180,9 @@ class NoCacheLayer:
         """Nothing cached: 0."""
         return 0
 
-    def state_bytes(self, dtype: DType, tp: int) -> int:
+    def state_bytes(
+        self, dtype: DType, tp: int, *, lookahead: int = 0, ssm_dtype: DType | None = None
+    ) -> int:
         """Nothing cached: 0."""
         return 0
 

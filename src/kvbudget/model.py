@@ -59,6 +59,12 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
     sorted(_LLAMA_LIKE | _GEMMA | _MLA | {"qwen3_next", "nemotron_h"})
 )
 
+# Recurrent (SSM) state dtype where the config names none (``mamba_ssm_cache_dtype``):
+# Nemotron-H keeps its SSM state in float32 (vLLM's NemotronHForCausalLMConfig
+# .DEFAULT_MAMBA_SSM_CACHE_DTYPE, vllm/model_executor/models/config.py, vllm 0.33.0);
+# other models keep it in the model's dtype.
+_SSM_STATE_DEFAULTS: Mapping[str, str] = MappingProxyType({"nemotron_h": "float32"})
+
 # transformers' Gemma3TextConfig defaults for fields the gemma-3 checkpoints leave out
 # (src/transformers/models/gemma3/configuration_gemma3.py).
 _GEMMA3_TEXT_DEFAULTS: Mapping[str, Any] = MappingProxyType(
@@ -73,7 +79,9 @@ class ModelSpec:
     ``layers`` are the model's own decoder layers in order (one entry per layer, including
     layers that cache nothing, so indices match the checkpoint and PP stages split them
     as engines do). ``mtp_layers`` are multi-token-prediction layers shipped with the
-    model: draft layers, never part of the target's own cache. ``config`` is the raw
+    model: draft layers, never part of the target's own cache. ``ssm_state_dtype`` is the
+    dtype of recurrent layers' SSM/recurrent state when it differs from ``dtype``
+    (``mamba_ssm_cache_dtype``; float32 for Nemotron-H), else None. ``config`` is the raw
     (text) config with architecture defaults applied, ``raw_config`` the whole file as
     read (e.g. Gemma-3's ``vision_config``); both read-only, for consumers that need more
     fields (weights).
@@ -91,6 +99,7 @@ class ModelSpec:
     layers: tuple[Layer, ...]
     mtp_layers: tuple[Layer, ...] = ()
     is_eagle3: bool = False
+    ssm_state_dtype: str | None = None
     config: Mapping[str, Any] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
     )
@@ -300,6 +309,10 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
     if isinstance(dtype_raw, str) and dtype is None:
         raise outer.error("torch_dtype", f"unknown dtype {dtype_raw!r}")
     hidden = f.int("hidden_size")
+    ssm_raw = text_cfg.get("mamba_ssm_cache_dtype", _SSM_STATE_DEFAULTS.get(model_type))
+    ssm_dtype = normalize_dtype_name(ssm_raw) if isinstance(ssm_raw, str) else None
+    if isinstance(ssm_raw, str) and ssm_dtype is None:
+        raise outer.error("mamba_ssm_cache_dtype", f"unknown dtype {ssm_raw!r}")
     return ModelSpec(
         name=name,
         source=source,
@@ -313,6 +326,7 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         layers=tuple(layers),
         mtp_layers=mtp_layers,
         is_eagle3=is_eagle3,
+        ssm_state_dtype=ssm_dtype,
         config=MappingProxyType(dict(text_cfg)),
         raw_config=MappingProxyType(dict(cfg)),
     )

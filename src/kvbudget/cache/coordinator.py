@@ -111,6 +111,11 @@ class SpecDecodeCache:
             raise InvalidArgumentError(f"plan must be a Plan (from kvbudget.plan), got {plan!r}")
         if not plan.managers:
             raise InvalidArgumentError("the plan has no cache manager; nothing to build")
+        if plan.engine is not None and plan.engine.name != "kvbudget":
+            raise InvalidArgumentError(
+                f"this plan is {plan.engine.name}'s (engine={plan.engine.name!r}); the "
+                "SpecDecodeCache needs a plan made with engine='kvbudget' (the default)"
+            )
         tpbs = {m.tokens_per_block for m in plan.managers}
         if len(tpbs) != 1:
             raise InvalidArgumentError(f"managers disagree on tokens_per_block: {sorted(tpbs)}")
@@ -170,7 +175,8 @@ class SpecDecodeCache:
                 ``plan.capacity.lookahead_tokens + 1``.
 
         Raises:
-            InvalidArgumentError: an unusable plan, policy or device.
+            InvalidArgumentError: an unusable plan (one made for another engine
+                included), policy or device.
         """
         return cls(
             plan, device=device, draft_prefix=draft_prefix, max_reserve_tokens=max_reserve_tokens
