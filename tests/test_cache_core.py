@@ -220,3 +220,20 @@ def test_spec_none_reserves_one_token_per_step() -> None:
         cache.reserve(A, 1)
     cache.commit(A, [4])
     assert cache.block_table(A, "target") == (0, 1)
+
+
+def test_reserve_stops_at_the_plans_max_seq_len() -> None:
+    import kvbudget
+    from kvbudget import RequestId, SpecDecodeCache
+
+    # 64-token sequences in blocks of 32: the plan counts 2 blocks per sequence, not 3
+    plan = kvbudget.plan(kv_budget="1GiB", host_budget=0, max_seq_len=64, max_batch_size=4)
+    cache = SpecDecodeCache.from_plan(plan)
+    rid = RequestId("r")
+    cache.admit(rid, list(range(62)))
+    cache.reserve(rid, 4)  # K + 1 = 4 asked; 64 - 62 = 2 tokens of room are left
+    assert len(cache.block_table(rid, "target")) == 2  # ceil(64 / 32)
+    cache.commit(rid, [7, 8])
+    cache.reserve(rid, 4)  # at max_seq_len: nothing more to reserve
+    assert len(cache.block_table(rid, "target")) == 2
+    cache.check_invariants()

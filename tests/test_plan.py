@@ -72,8 +72,11 @@ def test_ngram_has_one_manager_with_lookahead() -> None:
     assert target.gpu.bytes == 42949672960
     assert target.gpu.blocks == 10240
     assert target.gpu.padding_bytes == 0
-    # ceil((8192 + 5) / 32) = 257 blocks per sequence: 10240 // 257 = 39
-    assert p.capacity.max_concurrency == 39
+    # a sequence never grows past max_seq_len, lookahead included (engines reserve
+    # min(tokens + K, max_seq_len)): 8192 / 32 = 256 blocks per sequence: 10240 // 256 = 40
+    assert p.capacity.max_concurrency == 40
+    # at the full batch of 256: 10240 // 256 = 40 blocks = 1280 tokens, 5 of them lookahead
+    assert p.capacity.max_seq_len_at_batch == 1275
     assert p.capacity.lookahead_tokens == 5
 
 

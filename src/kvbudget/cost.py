@@ -10,8 +10,8 @@ A manager caching ``T`` tokens costs ``slope x T + intercept`` bytes:
   - a sliding-window layer holds at most its window plus the lookahead, worst-case
     aligned to blocks: ``blocks = ceil((window + lookahead - 1) / tokens_per_block) + 1``
     per sequence (an interval of n tokens can straddle one more block than n fills),
-    capped at the ``ceil((max_seq_len + lookahead) / tokens_per_block)`` blocks a whole
-    sequence spans;
+    capped at the ``ceil(max_seq_len / tokens_per_block)`` blocks a whole sequence spans
+    (a sequence never grows past ``max_seq_len``, its lookahead included);
   - a recurrent layer (Gated DeltaNet, Mamba2) holds one state per sequence (see
     :mod:`kvbudget.layers` for the formulas; its conv state keeps ``conv_kernel - 1 +
     lookahead`` rows), stored in ``state_dtype`` (``auto``: the SSM state in the config's
@@ -219,9 +219,7 @@ def cache_cost_detail(
         counted = 0
         for layer in chosen:
             per_token = layer.bytes_per_token(dtype, tp)
-            state = layer.state_bytes(
-                sdtype, tp, lookahead=lookahead_tokens, ssm_dtype=ssm_dtype
-            )
+            state = layer.state_bytes(sdtype, tp, lookahead=lookahead_tokens, ssm_dtype=ssm_dtype)
             if per_token or state:
                 counted += 1
             state_per_seq += state
@@ -237,7 +235,7 @@ def cache_cost_detail(
             # worst-case alignment, but never more than a whole sequence spans
             blocks = min(
                 -(-(span - 1) // tokens_per_block) + 1,
-                -(-(seq_len + lookahead_tokens) // tokens_per_block),
+                -(-seq_len // tokens_per_block),
             )
             groups.append(
                 WindowGroup(

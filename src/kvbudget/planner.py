@@ -485,17 +485,20 @@ def _capacity(
     """
     bs, lookahead, batch = shape.tokens_per_block, shape.lookahead_tokens, shape.max_batch_size
     blocks = binding.blocks
-    seq_blocks = -(-(shape.max_seq_len + lookahead) // bs)
+    # a sequence never grows past max_seq_len, so neither does its lookahead (engines
+    # reserve min(tokens + K, max_seq_len)): a full-length sequence spans its own blocks
+    seq_blocks = -(-shape.max_seq_len // bs)
     growing = any(_cost(m, s).slope for m in managers for s in range(shape.pp))
     if growing:
         fit = blocks // seq_blocks
         # window pools and state slots exist for max_batch_size sequences, and an engine
         # runs no more than that: concurrency is capped at the batch size.
         concurrency = min(fit, batch)
-        at_batch = min(shape.max_seq_len, (blocks // batch) * bs - lookahead)
+        per_seq = (blocks // batch) * bs
+        at_batch = shape.max_seq_len if per_seq >= shape.max_seq_len else per_seq - lookahead
         if fit == 0:
             raise InfeasibleBudgetError(
-                f"one sequence of max_seq_len {shape.max_seq_len} (+{lookahead} lookahead) needs "
+                f"one sequence of max_seq_len {shape.max_seq_len} needs "
                 f"{seq_blocks} blocks per manager but the GPU budget of "
                 f"{format_bytes(binding.gpu_bytes)} per rank holds {blocks} after the fixed "
                 f"cost of {format_bytes(binding.split.fixed_bytes)}; the longest sequence that "
@@ -636,9 +639,7 @@ def _infeasible_fixed(
     batch = shape.reserve_batch
     fixed = sum(_cost(m, stage).intercept for m in managers)
     slope = sum(_cost(m, stage).slope for m in managers)
-    seq_tokens = -(-(shape.max_seq_len + shape.lookahead_tokens) // shape.tokens_per_block) * (
-        shape.tokens_per_block
-    )
+    seq_tokens = -(-shape.max_seq_len // shape.tokens_per_block) * (shape.tokens_per_block)
     per_seq = fixed // batch + slope * seq_tokens
     fits = budget // per_seq if per_seq else 0
     advice = (

@@ -341,6 +341,11 @@ class SpecDecodeCache:
     def reserve(self, request_id: RequestId, num_tokens: int) -> None:
         """Add room for ``num_tokens`` unverified tokens (lookahead) in every role.
 
+        A request never holds more than the plan's ``max_seq_len`` tokens, committed and
+        reserved together: near that length the reservation is cut to what is left (as
+        engines cap ``tokens + K`` at ``max_model_len``), so a full-length sequence takes
+        exactly the blocks the plan counted for it.
+
         Raises:
             OutOfBlocksError: not enough GPU (or window) blocks in some role.
             InvalidCacheOperationError: negative count, or the request would hold more
@@ -354,6 +359,8 @@ class SpecDecodeCache:
             raise InvalidCacheOperationError(
                 f"num_tokens must be a non-negative int, got {num_tokens!r}"
             )
+        room = max(0, self.plan.capacity.max_seq_len - len(req.tokens) - req.num_reserved)
+        num_tokens = min(num_tokens, room)
         reserved = req.num_reserved + num_tokens
         if reserved > self.max_reserve_tokens:
             raise InvalidCacheOperationError(
