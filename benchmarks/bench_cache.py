@@ -14,7 +14,9 @@ Workload (one op stream, built before timing, replayed unchanged through both):
   the requests are a later turn of one of the last ``--followup-window`` finished
   conversations (its prompt and output, cut to the new prompt length);
   ``--prefix-share`` start with one of ``--system-prompts`` system prompts (lengths 256,
-  512, ... tokens), cut likewise; the rest of every prompt is unique tokens;
+  512, ... tokens), cut likewise; the rest of every prompt, and every generated token,
+  is a random id of Llama-3.1's vocabulary (128,256 ids; a 16-token block of them never
+  repeats by chance);
 * decode-heavy speculative decoding: each step reserves ``K + 1`` tokens (K = 3 draft
   tokens + the bonus token) and commits ``accepted + 1`` of them, ``accepted`` cycling
   through a fixed pattern, until the request's output length is reached; then free.
@@ -47,6 +49,7 @@ from kvbudget.planner import plan
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "azure-llm-inference-2023-conv.csv"
+VOCAB_SIZE = 128_256  # Llama-3.1's: the cache checks token ids against it
 ACCEPT_PATTERN = (3, 1, 0, 2, 3, 2)  # accepted draft tokens per step, cycled
 ADMIT, RESERVE, COMMIT, FREE = 0, 1, 2, 3
 Op = tuple[int, RequestId, Any]
@@ -81,7 +84,11 @@ def build_ops(
     systems = [
         [rng.randrange(1, 32000) for _ in range(256 * (k + 1))] for k in range(system_prompts)
     ]
-    next_token = 100_000
+    vocab = range(VOCAB_SIZE)  # fresh tokens: random ids of the target's vocabulary
+
+    def fresh(n: int) -> list[int]:
+        return rng.choices(vocab, k=n)
+
     ops: list[Op] = []
     pending = list(enumerate(trace))
     pending.reverse()
@@ -101,9 +108,7 @@ def build_ops(
                 prompt = finished[rng.randrange(len(finished))][:prompt_len]
             elif draw < followup_share + prefix_share:
                 prompt = systems[rng.randrange(system_prompts)][:prompt_len]
-            unique = prompt_len - len(prompt)
-            prompt = prompt + list(range(next_token, next_token + unique))
-            next_token += unique
+            prompt = prompt + fresh(prompt_len - len(prompt))
             ops.append((ADMIT, rid, prompt))
             live[rid] = [list(prompt), output_len, 0]
         for rid in list(live):
@@ -112,9 +117,8 @@ def build_ops(
             ops.append((RESERVE, rid, reserve))
             blocks[rid] = -(-(len(tokens) + reserve) // tpb)
             accepted = min(remaining, ACCEPT_PATTERN[step % len(ACCEPT_PATTERN)] + 1)
-            new_tokens = tuple(range(next_token, next_token + accepted))
+            new_tokens = tuple(fresh(accepted))
             ops.append((COMMIT, rid, new_tokens))
-            next_token += accepted
             tokens.extend(new_tokens)
             state[1] -= accepted
             state[2] += 1

@@ -237,3 +237,54 @@ def test_reserve_stops_at_the_plans_max_seq_len() -> None:
     cache.reserve(rid, 4)  # at max_seq_len: nothing more to reserve
     assert len(cache.block_table(rid, "target")) == 2
     cache.check_invariants()
+
+
+def test_a_hit_never_serves_another_prompts_blocks() -> None:
+    from kvbudget.cache import ROOT_HASH, hash_block_tokens
+
+    # Python's hash() collides on these (hash(-1) == hash(-2); k and k + 2**61 - 1);
+    # the SHA-256 chain does not
+    assert hash((-1,)) == hash((-2,))
+    assert hash_block_tokens(ROOT_HASH, [-1] * 4) != hash_block_tokens(ROOT_HASH, [-2] * 4)
+    assert hash_block_tokens(ROOT_HASH, [5]) != hash_block_tokens(ROOT_HASH, [5 + 2**61 - 1])
+    # the chain: the same block after different parents hashes differently
+    a = hash_block_tokens(ROOT_HASH, [1, 2])
+    assert hash_block_tokens(a, [3, 4]) != hash_block_tokens(ROOT_HASH, [3, 4])
+
+
+def test_token_ids_outside_the_vocabulary_are_refused() -> None:
+    import kvbudget
+    from kvbudget import InvalidCacheOperationError, RequestId, SpecDecodeCache
+
+    plan = kvbudget.plan(kv_budget="1GiB", host_budget=0, max_seq_len=256, max_batch_size=4)
+    assert plan.vocab_size == 128_256  # Llama-3.1's vocabulary
+    cache = SpecDecodeCache.from_plan(plan)
+    for bad in ([-1] * 4 + [7], [128_256], [5 + 2**61 - 1]):
+        with pytest.raises(InvalidCacheOperationError, match=r"in \[0, 128256\)"):
+            cache.admit(RequestId("r"), bad)
+    assert cache.stats().running_requests == 0  # nothing changed
+    cache.admit(RequestId("r"), [128_255] * 40)
+    cache.reserve(RequestId("r"), 2)
+    with pytest.raises(InvalidCacheOperationError, match="vocabulary"):
+        cache.commit(RequestId("r"), [1, -3])
+
+
+def test_cache_salt_isolates_tenants() -> None:
+    import kvbudget
+    from kvbudget import InvalidCacheOperationError, RequestId, SpecDecodeCache
+
+    plan = kvbudget.plan(
+        spec="ngram", kv_budget="1GiB", host_budget=0, max_seq_len=256, max_batch_size=4
+    )
+    cache = SpecDecodeCache.from_plan(plan)
+    prompt = list(range(100))  # 3 full blocks of 32 + 4 tokens
+    cache.admit(RequestId("a"), prompt, cache_salt="tenant-a")
+    cache.free(RequestId("a"))
+    assert cache.admit(RequestId("b"), prompt, cache_salt="tenant-b") == 0
+    assert cache.admit(RequestId("c"), prompt) == 0  # no salt: a third tenant
+    assert cache.admit(RequestId("d"), prompt, cache_salt="tenant-a") == 96  # 3 x 32
+    with pytest.raises(InvalidCacheOperationError, match="cache_salt must be a string"):
+        cache.admit(RequestId("e"), prompt, cache_salt=7)  # type: ignore[arg-type]
+    with pytest.raises(InvalidCacheOperationError, match="extra_keys must be a tuple"):
+        cache.admit(RequestId("e"), prompt, extra_keys="lora")  # type: ignore[arg-type]
+    cache.check_invariants()

@@ -189,6 +189,7 @@ class Plan:
     stages: tuple[StagePlan, ...] = ()
     warnings: tuple[str, ...] = ()
     engine: EnginePlan | None = None
+    vocab_size: int | None = None  # the target's: token ids are in [0, vocab_size)
 
     @property
     def min_stage_gpu_bytes(self) -> int:
@@ -221,6 +222,7 @@ class Plan:
             "binding_pp_stage": self.binding_pp_stage,
             "kv_dtype": self.kv_dtype,
             "tokens_per_block": self.tokens_per_block,
+            "vocab_size": self.vocab_size,
             "budget": {
                 "gpu_bytes": b.gpu_bytes,
                 "host_bytes": b.host_bytes,

@@ -384,6 +384,7 @@ def plan(
             for i, st in enumerate(stages)
         ),
         warnings=tuple(warnings),
+        vocab_size=target_model.vocab_size,
     )
     inputs = EngineInputs(
         target=target_model,

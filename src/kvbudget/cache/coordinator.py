@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvbudget.cache.hashing import extend_block_hashes
+from kvbudget.cache.hashing import extend_block_hashes, valid_extra_keys
 from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
 from kvbudget.cache.manager import GPU, HOST, RoleManager, refuse
 from kvbudget.cache.request import Request
@@ -57,10 +57,12 @@ if TYPE_CHECKING:
     from kvbudget.cache.storage import CacheStorage
 
 
-def _checked_tokens(token_ids: Any, what: str, request_id: object) -> Sequence[int]:
-    """``token_ids`` checked to be a sequence (not a string) of ints; raises
-    InvalidCacheOperationError otherwise. Returns it as is (a list, tuple or range) or as
-    a new list; the caller copies before keeping it.
+def _checked_tokens(
+    token_ids: Any, what: str, request_id: object, vocab_size: int
+) -> Sequence[int]:
+    """``token_ids`` checked to be a sequence (not a string) of ints in
+    ``[0, vocab_size)``; raises InvalidCacheOperationError otherwise. Returns it as is
+    (a list, tuple or range) or as a new list; the caller copies before keeping it.
 
     On the per-token path: lists, tuples and ranges skip the abstract-class check, and
     the message is only formatted on failure.
@@ -74,10 +76,15 @@ def _checked_tokens(token_ids: Any, what: str, request_id: object) -> Sequence[i
             )
         token_ids = list(token_ids)
     for t in token_ids:
-        if type(t) is not int:
+        if type(t) is not int or not 0 <= t < vocab_size:
+            if type(t) is not int:
+                raise InvalidCacheOperationError(
+                    f"{what} of request {request_id!r} must be int token ids; got {t!r} of "
+                    f"type {type(t).__name__}"
+                )
             raise InvalidCacheOperationError(
-                f"{what} of request {request_id!r} must be int token ids; got {t!r} of "
-                f"type {type(t).__name__}"
+                f"{what} of request {request_id!r} must be token ids in [0, {vocab_size}) "
+                f"(the target's vocabulary); got {t}"
             )
     checked: Sequence[int] = token_ids
     return checked
@@ -121,6 +128,9 @@ class SpecDecodeCache:
             raise InvalidArgumentError(f"managers disagree on tokens_per_block: {sorted(tpbs)}")
         self.plan = plan
         self.tokens_per_block: int = tpbs.pop()
+        # token ids index the target's vocabulary; a hand-built plan without one still
+        # bounds them to int64, the width they are hashed at
+        self._vocab_size: int = plan.vocab_size if plan.vocab_size else 2**63
         if draft_prefix is None:
             draft_prefix = "drop_last_block" if plan.spec in ("eagle3", "mtp") else "same_tokens"
         if draft_prefix not in ("same_tokens", "drop_last_block"):
@@ -282,19 +292,22 @@ class SpecDecodeCache:
         token_ids: Sequence[int],
         *,
         extra_keys: tuple[Hashable, ...] = (),
+        cache_salt: str | None = None,
     ) -> int:
         """Admit a new request with its prompt in every role; return the prompt tokens
         served from the cache (a multiple of ``tokens_per_block``).
 
-        ``extra_keys`` (a LoRA name, a cache salt...) enter every block hash: prompts
-        with different keys never share blocks. Mutates the cache.
+        ``extra_keys`` (a LoRA name, ...) and ``cache_salt`` (a tenant's secret, as vLLM's
+        ``cache_salt``) enter every block hash: prompts with different keys or salts never
+        share blocks, so one tenant cannot detect another's cached prompt. Mutates the cache.
 
         Raises:
             OutOfBlocksError: some role lacks GPU blocks, window blocks or a state slot;
                 nothing changes.
             InvalidCacheOperationError: the id is unhashable or taken, the prompt is empty
-                or not a sequence of int token ids, or ``extra_keys`` is not a tuple of
-                hashable values.
+                or not a sequence of token ids in the target's vocabulary, ``extra_keys``
+                is not a tuple of strings, ints, bytes, bools, None or tuples of those, or
+                ``cache_salt`` is not a string.
         """
         if not isinstance(request_id, Hashable):
             raise InvalidCacheOperationError(
@@ -304,17 +317,20 @@ class SpecDecodeCache:
             raise InvalidCacheOperationError(
                 f"request {request_id!r} is already admitted; free() it or use a new id"
             )
-        tokens = list(_checked_tokens(token_ids, "the prompt", request_id))
+        tokens = list(_checked_tokens(token_ids, "the prompt", request_id, self._vocab_size))
         num_tokens = len(tokens)
         if num_tokens == 0:
             raise InvalidCacheOperationError(f"request {request_id!r} has an empty prompt")
-        try:
-            keys = tuple(extra_keys)
-            hash(keys)
-        except TypeError:
+        if not valid_extra_keys(extra_keys):
             raise InvalidCacheOperationError(
-                f"extra_keys must be a tuple of hashable values, got {extra_keys!r}"
-            ) from None
+                "extra_keys must be a tuple of strings, ints, bytes, bools, None or tuples "
+                f"of those, e.g. ('my-lora',); got {extra_keys!r}"
+            )
+        keys: tuple[Hashable, ...] = extra_keys
+        if cache_salt is not None:
+            if not isinstance(cache_salt, str):
+                raise InvalidCacheOperationError(f"cache_salt must be a string, got {cache_salt!r}")
+            keys = (("cache_salt", cache_salt), *keys)
         tpb = self.tokens_per_block
         req = Request(tokens, keys, self._managers)
         hashes = req.hashes
@@ -404,7 +420,9 @@ class SpecDecodeCache:
         req = _lookup(self._requests, request_id)
         if req is None or req.swapped:
             req = self._running(request_id, "commit to")
-        accepted_token_ids = _checked_tokens(accepted_token_ids, "the accepted tokens", request_id)
+        accepted_token_ids = _checked_tokens(
+            accepted_token_ids, "the accepted tokens", request_id, self._vocab_size
+        )
         accepted = len(accepted_token_ids)
         if accepted > req.num_reserved:
             raise InvalidCacheOperationError(

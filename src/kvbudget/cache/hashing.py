@@ -1,29 +1,55 @@
-"""Chained block hashes for prefix reuse.
+"""Chained block hashes for prefix reuse: SHA-256, so a hit never serves another prefix.
 
-``hash(block i) = H(hash(block i - 1), token ids of block i, extra keys)``, so equal hashes
-mean equal whole prefixes (up to a 64-bit collision, probability ~ n^2 / 2^64 for n
-cached blocks). Hashes use Python's ``hash`` of int tuples, which is stable across runs;
-extra keys (a LoRA name, a cache salt) may be any hashable value (``str`` keys are salted
-per process, which is fine: hashes never leave the process).
+``hash(block i) = SHA-256(hash(block i - 1) || token ids of block i as int64 || extra
+keys)``: equal hashes mean equal whole prefixes (and equal extra keys) unless SHA-256
+collides, which no one knows how to make happen. A fast non-cryptographic hash (Python's
+``hash``: ``hash(-1) == hash(-2)``, ids ``k`` and ``k + 2**61 - 1`` alike) would let one
+request's prompt hit blocks written for another's (vLLM moved its prefix hashes to
+SHA-256 for the same reason). Extra keys (a LoRA name, a tenant's ``cache_salt``) are
+strings, ints, bytes, bools, None or tuples of those, encoded by ``repr`` (deterministic
+for these types), and enter every block's hash.
 """
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections.abc import Hashable, Sequence
 
 from kvbudget.cache.ids import BlockHash
 
-ROOT_HASH = BlockHash(0x6B76627564676574)
+ROOT_HASH = BlockHash(hashlib.sha256(b"kvbudget prefix cache root").digest())
 """The parent of the first block of every sequence."""
+
+_KEY_TYPES = (str, int, bytes, bool, type(None))
+
+
+def valid_extra_keys(extra_keys: object) -> bool:
+    """Whether ``extra_keys`` is a tuple of values whose ``repr`` is deterministic."""
+
+    def ok(value: object) -> bool:
+        if isinstance(value, tuple):
+            return all(ok(v) for v in value)
+        return isinstance(value, _KEY_TYPES)
+
+    return isinstance(extra_keys, tuple) and ok(extra_keys)
+
+
+def _suffix(extra_keys: tuple[Hashable, ...]) -> bytes:
+    return b"\x00" + repr(extra_keys).encode() if extra_keys else b""
 
 
 def hash_block_tokens(
     parent: BlockHash, token_ids: Sequence[int], extra_keys: tuple[Hashable, ...] = ()
 ) -> BlockHash:
-    """The hash of one full block whose predecessor hashes to ``parent``. Pure."""
-    if extra_keys:
-        return BlockHash(hash((parent, tuple(token_ids), extra_keys)))
-    return BlockHash(hash((parent, tuple(token_ids))))
+    """The hash of one full block whose predecessor hashes to ``parent``. Pure.
+
+    Token ids must fit in int64 (the cache checks them against the vocabulary first).
+    """
+    digest = hashlib.sha256(parent)
+    digest.update(array("q", token_ids).tobytes())
+    digest.update(_suffix(extra_keys))
+    return BlockHash(digest.digest())
 
 
 def extend_block_hashes(
@@ -39,10 +65,18 @@ def extend_block_hashes(
     """
     start = len(hashes)
     end = len(token_ids) // tokens_per_block
+    if end <= start:
+        return 0
     parent = hashes[-1] if hashes else ROOT_HASH
-    for i in range(start, end):
-        lo = i * tokens_per_block
-        block = tuple(token_ids[lo : lo + tokens_per_block])
-        parent = BlockHash(hash((parent, block, extra_keys) if extra_keys else (parent, block)))
+    packed = array("q", token_ids[start * tokens_per_block : end * tokens_per_block]).tobytes()
+    step = 8 * tokens_per_block
+    suffix = _suffix(extra_keys)
+    sha256 = hashlib.sha256
+    for i in range(end - start):
+        digest = sha256(parent)
+        digest.update(packed[i * step : (i + 1) * step])
+        if suffix:
+            digest.update(suffix)
+        parent = BlockHash(digest.digest())
         hashes.append(parent)
     return end - start

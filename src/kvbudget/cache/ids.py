@@ -1,6 +1,6 @@
 """Identifier and choice types of the paged cache.
 
-Ids are ``NewType`` integers or strings so that a block id is never mistaken for a
+Ids are ``NewType`` integers, strings or bytes so that a block id is never mistaken for a
 token count in review; at run time they are plain ``int`` / ``str``.
 """
 
@@ -11,8 +11,8 @@ from typing import Literal, NewType
 BlockId = NewType("BlockId", int)
 """Index of one block inside one pool (one role, one tier, one kind)."""
 
-BlockHash = NewType("BlockHash", int)
-"""Chained hash of a full block: parent hash, the block's token ids, extra keys."""
+BlockHash = NewType("BlockHash", bytes)
+"""Chained SHA-256 of a full block: parent hash, the block's token ids, extra keys."""
 
 RequestId = NewType("RequestId", str)
 """The caller's name for a sequence; any hashable value works at run time."""
