@@ -105,3 +105,120 @@ def test_storage_bytes_and_padding_match_the_plan(plan: Callable[..., Any]) -> N
             assert rs.padding_bytes[tier] == m.tier(tier).padding_bytes
             assert rs.tier_bytes(tier) + rs.padding_bytes[tier] == m.tier(tier).bytes
     cache.check_invariants()
+
+
+def _applicable_specs(name: str) -> list[tuple[str, str | None]]:
+    """(spec, draft) pairs that plan for the preset target ``name``."""
+    from kvbudget.planner import EAGLE3_DRAFTS
+
+    model = kvbudget.load_model(name)
+    specs: list[tuple[str, str | None]] = [("none", None), ("ngram", None)]
+    if name in EAGLE3_DRAFTS:
+        specs.append(("eagle3", EAGLE3_DRAFTS[name]))
+    if model.mtp_layers:
+        specs.append(("mtp", None))
+    if model.vocab_size == kvbudget.load_model("meta-llama/Llama-3.2-1B-Instruct").vocab_size:
+        specs.append(("draft-target", "meta-llama/Llama-3.2-1B-Instruct"))
+    if name == "mistralai/Mistral-7B-v0.1":  # every layer a window, with a dense draft
+        specs.append(("draft-target", "mistralai/Mistral-7B-v0.1"))
+    return specs
+
+
+_TARGETS = [n for n in kvbudget.list_presets() if not kvbudget.load_model(n).is_eagle3]
+_MATRIX = [
+    (target, spec, draft, budget, tp, pp)
+    for target in _TARGETS
+    for spec, draft in _applicable_specs(target)
+    for budget, tp, pp in (("40GiB", 1, 1), ("8GiB", 2, 1), ("80GiB", 8, 2))
+]
+
+
+@pytest.mark.parametrize(("target", "spec", "draft", "budget", "tp", "pp"), _MATRIX)
+def test_every_preset_and_spec_builds_a_cache_that_serves(
+    target: str, spec: str, draft: str | None, budget: str, tp: int, pp: int
+) -> None:
+    try:
+        p = kvbudget.plan(
+            target,
+            draft,
+            spec=spec,
+            kv_budget=budget,
+            host_budget="4GiB",
+            tp=tp,
+            pp=pp,
+            max_seq_len=8192,
+            max_batch_size=8,
+        )
+    except (kvbudget.InvalidArgumentError, kvbudget.InfeasibleBudgetError) as exc:
+        # a tp the heads cannot shard, or a budget below one sequence: refused up front
+        assert "tp=" in str(exc) or "budget" in str(exc) or "fit" in str(exc), exc
+        return
+    cache = SpecDecodeCache.from_plan(p)
+    # the plan's capacity is what the cache holds: one count per tier for every role
+    stats = cache.stats()
+    for m in p.managers:
+        assert stats.pool(m.role, "gpu").total_blocks == p.capacity.gpu_blocks > 0
+    assert p.capacity.max_concurrency >= 1
+    hit = cache.admit(A, list(range(100)))
+    assert hit == 0
+    cache.reserve(A, p.capacity.lookahead_tokens + 1)
+    cache.commit(A, [1])
+    cache.check_invariants()
+    cache.free(A)
+    cache.check_invariants()
+
+
+def test_a_sliding_only_target_with_a_dense_draft_admits(tmp_path: Any) -> None:
+    import json
+
+    # a small full-attention draft with Mistral's vocabulary (a Llama-style config)
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 32768,
+        "vocab_size": 32000,
+        "torch_dtype": "bfloat16",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    p = kvbudget.plan(
+        "mistralai/Mistral-7B-v0.1",
+        str(path),
+        spec="draft-target",
+        kv_budget="40GiB",
+        host_budget=0,
+        max_seq_len=8192,
+        max_batch_size=8,
+    )
+    target, draft = p.managers
+    # Mistral: 32 layers, all a 4,096-token window < 8,192: no growing layer, 0 B blocks
+    assert target.slope_bytes_per_token == 0 and draft.slope_bytes_per_token > 0
+    # the common count is the draft's, and the target's pool holds as many (0 B each)
+    assert target.gpu.blocks == draft.gpu.blocks == p.capacity.gpu_blocks > 0
+    cache = SpecDecodeCache.from_plan(p)
+    assert cache.admit(A, list(range(100))) == 0
+    cache.reserve(A, 4)
+    cache.commit(A, [1, 2])
+    cache.check_invariants()
+
+
+def test_every_layer_a_window_with_no_draft_admits() -> None:
+    p = kvbudget.plan(
+        "mistralai/Mistral-7B-v0.1",
+        spec="ngram",
+        kv_budget="40GiB",
+        max_seq_len=32768,
+        max_batch_size=8,
+    )
+    # no growing layer anywhere: 8 sequences x ceil(32,768 / 32) = 8,192 blocks of 0 B
+    assert p.capacity.gpu_blocks == 8 * 1024
+    assert p.capacity.max_concurrency == 8
+    cache = SpecDecodeCache.from_plan(p)
+    for i in range(8):
+        cache.admit(RequestId(f"r{i}"), list(range(100)))
+    cache.check_invariants()

@@ -118,6 +118,9 @@ def tiny_plan(
         managers=tuple(managers),
         capacity=Capacity(
             tokens=gpu_blocks * tokens_per_block,
+            gpu_blocks=min(m.gpu.blocks for m in managers),
+            host_blocks=min(m.host.blocks for m in managers),
+            disk_blocks=min(m.disk.blocks for m in managers),
             host_tokens=host_blocks * tokens_per_block,
             disk_tokens=disk_blocks * tokens_per_block,
             max_seq_len=64,

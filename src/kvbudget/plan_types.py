@@ -99,9 +99,19 @@ class Budget:
 
 @dataclass(frozen=True, kw_only=True)
 class Capacity:
-    """What the plan holds: tokens common to all managers, and what that buys."""
+    """What the plan holds: tokens common to all managers, and what that buys.
+
+    ``gpu_blocks``, ``host_blocks``, ``disk_blocks`` are the blocks every manager's pool
+    holds per tier: the one count :class:`~kvbudget.SpecDecodeCache` builds its pools
+    from. A manager with no growing layer (every layer a window shorter than
+    ``max_seq_len``) holds them too, at 0 bytes each; when no manager has a growing
+    layer, the GPU count is ``max_batch_size x ceil(max_seq_len / block)``.
+    """
 
     tokens: int  # GPU tokens every manager holds (whole blocks)
+    gpu_blocks: int
+    host_blocks: int
+    disk_blocks: int
     host_tokens: int
     disk_tokens: int
     max_seq_len: int

@@ -315,6 +315,9 @@ def plan(
         )
         for tier, split in splits.items()
     }
+    growing = any(_cost(m, s).slope for m in managers for s in range(pp))
+    if not growing:  # only windows and states: 0-byte blocks for every sequence
+        blocks = max_batch_size * -(-seq_len // tokens_per_block)
     splits["gpu"], tier_blocks["gpu"] = report.split, blocks
     warnings: list[str] = []
     if engine_name == "kvbudget":
@@ -335,7 +338,7 @@ def plan(
         weights = None  # a config too sparse to count weights: a given budget still plans
     if not rule.derived and rule.memory_bytes is not None and weights is not None:
         _check_given_budget(rule, weights, warnings)
-    if tier_bytes["host"] and not capacity.tokens:
+    if tier_bytes["host"] and not growing:
         warnings.append("the host tier holds growing-layer blocks only; this model has none")
     if host_memory_bytes is not None and tier_bytes["host"] * node_gpus > host_memory_bytes:
         warnings.append(
@@ -485,7 +488,7 @@ def _capacity(
     Raises InfeasibleBudgetError when not even one sequence of max_seq_len fits.
     """
     bs, lookahead, batch = shape.tokens_per_block, shape.lookahead_tokens, shape.max_batch_size
-    blocks = binding.blocks
+    blocks = tier_blocks["gpu"]
     # a sequence never grows past max_seq_len, so neither does its lookahead (engines
     # reserve min(tokens + K, max_seq_len)): a full-length sequence spans its own blocks
     seq_blocks = -(-shape.max_seq_len // bs)
@@ -527,6 +530,9 @@ def _capacity(
         )
     return Capacity(
         tokens=blocks * bs,
+        gpu_blocks=blocks,
+        host_blocks=tier_blocks["host"],
+        disk_blocks=tier_blocks["disk"],
         host_tokens=tier_blocks["host"] * bs,
         disk_tokens=tier_blocks["disk"] * bs,
         max_seq_len=shape.max_seq_len,
@@ -546,6 +552,9 @@ def _ledger_capacity(shape: _Shape, binding: _Stage, tier_blocks: dict[str, int]
     bs = shape.tokens_per_block
     return Capacity(
         tokens=binding.blocks * bs,
+        gpu_blocks=binding.blocks,
+        host_blocks=tier_blocks["host"],
+        disk_blocks=tier_blocks["disk"],
         host_tokens=tier_blocks["host"] * bs,
         disk_tokens=tier_blocks["disk"] * bs,
         max_seq_len=shape.max_seq_len,
@@ -582,7 +591,7 @@ def _manager_plan(
         split = splits[tier]
         share = split.target if index == 0 else split.draft
         fixed = detail.cost.intercept if tier == "gpu" else 0
-        blocks = tier_blocks[tier] if block_bytes else 0
+        blocks = tier_blocks[tier]  # a 0-byte manager holds them too, for lockstep
         tiers[tier] = TierPlan(
             tier=split.tier,
             bytes=share,

@@ -3,8 +3,8 @@
 Both roles always hold the same tokens of every request: each operation first asks every
 role whether it fits (reading only), then applies it to every role, so a refused operation
 raises and changes nothing, and no request is ever held by one role only. The roles' kv
-pools use the same number of blocks per tier (the smaller plan count; the rest stays idle
-and is reported), so they evolve identically: the same tokens are cached, evicted,
+pools use the same number of blocks per tier (the plan's ``capacity.<tier>_blocks``; the
+rest stays idle and is reported), so they evolve identically: the same tokens are cached, evicted,
 offloaded and onboarded together in every role.
 
 Request lifecycle::
@@ -147,8 +147,17 @@ class SpecDecodeCache:
         if max_reserve_tokens < 1:
             raise InvalidArgumentError(f"max_reserve_tokens must be >= 1, got {max_reserve_tokens}")
         self.max_reserve_tokens = max_reserve_tokens
-        # every role uses the smallest plan count per tier, so all roles hold the same tokens
-        gpu, host, disk = (min(m.tier(t).blocks for m in plan.managers) for t in TIERS)
+        # the plan's common blocks per tier: every role holds the same tokens
+        cap = plan.capacity
+        gpu, host, disk = cap.gpu_blocks, cap.host_blocks, cap.disk_blocks
+        for m in plan.managers:
+            for tier, common in zip(TIERS, (gpu, host, disk), strict=True):
+                if common > m.tier(tier).blocks:
+                    raise InvalidArgumentError(
+                        f"the plan's {tier} capacity of {common} blocks is more than the "
+                        f"{m.tier(tier).blocks} of its {m.role} manager; use a plan from "
+                        "kvbudget.plan"
+                    )
         self._managers: tuple[RoleManager, ...] = tuple(
             RoleManager(m, usable_blocks=(gpu, host, disk), record_copies=device is not None)
             for m in plan.managers
