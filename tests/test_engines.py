@@ -173,9 +173,55 @@ def test_vllm_mla_with_mtp() -> None:
     assert e["num_gpu_blocks"] == B40 // 1_142_784 == 37_583
 
 
-def test_vllm_does_not_claim_mamba_models() -> None:
-    with pytest.raises(InvalidArgumentError, match="does not model gated_deltanet"):
-        make("vllm", "Qwen/Qwen3-Next-80B-A3B-Instruct", spec="mtp")
+def test_vllm_qwen3_next_raises_the_block_size_and_pads_states() -> None:
+    e = predicted(make("vllm", "Qwen/Qwen3-Next-80B-A3B-Instruct", spec="mtp"))
+    # attention: 2 x 2 KV heads x 256 x 2 B = 2,048 B per token per layer
+    # GDN state with K = 3: 32 x 128 x 128 x 2 B = 1,048,576 + conv (3 + 3) rows x
+    # (2 x 16 x 128 + 32 x 128) x 2 B = 98,304 -> 1,146,880 B
+    # align mode (prefix caching) + FlashInfer GDN checkpoints: blocks of lcm(16, 64) = 64
+    # tokens; 64 x cdiv(1,146,880, 64 x 2,048) = 64 x 9 = 576 tokens per block
+    assert e["block_size"] == 576
+    groups = [(g["kind"], g["layers"], g["padding_layers"]) for g in e["kv_cache_groups"]]
+    # 12 attention + 1 MTP = 13; 36 GDN >= 1.5 x 13: groups of 13, GDN in 3 x (12 + 1 pad)
+    assert groups == [("mamba", 12, 1)] * 3 + [("full_attention", 13, 0)]
+    page = 576 * 2048  # the state page padded to the attention page: 1,179,648 B
+    assert {g["page_bytes"] for g in e["kv_cache_groups"]} == {page}
+    assert e["num_gpu_blocks"] == B40 // (13 * page) == 2800
+    # per request: attention cdiv(32,768, 576) = 57; each GDN group 2 + K + 1 checkpoint
+    assert e["blocks_per_request"] == 57 + 3 * (2 + 3 + 1) == 75
+    assert round(e["max_concurrency"], 2) == 37.33
+    assert e["gpu_kv_cache_tokens"] == int(2800 / 75 * 32768) == 1_223_338
+
+
+def test_vllm_nemotron_h_keeps_ssm_state_in_fp32() -> None:
+    e = predicted(make("vllm", "nvidia/Nemotron-H-8B-Base-8K", spec="ngram", max_seq_len=8192))
+    # Mamba2 state with K = 3: SSM 128 x 64 x 128 x 4 B (fp32) = 4,194,304 + conv (3 + 3)
+    # rows x (8,192 + 2 x 8 x 128) x 2 B = 122,880 -> 4,317,184 B; attention page per token
+    # 2 x 8 x 128 x 2 B = 4,096: 16 x cdiv(4,317,184, 16 x 4,096) = 16 x 66 = 1,056 tokens
+    assert e["block_size"] == 1056
+    # 24 Mamba2 layers, 4 attention: 6 groups of 4 Mamba2 layers + 1 attention group
+    assert [g["kind"] for g in e["kv_cache_groups"]] == ["mamba"] * 6 + ["full_attention"]
+    # 4 x 1,056 x 4,096 B = 17,301,504 B per block; 40 GiB holds 2,482
+    assert e["num_gpu_blocks"] == B40 // (4 * 1056 * 4096) == 2482
+    # per request: cdiv(8,192, 1,056) = 8 attention blocks + 6 x (2 + 3 + 1) states
+    assert e["blocks_per_request"] == 8 + 36
+
+
+def test_vllm_mamba_without_prefix_caching_keeps_fewer_states() -> None:
+    e = predicted(
+        make(
+            "vllm",
+            "nvidia/Nemotron-H-8B-Base-8K",
+            spec="none",
+            max_seq_len=8192,
+            enable_prefix_caching=False,
+        )
+    )
+    # "none" mode: 1 + K = 1 state per request; no K: SSM 4,194,304 + conv 3 x 10,240 x 2
+    # = 4,255,744 B -> 16 x cdiv(4,255,744, 65,536) = 16 x 65 = 1,040 tokens per block
+    assert e["block_size"] == 1040
+    assert e["blocks_per_request"] == 8 + 6 * 1  # cdiv(8,192, 1,040) = 8
+    assert e["max_concurrency"] == 2520 / 14
 
 
 def test_vllm_emission_carries_the_predicted_line_and_its_flags() -> None:

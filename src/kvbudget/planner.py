@@ -398,6 +398,11 @@ def plan(
         pp=pp,
         kv_dtype=parse_dtype(shape.kv_dtype),
         state_dtype=parse_dtype(state_dtype, auto=target_model.dtype or "bf16", what="state_dtype"),
+        ssm_state_dtype=(
+            parse_dtype(target_model.ssm_state_dtype, what="state_dtype")
+            if str(state_dtype).strip().lower() == "auto" and target_model.ssm_state_dtype
+            else None
+        ),
         tokens_per_block=tokens_per_block,
         max_seq_len=seq_len,
         max_batch_size=max_batch_size,

@@ -23,6 +23,8 @@ class EngineInputs:
     * ``gpu_kv_bytes``: KV bytes per GPU handed to the engine (the smallest PP stage's
       budget, so no stage is asked for more than it has); ``host_bytes``: host KV bytes
       per rank, all managers together.
+    * ``state_dtype``: recurrent (conv) state storage; ``ssm_state_dtype``: the SSM /
+      recurrent part where the config names another (Nemotron-H: fp32), else None.
     * ``gpu_memory_bytes``: the GPU's CUDA-visible memory, when known (a GPU preset);
       ``weights_bytes``: weights on the most loaded rank (target + draft), when countable.
     * ``max_num_batched_tokens``: tokens one scheduler step may run (the prefill chunk);
@@ -38,6 +40,7 @@ class EngineInputs:
     pp: int
     kv_dtype: DType
     state_dtype: DType
+    ssm_state_dtype: DType | None = None
     tokens_per_block: int
     max_seq_len: int
     max_batch_size: int

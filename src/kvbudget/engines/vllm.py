@@ -31,6 +31,14 @@ for the default layer-outer KV layout (FlashAttention on Hopper/Blackwell)::
               "GPU KV cache size: N tokens, Maximum concurrency for L tokens per request: X.XXx"
               (``update_kv_cache_capacity``).
 
+Hybrid attention/Mamba models (Qwen3-Next, Nemotron-H; ``vllm/platforms/interface.py``
+``_align_hybrid_block_size``, ``vllm/model_executor/layers/mamba/``): the attention block
+size is raised until one attention page holds a state page (blocks of ``lcm(16, block,
+64 when FlashInfer's GDN prefill exports checkpoints)`` tokens), the state page is padded
+to the attention page, the conv state keeps ``conv_kernel - 1 + K`` rows, Nemotron-H's SSM
+state is float32 (``NemotronHForCausalLMConfig``), and a request holds ``2 + K + 1``
+states with prefix caching on ("align" mode, the default) or ``1 + K`` with it off.
+
 Speculative decoding adds the draft's layers to the same pool (EAGLE3: the head's own
 layer; MTP: the target's MTP layers; draft model: all its layers), each with its own
 geometry. ``--kv-cache-memory-bytes`` is the pool's bytes per GPU and overrides
@@ -40,6 +48,7 @@ TP x PP ranks) is one budget for every layer.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -85,8 +94,8 @@ class LayerSpec:
     sliding_window: int | None = None
     draft: bool = False
     stage: int = 0
-    # Mamba: states a request holds besides the running one (speculative, checkpoint)
-    extra_states: int = 0
+    # Mamba: state pages one request holds (running + speculative + checkpoint)
+    states_per_request: int = 0
 
     @property
     def key(self) -> tuple[object, ...]:
@@ -100,7 +109,7 @@ class LayerSpec:
             return ("full", self.block_size)
         if self.kind == "sliding_window":
             return ("sliding", self.block_size, self.sliding_window)
-        return ("mamba", self.block_size, self.page_bytes, self.extra_states)
+        return ("mamba", self.block_size, self.page_bytes, self.states_per_request)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,12 +139,81 @@ class VllmPool:
     refused: str | None
 
 
+# FlashAttention's kernel block sizes: MultipleOf(16) (flash_attn.py
+# get_supported_kernel_block_sizes); FlashInfer's GDN prefill exports align-mode
+# checkpoints every 64 tokens on Hopper (gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT)
+KERNEL_BLOCK = 16
+GDN_CHECKPOINT_ALIGNMENT = 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class MambaSetup:
+    """What vLLM sets for a hybrid attention/Mamba model before building specs.
+
+    ``block_size``: the attention block size, raised until one attention page holds a
+    Mamba state page (``Platform._align_hybrid_block_size``); ``state_page_bytes``: one
+    layer's state (conv rows ``conv_kernel - 1 + K``, SSM state in its own dtype);
+    ``page_bytes``: the state page padded to the attention page; ``states_per_request``:
+    ``2 + K + checkpoint`` in "align" mode (prefix caching on, the default), ``1 + K``
+    in "none" mode (``MambaSpec.max_memory_usage_bytes``).
+    """
+
+    block_size: int
+    mamba_block_size: int
+    state_page_bytes: int
+    page_bytes: int
+    states_per_request: int
+    align: bool
+
+
+def mamba_setup(inputs: EngineInputs) -> MambaSetup | None:
+    """vLLM's block-size override and state pages for a hybrid model, or None."""
+    target = inputs.target
+    k = inputs.lookahead_tokens
+    states = [
+        x.state_bytes(inputs.state_dtype, inputs.tp, lookahead=k, ssm_dtype=inputs.ssm_state_dtype)
+        for x in target.layers
+    ]
+    state_page = max(states, default=0)
+    if not state_page:
+        return None
+    attention = [x for x in target.layers if x.kind in ("attention", "mla")]
+    attn_page_1 = attention[0].bytes_per_token(inputs.kv_dtype, inputs.tp) if attention else 0
+    align = inputs.enable_prefix_caching
+    gdn = any(x.kind == "gated_deltanet" for x in target.layers)
+    checkpoint_alignment = GDN_CHECKPOINT_ALIGNMENT if align and gdn else None
+    bs = inputs.tokens_per_block
+    if attn_page_1:
+        kernel_align = max(KERNEL_BLOCK, bs)
+        if align:
+            kernel_align = math.lcm(kernel_align, checkpoint_alignment or 1)
+        block = kernel_align * _cdiv(state_page, kernel_align * attn_page_1)
+        block = KERNEL_BLOCK * _cdiv(block, KERNEL_BLOCK)
+        bs = max(bs, block)
+    page = bs * attn_page_1 if attn_page_1 else state_page
+    # Mamba2 layers always declare a checkpoint block; GDN only when its FlashInfer
+    # prefill exports checkpoints (align mode on Hopper)
+    checkpoint = 1 if (not gdn or checkpoint_alignment) else 0
+    per_request = (2 + k + checkpoint) if align else (1 + k)
+    return MambaSetup(
+        block_size=bs,
+        mamba_block_size=bs if align else inputs.max_seq_len,
+        state_page_bytes=state_page,
+        page_bytes=max(page, state_page),
+        states_per_request=per_request,
+        align=align,
+    )
+
+
 def layer_specs(inputs: EngineInputs) -> list[LayerSpec]:
     """Every cached layer of target and draft on one rank, in vLLM's order.
 
     Target layers first (their PP stage from vLLM's ``get_pp_indices`` split), then the
     draft's (EAGLE3 head, MTP layers or draft model), on the last stage.
     """
+    mamba = mamba_setup(inputs)
+    if mamba is not None:
+        inputs = replace(inputs, tokens_per_block=mamba.block_size)
     target = inputs.target
     stage_of = {
         i: s
@@ -145,7 +223,7 @@ def layer_specs(inputs: EngineInputs) -> list[LayerSpec]:
     specs = [
         spec
         for layer in target.layers
-        if (spec := _layer_spec(inputs, layer, stage_of[layer.index], False)) is not None
+        if (spec := _layer_spec(inputs, layer, stage_of[layer.index], False, mamba)) is not None
     ]
     last = inputs.pp - 1
     draft_layers: tuple[Layer, ...] = ()
@@ -156,12 +234,14 @@ def layer_specs(inputs: EngineInputs) -> list[LayerSpec]:
     specs += [
         spec
         for layer in draft_layers
-        if (spec := _layer_spec(inputs, layer, last, True)) is not None
+        if (spec := _layer_spec(inputs, layer, last, True, None)) is not None
     ]
     return specs
 
 
-def _layer_spec(inputs: EngineInputs, layer: Layer, stage: int, draft: bool) -> LayerSpec | None:
+def _layer_spec(
+    inputs: EngineInputs, layer: Layer, stage: int, draft: bool, mamba: MambaSetup | None
+) -> LayerSpec | None:
     bs = inputs.tokens_per_block
     per_token = layer.bytes_per_token(inputs.kv_dtype, inputs.tp)
     if isinstance(layer, AttentionLayer):
@@ -193,10 +273,15 @@ def _layer_spec(inputs: EngineInputs, layer: Layer, stage: int, draft: bool) -> 
             draft=draft,
             stage=stage,
         )
-    if layer.state_bytes(inputs.state_dtype, inputs.tp):
-        raise InvalidArgumentError(
-            f"--engine vllm does not model {layer.kind} layers (recurrent state) yet; "
-            "plan this model with --engine kvbudget"
+    if mamba is not None and layer.kind in ("gated_deltanet", "mamba2"):
+        return LayerSpec(
+            kind="mamba",
+            block_size=mamba.mamba_block_size,
+            page_bytes=mamba.page_bytes,
+            geometry=(mamba.state_page_bytes,),
+            draft=draft,
+            stage=stage,
+            states_per_request=mamba.states_per_request,
         )
     return None
 
@@ -288,8 +373,7 @@ def _group_blocks_per_request(
         retained = group.sliding_window - 1 + _in_flight_tokens(inputs)
         return _cdiv(min(retained, max_len), group.block_size) + 1
     if group.kind == "mamba":
-        extra = max(specs[i].extra_states for i in group.layers)
-        return 1 + extra
+        return max(specs[i].states_per_request for i in group.layers)
     return _cdiv(max_len, group.block_size)
 
 
