@@ -1,0 +1,1139 @@
+#!/usr/bin/env python3
+"""Fidelity harness: kvbudget's vLLM prediction against vLLM 0.33's own KV sizing code.
+
+Run it with the venv that ``setup_vllm_venv.sh`` builds (CPU torch, vLLM 0.33 without its
+GPU dependencies, kvbudget installed editable)::
+
+    /work/vllm-venv/bin/python benchmarks/fidelity/vllm_fidelity.py [--cases quick|all]
+        [--json out.json] [--tsv out.tsv] [--match TEXT] [--verbose]
+
+For every case the vLLM side is computed by vLLM's own code, imported, never copied:
+
+1. A real ``VllmConfig`` is built from the kvbudget preset's ``config.json`` (written to a
+   temporary directory; no download): ``ModelConfig``, ``CacheConfig``,
+   ``ParallelConfig``, ``SchedulerConfig`` and ``SpeculativeConfig`` as ``vllm serve``
+   would build them from the flags listed in the case. ``VllmConfig.__post_init__`` runs
+   vLLM's per-architecture hooks (hybrid models: ``mamba_cache_mode``,
+   ``mamba_block_size``; Nemotron-H: float32 SSM state).
+2. The model's cache-owning layers are put into ``static_forward_context`` as vLLM's own
+   layer classes (``Attention``, ``MLAAttention``, ``MambaMixer2``,
+   ``QwenGatedDeltaNetAttention``) with the attributes their ``__init__`` sets for this
+   model on one TP rank (the modules are not constructed: that needs a GPU and the
+   weights). Their own ``get_kv_cache_spec`` methods then run.
+3. ``Platform.update_block_size_for_backend`` (the hybrid block-size override and Mamba
+   page padding), the V2 model runner's ``get_kv_cache_spec``, the engine core's
+   ``resolve_kv_cache_layout``, ``get_global_kv_cache_groups``, ``get_kv_cache_configs``,
+   ``generate_scheduler_kv_cache_config`` and ``update_kv_cache_capacity`` run as
+   ``EngineCore._initialize_kv_caches`` calls them (vllm/v1/engine/core.py:286-352), with
+   ``available_memory`` = ``--kv-cache-memory-bytes`` on every rank.
+
+Stand-ins, for what a CPU-only process cannot ask vLLM (each one documented where used):
+
+* the attention backend each layer gets on an H100/H200 (SM90) is chosen by the rule of
+  vLLM's CUDA priority list (``_get_backend_priorities``, vllm/platforms/cuda.py:84-181),
+  since vLLM's selector needs a CUDA device; the backend classes are vLLM's own
+  (``_attention_backend``);
+* ``support_hybrid_kv_cache()`` answers True during ``VllmConfig`` construction, as
+  ``CudaPlatform`` does (``build_vllm_config``);
+* ``MambaMixer2.get_state_shape`` is bound to ``NemotronHForCausalLM``'s own
+  ``get_mamba_state_shape_from_config`` (the layer's asks torch.distributed for the TP
+  size; ``_mamba2_layer``);
+* Gemma-3 (a multimodal ``Gemma3ForConditionalGeneration``) is built from its
+  ``text_config`` as ``Gemma3ForCausalLM``, because inspecting the multimodal class needs
+  torchvision; its vision tower caches nothing, so the KV cache is the same.
+
+The kvbudget side is ``kvbudget.plan(..., engine="vllm", ...)``; its
+``to_dict()["engine"]["predicted"]`` is compared field by field (``max_concurrency``
+rounded to 2 decimals, ``kv_cache_groups`` as a multiset of (kind, layers,
+padding_layers, page_bytes, block_size), plus draft_layers / sliding_window when kvbudget
+reports them). A kvbudget ``InfeasibleBudgetError`` counts as a predicted refusal. When
+kvbudget cannot answer otherwise (an older kvbudget without the engine keywords, or any
+other kvbudget error) the line says ``kvbudget: n/a (...)`` and the vLLM side is still
+reported.
+
+Exit status: 1 if any case differs or the harness itself failed on a case, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+# vLLM reads its environment at import time: keep its INFO chatter out of the report.
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+warnings.filterwarnings("ignore")
+
+REPO = Path(__file__).resolve().parents[2]
+
+GiB = 1 << 30
+BUDGETS = (8 * GiB, 40 * GiB)
+KV_DTYPES = ("bf16", "fp8")
+TPS = (1, 8)
+BLOCK_SIZE = 16
+MAX_MODEL_LEN_CAP = 32768
+MAX_NUM_SEQS = 256
+MAX_NUM_BATCHED_TOKENS = 8192
+NUM_SPECULATIVE_TOKENS = 3
+NGRAM_PROMPT_LOOKUP = 5  # vLLM's default for both ngram window fields
+DRAFT_TARGET_DRAFT = "meta-llama/Llama-3.2-1B-Instruct"
+MAMBA_TYPES = ("nemotron_h", "qwen3_next")
+
+# kvbudget spec names -> vLLM --speculative-config "method"
+VLLM_METHOD = {"ngram": "ngram", "eagle3": "eagle3", "mtp": "mtp", "draft-target": "draft_model"}
+
+
+# --------------------------------------------------------------------------- cases
+
+
+@dataclass(frozen=True)
+class Case:
+    """One deployment: what ``vllm serve`` would be started with."""
+
+    target: str
+    spec: str  # none | ngram | eagle3 | mtp | draft-target (kvbudget names)
+    draft: str | None  # preset id of the draft (EAGLE3 head / small model), or None
+    kv_budget: int  # --kv-cache-memory-bytes
+    tp: int
+    kv_dtype: str  # bf16 (vLLM "auto") | fp8
+    max_model_len: int
+    block_size: int = BLOCK_SIZE
+    max_num_seqs: int = MAX_NUM_SEQS
+    max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
+    async_scheduling: bool = True
+    enable_prefix_caching: bool = True
+    num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS
+
+    @property
+    def id(self) -> str:
+        gib = self.kv_budget / GiB
+        budget = f"{gib:g}GiB" if gib == int(gib) else f"{self.kv_budget}B"
+        pc = "" if self.enable_prefix_caching else " no-prefix-cache"
+        return (
+            f"{self.target} {self.spec} {budget} tp{self.tp} {self.kv_dtype} "
+            f"len{self.max_model_len}{pc}"
+        )
+
+    @property
+    def vllm_flags(self) -> str:
+        flags = [
+            f"--tensor-parallel-size {self.tp}",
+            f"--kv-cache-memory-bytes {self.kv_budget}",
+            f"--kv-cache-dtype {'auto' if self.kv_dtype == 'bf16' else self.kv_dtype}",
+            f"--block-size {self.block_size}",
+            f"--max-model-len {self.max_model_len}",
+            f"--max-num-seqs {self.max_num_seqs}",
+            f"--max-num-batched-tokens {self.max_num_batched_tokens}",
+            "--async-scheduling" if self.async_scheduling else "--no-async-scheduling",
+            "--enable-prefix-caching"
+            if self.enable_prefix_caching
+            else "--no-enable-prefix-caching",
+        ]
+        if self.spec != "none":
+            cfg: dict[str, Any] = {
+                "method": VLLM_METHOD[self.spec],
+                "num_speculative_tokens": self.num_speculative_tokens,
+            }
+            if self.draft:
+                cfg["model"] = self.draft
+            flags.append(f"--speculative-config '{json.dumps(cfg)}'")
+        return " ".join(flags)
+
+
+def _kvbudget():
+    try:
+        import kvbudget
+    except ImportError:  # not installed in this venv: use the checkout
+        sys.path.insert(0, str(REPO / "src"))
+        import kvbudget
+    return kvbudget
+
+
+def _presets() -> dict[str, Any]:
+    kb = _kvbudget()
+    from kvbudget.model import list_presets
+
+    return {name: kb.load_model(name) for name in list_presets()}
+
+
+def _eagle3_drafts() -> dict[str, str]:
+    from kvbudget.planner import EAGLE3_DRAFTS
+
+    return dict(EAGLE3_DRAFTS)
+
+
+def _max_model_len(model: Any) -> int:
+    return min(MAX_MODEL_LEN_CAP, model.max_position_embeddings)
+
+
+def _draft_for(target: str, spec: str, drafts: dict[str, str]) -> str | None:
+    if spec == "eagle3":
+        return drafts[target]
+    if spec == "draft-target":
+        return DRAFT_TARGET_DRAFT
+    return None
+
+
+def _specs_for(name: str, model: Any, drafts: dict[str, str]) -> list[str]:
+    specs = ["none", "ngram"]
+    if name in drafts:
+        specs.append("eagle3")
+    if model.mtp_layers:
+        specs.append("mtp")
+    if model.model_type == "llama" and name != DRAFT_TARGET_DRAFT:
+        specs.append("draft-target")
+    return specs
+
+
+def all_cases() -> list[Case]:
+    """Every preset target x applicable spec x budget x tp x kv dtype (+ Mamba no-prefix)."""
+    presets = _presets()
+    drafts = _eagle3_drafts()
+    cases: list[Case] = []
+    for name, model in presets.items():
+        if model.is_eagle3:
+            continue
+        length = _max_model_len(model)
+        for spec in _specs_for(name, model, drafts):
+            draft = _draft_for(name, spec, drafts)
+            for budget in BUDGETS:
+                for tp in TPS:
+                    for dtype in KV_DTYPES:
+                        cases.append(Case(name, spec, draft, budget, tp, dtype, length))
+            if model.model_type in MAMBA_TYPES:
+                # prefix caching off: mamba_cache_mode "none" (one state + K per request)
+                for tp in TPS:
+                    cases.append(
+                        Case(name, spec, draft, 40 * GiB, tp, "bf16", length,
+                             enable_prefix_caching=False)
+                    )  # fmt: skip
+    return cases
+
+
+# target, spec, budget GiB, tp, kv dtype, max_model_len, prefix caching
+_QUICK = (
+    ("meta-llama/Llama-3.1-8B-Instruct", "eagle3", 40, 1, "bf16", 32768, True),
+    ("meta-llama/Llama-3.1-8B-Instruct", "eagle3", 8, 1, "fp8", 32768, True),
+    ("meta-llama/Llama-3.1-8B-Instruct", "draft-target", 8, 1, "bf16", 32768, True),
+    ("meta-llama/Llama-3.3-70B-Instruct", "eagle3", 40, 8, "bf16", 32768, True),
+    ("meta-llama/Llama-3.1-405B-Instruct", "none", 8, 1, "bf16", 32768, True),
+    ("openai/gpt-oss-120b", "eagle3", 40, 1, "bf16", 32768, True),
+    ("google/gemma-3-27b-it", "none", 40, 1, "bf16", 32768, True),
+    ("google/gemma-2-9b-it", "ngram", 8, 1, "fp8", 8192, True),
+    ("mistralai/Mistral-7B-v0.1", "ngram", 40, 1, "bf16", 32768, True),
+    ("Qwen/Qwen3-8B", "none", 8, 8, "fp8", 32768, True),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", "mtp", 40, 1, "bf16", 32768, True),
+    ("nvidia/Nemotron-H-8B-Base-8K", "none", 40, 1, "bf16", 8192, True),
+    ("nvidia/Nemotron-H-8B-Base-8K", "ngram", 40, 1, "bf16", 8192, False),
+    ("deepseek-ai/DeepSeek-V3", "mtp", 40, 8, "bf16", 32768, True),
+)
+
+
+def quick_cases() -> list[Case]:
+    """A representative dozen: every layer and draft kind, a refusal, a no-prefix run."""
+    drafts = _eagle3_drafts()
+    return [
+        Case(target, spec, _draft_for(target, spec, drafts), gib * GiB, tp, dtype, length,
+             enable_prefix_caching=prefix)
+        for target, spec, gib, tp, dtype, length, prefix in _QUICK
+    ]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- vLLM side
+
+
+class Skip(Exception):
+    """vLLM itself cannot build this deployment (the reason is vLLM's)."""
+
+
+@dataclass
+class VllmResult:
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    gpu_kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    kv_cache_groups: list[dict[str, Any]] = field(default_factory=list)
+    refused: str | None = None
+    # context, not compared
+    bytes_per_block: int | None = None
+    kv_cache_layout: str | None = None
+    attention_backends: list[str] = field(default_factory=list)
+    max_in_flight_tokens: int | None = None
+    mamba_cache_mode: str | None = None
+    log_line: str | None = None
+
+
+_MODEL_DIRS: dict[str, Path] = {}
+_TMP = tempfile.TemporaryDirectory(prefix="kvbudget-vllm-fidelity-")
+
+
+def _model_dir(preset: str) -> Path:
+    """A directory holding the preset's config.json, as vLLM reads a local checkpoint."""
+    if preset in _MODEL_DIRS:
+        return _MODEL_DIRS[preset]
+    from importlib import resources
+
+    file_name = preset.replace("/", "--", 1) + ".json"
+    cfg = json.loads(
+        (resources.files("kvbudget") / "data" / "models" / file_name).read_text("utf-8")
+    )
+    if cfg.get("model_type") == "gemma3":
+        # Stand-in: the text model of the multimodal checkpoint (its vision tower has no
+        # KV cache; vLLM's multimodal class needs torchvision just to be inspected).
+        text = dict(cfg["text_config"])
+        text["architectures"] = ["Gemma3ForCausalLM"]
+        text["model_type"] = "gemma3_text"
+        text.setdefault("torch_dtype", cfg.get("torch_dtype"))
+        cfg = text
+    path = Path(_TMP.name) / preset.replace("/", "--")
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(cfg), "utf-8")
+    _MODEL_DIRS[preset] = path
+    return path
+
+
+def _original_architecture(preset: str) -> str:
+    from importlib import resources
+
+    file_name = preset.replace("/", "--", 1) + ".json"
+    cfg = json.loads(
+        (resources.files("kvbudget") / "data" / "models" / file_name).read_text("utf-8")
+    )
+    return (cfg.get("architectures") or [""])[0]
+
+
+def build_vllm_config(case: Case):
+    """A real VllmConfig, as EngineArgs.create_engine_config builds it for the case's flags.
+
+    ``create_engine_config`` itself cannot run here (it asks the platform for a device
+    type, and a CPU-only process has no CUDA platform), so the pieces it builds are built
+    the same way (vllm/engine/arg_utils.py:2280-2330, 2658-2683, 2100-2139).
+    """
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        ModelConfig,
+        ParallelConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
+    from vllm.utils.torch_utils import resolve_kv_cache_dtype_string
+
+    model_config = ModelConfig(
+        model=str(_model_dir(case.target)),
+        skip_tokenizer_init=True,
+        max_model_len=case.max_model_len,
+    )
+    # arg_utils.py:2288-2294: CacheConfig.sliding_window only for all-sliding models
+    layer_types = getattr(model_config.hf_text_config, "layer_types", None)
+    sliding_window = None
+    if layer_types is None or all(lt == "sliding_attention" for lt in layer_types):
+        sliding_window = model_config.get_sliding_window()
+    cache_dtype = resolve_kv_cache_dtype_string(
+        "auto" if case.kv_dtype == "bf16" else case.kv_dtype, model_config
+    )
+    cache_config = CacheConfig(
+        block_size=case.block_size,
+        kv_cache_memory_bytes=case.kv_budget,
+        cache_dtype=cache_dtype,
+        is_attention_free=model_config.is_attention_free,
+        sliding_window=sliding_window,
+        enable_prefix_caching=case.enable_prefix_caching,
+    )
+    parallel_config = ParallelConfig(tensor_parallel_size=case.tp)
+    speculative_config = None
+    if case.spec != "none":
+        spec_args: dict[str, Any] = {
+            "method": VLLM_METHOD[case.spec],
+            "num_speculative_tokens": case.num_speculative_tokens,
+        }
+        if case.spec == "ngram":
+            spec_args["prompt_lookup_max"] = NGRAM_PROMPT_LOOKUP
+            spec_args["prompt_lookup_min"] = NGRAM_PROMPT_LOOKUP
+        if case.draft is not None:
+            spec_args["model"] = str(_model_dir(case.draft))
+        speculative_config = SpeculativeConfig(
+            **spec_args,
+            target_model_config=model_config,
+            target_parallel_config=parallel_config,
+        )
+    scheduler_config = SchedulerConfig(
+        runner_type=model_config.runner_type,
+        max_num_batched_tokens=case.max_num_batched_tokens,
+        max_num_seqs=case.max_num_seqs,
+        max_model_len=model_config.max_model_len,
+        enable_chunked_prefill=True,
+        is_multimodal_model=model_config.is_multimodal_model,
+        is_encoder_decoder=model_config.is_encoder_decoder,
+        async_scheduling=case.async_scheduling,
+    )
+    # The one platform answer VllmConfig.__post_init__ asks that differs between this
+    # CPU-only process (UnspecifiedPlatform: False, platforms/interface.py:1354) and an
+    # H100/H200 (CudaPlatform: True, platforms/cuda.py:683): whether the hybrid KV cache
+    # manager is supported (config/vllm.py:2232). Answer as CUDA does.
+    from vllm.platforms import current_platform
+
+    with mock.patch.object(
+        type(current_platform), "support_hybrid_kv_cache", classmethod(lambda cls: True)
+    ):
+        return VllmConfig(
+            model_config=model_config,
+            cache_config=cache_config,
+            parallel_config=parallel_config,
+            scheduler_config=scheduler_config,
+            speculative_config=speculative_config,
+            device_config=DeviceConfig(device="cpu"),  # only names the log line's pool
+        )
+
+
+# ---- attention backends on SM90 ------------------------------------------------------
+
+
+def _attention_backend(case: Case, use_mla: bool, cache_dtype: str):
+    """The attention backend class an H100/H200 (SM90) gives these layers.
+
+    vLLM's selector (vllm/platforms/cuda.py ``get_valid_backends``) needs a CUDA device,
+    so the choice is made here by the same rule, and vLLM's own class is returned
+    (its kernel block sizes, ``customize_spec`` and supported layouts are what matter):
+
+    * non-MLA, SM90 (cuda.py:169-181): FLASH_ATTN first, or TRITON_FLASH_ATTN first when
+      the model is a multimodal prefix-LM (Gemma-3); FA3 supports bf16 and fp8 KV, head
+      sizes <= 256 and sinks (gpt-oss) on SM90.
+    * MLA, SM90 (cuda.py:139-155): FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA.
+      FLASH_ATTN_MLA takes bf16 KV only (mla/flashattn_mla.py:42-46); with fp8 KV
+      FLASHMLA wants block size 64 (mla/flashmla.py:57) and rejects the user's
+      ``--block-size 16`` (backend.py:122-138), FLASHINFER_MLA is SM100 only
+      (mla/flashinfer_mla.py:220), so TRITON_MLA (MultipleOf(16)) is chosen. Both
+      FLASH_ATTN_MLA and TRITON_MLA declare ``MultipleOf(16)`` kernel blocks and
+      MLACommonBackend's spec handling; FLASH_ATTN_MLA's module cannot be imported without
+      CUDA, so TRITON_MLA's class stands in for it (identical KV sizing).
+    """
+    if use_mla:
+        from vllm.v1.attention.backends.mla.triton_mla import TritonMLABackend
+
+        return TritonMLABackend, ("FLASH_ATTN_MLA" if cache_dtype == "auto" else "TRITON_MLA")
+    if _original_architecture(case.target) == "Gemma3ForConditionalGeneration":
+        from vllm.v1.attention.backends.triton_flash_attn import TritonFlashAttentionBackend
+
+        return TritonFlashAttentionBackend, "TRITON_FLASH_ATTN"
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    return FlashAttentionBackend, "FLASH_ATTN"
+
+
+# ---- layer stand-ins --------------------------------------------------------------------
+
+
+def _bare(cls):
+    """An instance of a vLLM layer class whose __init__ (weights, kernels) is not run."""
+    import torch
+
+    obj = cls.__new__(cls)
+    torch.nn.Module.__init__(obj)
+    return obj
+
+
+def _check_tp_heads(what: str, heads: int, kv_heads: int, tp: int) -> None:
+    """The asserts vLLM's attention modules make (e.g. llama.py:144-155)."""
+    if heads % tp:
+        raise Skip(f"{what}: {heads} attention heads not divisible by TP {tp}")
+    if kv_heads >= tp and kv_heads % tp:
+        raise Skip(f"{what}: {kv_heads} KV heads not divisible by TP {tp}")
+    if kv_heads < tp and tp % kv_heads:
+        raise Skip(f"{what}: TP {tp} not a multiple of {kv_heads} KV heads")
+
+
+def _attention_layer(vc, model_config, name, hf, layer_idx, window, backend, draft):
+    """vLLM's Attention as the model's __init__ sets it (attention.py:240-345)."""
+    from vllm.model_executor.layers.attention.attention import Attention
+    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
+    from vllm.v1.attention.backend import AttentionType
+
+    tp = vc.parallel_config.tensor_parallel_size
+    heads = hf.num_attention_heads
+    kv_heads = getattr(hf, "num_key_value_heads", None) or heads
+    _check_tp_heads(name, heads, kv_heads, tp)
+    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // heads
+    cache_config = vc.cache_config
+    layer = _bare(Attention)
+    # per-layer window from the model code, else the model-level one (attention.py:265-273)
+    layer.sliding_window = window if window is not None else cache_config.sliding_window
+    layer.kv_cache_dtype = cache_config.cache_dtype
+    layer.kv_cache_torch_dtype = kv_cache_dtype_str_to_dtype(cache_config.cache_dtype, model_config)
+    layer.num_heads = heads // tp
+    layer.num_kv_heads = max(1, kv_heads // tp)  # replicated when TP > KV heads
+    layer.head_size = head_dim
+    layer.head_size_v = head_dim
+    layer.attn_type = AttentionType.DECODER
+    layer.attn_backend = backend
+    layer.kv_sharing_target_layer_name = None
+    layer.layer_name = name
+    layer.is_draft_layer = draft
+    return layer
+
+
+def _mla_layer(vc, model_config, name, hf, backend, draft):
+    """vLLM's MLAAttention as DeepSeek's __init__ sets it (mla_attention.py:470-545)."""
+    from vllm.model_executor.layers.attention.mla_attention import MLAAttention
+
+    tp = vc.parallel_config.tensor_parallel_size
+    if hf.num_attention_heads % tp:
+        raise Skip(f"{name}: {hf.num_attention_heads} heads not divisible by TP {tp}")
+    layer = _bare(MLAAttention)
+    layer.num_heads = hf.num_attention_heads // tp
+    layer.kv_lora_rank = hf.kv_lora_rank
+    layer.qk_rope_head_dim = hf.qk_rope_head_dim
+    layer.head_size = hf.kv_lora_rank + hf.qk_rope_head_dim
+    layer.num_kv_heads = 1
+    layer.sliding_window = None
+    layer.indexer = None
+    layer.non_causal_multi_token_decode = False
+    layer.topk_buffer_width = None
+    layer.kv_cache_dtype = vc.cache_config.cache_dtype
+    layer.attn_backend = backend
+    layer.kv_sharing_target_layer_name = None
+    layer.layer_name = name
+    layer.is_draft_layer = draft
+    return layer
+
+
+def _mamba2_layer(vc, model_cls, name):
+    """vLLM's MambaMixer2 (Nemotron-H 'M' layers; mamba_mixer2.py).
+
+    ``get_state_shape`` asks torch.distributed for the TP size, so it is bound to the
+    model class's own ``get_mamba_state_shape_from_config`` (nemotron_h.py:780-810: the
+    same MambaStateShapeCalculator.mamba2_state_shape call, with the TP size from the
+    config), which is also what the platform's block-size alignment uses.
+    """
+    from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
+
+    tp = vc.parallel_config.tensor_parallel_size
+    hf = vc.model_config.hf_config
+    if hf.mamba_num_heads % tp:  # mamba_utils.py divide() asserts
+        raise Skip(f"{name}: {hf.mamba_num_heads} Mamba heads not divisible by TP {tp}")
+    layer = _bare(MambaMixer2)
+    layer.model_config = vc.model_config
+    layer.cache_config = vc.cache_config
+    layer.use_replayssm = vc.cache_config.use_replayssm
+    layer.num_spec = vc.num_speculative_tokens
+    layer.prefix = name
+    layer.get_state_shape = lambda: model_cls.get_mamba_state_shape_from_config(vc)
+    return layer
+
+
+def _gdn_layer(vc, name, hf):
+    """vLLM's QwenGatedDeltaNetAttention (Qwen3-Next 'linear_attention' layers).
+
+    Attributes as gdn/base.py:25-46 and qwen_gdn_linear_attn.py:556-700 set them. On SM90
+    the GDN prefill backend is FlashInfer (``_resolve_gdn_prefill_backend``, "Hopper (SM90)
+    - no further constraints"), so in "align" mode the layer exports prefill checkpoints
+    every FLASHINFER_GDN_CHECKPOINT_ALIGNMENT (64) tokens (qwen_gdn_linear_attn.py:691-697).
+    """
+    from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import (
+        QwenGatedDeltaNetAttention,
+    )
+    from vllm.v1.attention.backends.gdn_attn import FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
+
+    tp = vc.parallel_config.tensor_parallel_size
+    for what, n in (
+        ("linear key heads", hf.linear_num_key_heads),
+        ("linear value heads", hf.linear_num_value_heads),
+    ):
+        if n % tp:
+            raise Skip(f"{name}: {n} {what} not divisible by TP {tp}")
+    layer = _bare(QwenGatedDeltaNetAttention)
+    layer.tp_size = tp
+    layer.num_k_heads = hf.linear_num_key_heads
+    layer.num_v_heads = hf.linear_num_value_heads
+    layer.head_k_dim = hf.linear_key_head_dim
+    layer.head_v_dim = hf.linear_value_head_dim
+    layer.conv_kernel_size = hf.linear_conv_kernel_dim
+    layer.model_config = vc.model_config
+    layer.cache_config = vc.cache_config
+    layer.speculative_config = vc.speculative_config
+    layer.num_spec = vc.num_speculative_tokens
+    layer.vllm_config = vc
+    layer.prefix = name
+    layer.gdn_prefill_backend = "flashinfer"
+    layer._checkpoint_alignment = (
+        FLASHINFER_GDN_CHECKPOINT_ALIGNMENT if vc.cache_config.mamba_cache_mode == "align" else None
+    )
+    layer._max_num_batched_tokens = vc.scheduler_config.max_num_batched_tokens
+    return layer
+
+
+def _target_window(arch: str, hf, idx: int) -> int | None:
+    """The per-layer sliding window each model's code passes to Attention."""
+    if arch == "GptOssForCausalLM":  # gpt_oss.py:175: every other layer, even ones
+        return hf.sliding_window if idx % 2 == 0 else None
+    if arch == "NemotronHForCausalLM":  # nemotron_h.py:478
+        return getattr(hf, "sliding_window", None)
+    layer_types = getattr(hf, "layer_types", None)
+    if arch in ("Gemma2ForCausalLM", "Gemma3ForCausalLM"):  # gemma2.py:155, gemma3.py:153
+        return hf.sliding_window if layer_types[idx] == "sliding_attention" else None
+    if arch in ("LlamaForCausalLM", "MistralForCausalLM", "LlamaForCausalLMEagle3"):
+        # llama.py:185-205 (EAGLE3 heads build llama.py's attention too)
+        if layer_types and layer_types[idx] == "sliding_attention":
+            return hf.sliding_window
+        return None
+    # qwen3.py / qwen3_moe.py / qwen3_next.py pass no per-layer window
+    return None
+
+
+def build_layers(vc, case: Case) -> list[str]:
+    """Fill static_forward_context with the target's and the draft's cache layers.
+
+    Returns the attention backend names used.
+    """
+    from vllm.model_executor.models import ModelRegistry
+
+    ctx = vc.compilation_config.static_forward_context
+    ctx.clear()
+    mc = vc.model_config
+    hf = mc.hf_text_config
+    arch = mc.architecture
+    backend_names: list[str] = []
+
+    def add(name: str, layer) -> None:
+        ctx[name] = layer
+
+    mla_backend, mla_name = _attention_backend(case, True, vc.cache_config.cache_dtype)
+    attn_backend, attn_name = _attention_backend(case, False, vc.cache_config.cache_dtype)
+
+    n = hf.num_hidden_layers
+    if arch in ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"):
+        backend_names.append(mla_name)
+        for i in range(n):
+            add(
+                f"model.layers.{i}.self_attn.attn",
+                _mla_layer(vc, mc, f"model.layers.{i}", hf, mla_backend, False),
+            )
+    elif arch == "NemotronHForCausalLM":
+        model_cls, _ = ModelRegistry.resolve_model_cls(mc.architecture, model_config=mc)
+        backend_names.append(attn_name)
+        for i, ch in enumerate(hf.hybrid_override_pattern):  # nemotron_h.py:548-602
+            if ch == "M":
+                add(f"model.layers.{i}.mixer", _mamba2_layer(vc, model_cls, f"model.layers.{i}"))
+            elif ch == "*":
+                add(
+                    f"model.layers.{i}.mixer.attn",
+                    _attention_layer(
+                        vc,
+                        mc,
+                        f"model.layers.{i}",
+                        hf,
+                        i,
+                        _target_window(arch, hf, i),
+                        attn_backend,
+                        False,
+                    ),
+                )
+    elif arch == "Qwen3NextForCausalLM":
+        backend_names.append(attn_name)
+        for i, lt in enumerate(hf.layer_types):
+            if lt == "linear_attention":
+                add(f"model.layers.{i}.linear_attn", _gdn_layer(vc, f"model.layers.{i}", hf))
+            else:
+                add(
+                    f"model.layers.{i}.self_attn.attn",
+                    _attention_layer(vc, mc, f"model.layers.{i}", hf, i, None, attn_backend, False),
+                )
+    else:
+        backend_names.append(attn_name)
+        for i in range(n):
+            add(
+                f"model.layers.{i}.self_attn.attn",
+                _attention_layer(
+                    vc,
+                    mc,
+                    f"model.layers.{i}",
+                    hf,
+                    i,
+                    _target_window(arch, hf, i),
+                    attn_backend,
+                    False,
+                ),
+            )
+
+    spec = vc.speculative_config
+    if case.spec == "eagle3":
+        # llama_eagle3.py:196-206: the head's layers follow the target's, own geometry
+        dmc = spec.draft_model_config
+        dhf = dmc.hf_text_config
+        for j in range(dhf.num_hidden_layers):
+            i = n + j
+            add(
+                f"drafter.model.layers.{i}.self_attn.attn",
+                _attention_layer(
+                    vc,
+                    dmc,
+                    f"drafter.model.layers.{i}",
+                    dhf,
+                    j,
+                    _target_window("LlamaForCausalLMEagle3", dhf, j),
+                    attn_backend,
+                    True,
+                ),
+            )
+    elif case.spec == "mtp":
+        if arch in ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"):
+            # deepseek_mtp.py:151-162: num_nextn_predict_layers MLA layers after the model's
+            for j in range(hf.num_nextn_predict_layers):
+                i = n + j
+                add(
+                    f"drafter.model.layers.{i}.mtp_block.self_attn.attn",
+                    _mla_layer(vc, mc, f"drafter.model.layers.{i}", hf, mla_backend, True),
+                )
+        elif arch == "Qwen3NextForCausalLM":
+            # qwen3_next_mtp.py:63-95: full-attention layers, default one
+            for j in range(getattr(hf, "num_nextn_predict_layers", 1)):
+                i = n + j
+                add(
+                    f"drafter.model.layers.{i}.self_attn.attn",
+                    _attention_layer(
+                        vc, mc, f"drafter.model.layers.{i}", hf, i, None, attn_backend, True
+                    ),
+                )
+        else:
+            raise Skip(f"{arch} has no MTP layers in vLLM")
+    elif case.spec == "draft-target":
+        dmc = spec.draft_model_config
+        dhf = dmc.hf_text_config
+        darch = dmc.architecture
+        for j in range(dhf.num_hidden_layers):
+            add(
+                f"drafter.model.layers.{j}.self_attn.attn",
+                _attention_layer(
+                    vc,
+                    dmc,
+                    f"drafter.model.layers.{j}",
+                    dhf,
+                    j,
+                    _target_window(darch, dhf, j),
+                    attn_backend,
+                    True,
+                ),
+            )
+    return backend_names
+
+
+# ---- the engine core's sequence ----------------------------------------------------------
+
+
+def _kind(spec) -> str:
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        MambaSpec,
+        MLAAttentionSpec,
+        SlidingWindowSpec,
+        UniformTypeKVCacheSpecs,
+    )
+
+    if isinstance(spec, UniformTypeKVCacheSpecs):
+        kinds = sorted({_kind(s) for s in spec.kv_cache_specs.values()})
+        return kinds[0] if len(kinds) == 1 else "+".join(kinds)
+    if isinstance(spec, MLAAttentionSpec):
+        return "mla"
+    if isinstance(spec, SlidingWindowSpec):
+        return "sliding_window"
+    if isinstance(spec, FullAttentionSpec):
+        return "full_attention"
+    if isinstance(spec, MambaSpec):
+        return "mamba"
+    return type(spec).__name__
+
+
+def _group_rows(groups, specs, vc, sched_groups=None) -> list[dict[str, Any]]:
+    """One row per KV cache group: kind, real and padding layers, page bytes, block size.
+
+    ``blocks_per_request`` (context, not compared) is what one request of max_model_len
+    takes from the group, as get_max_concurrency_for_kv_cache_config counts it
+    (kv_cache_utils.py:1061-1093).
+    """
+    from vllm.utils.math_utils import cdiv
+    from vllm.v1.kv_cache_interface import UniformTypeKVCacheSpecs
+
+    widest = max((len(g.layer_names) for g in groups), default=0)
+    rows = []
+    for index, g in enumerate(groups):
+        s = g.kv_cache_spec
+        members = list(s.kv_cache_specs.values()) if isinstance(s, UniformTypeKVCacheSpecs) else [s]
+        pages = sorted({m.page_size_bytes for m in members})
+        row: dict[str, Any] = {
+            "kind": _kind(s),
+            "layers": len(g.layer_names),
+            "draft_layers": sum(1 for name in g.layer_names if specs[name].is_draft),
+            "padding_layers": widest - len(g.layer_names),
+            "page_bytes": max(pages),
+            "block_size": s.block_size,
+        }
+        if len(pages) > 1:
+            row["page_bytes_per_layer"] = pages
+        row["sliding_window"] = getattr(members[0], "sliding_window", None)
+        # the scheduler's group carries one representative spec (kv_cache_utils.py:1099-1117)
+        one = sched_groups[index].kv_cache_spec if sched_groups else members[0]
+        row["blocks_per_request"] = cdiv(one.max_memory_usage_bytes(vc), one.page_size_bytes)
+        rows.append(row)
+    return rows
+
+
+def vllm_side(case: Case) -> VllmResult:
+    """What vLLM 0.33 allocates for the case (or refuses), by vLLM's own code."""
+    from vllm.config.vllm import set_current_vllm_config
+    from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+    from vllm.platforms import current_platform
+    from vllm.v1.attention.backends.utils import (
+        get_supported_kv_cache_layouts,
+        resolve_kv_cache_layout,
+    )
+    from vllm.v1.core.kv_cache_planning import (
+        _pool_bytes_per_block,
+        get_global_kv_cache_groups,
+        get_kv_cache_configs,
+    )
+    from vllm.v1.core.kv_cache_utils import (
+        generate_scheduler_kv_cache_config,
+        get_kv_cache_capacity,
+        update_kv_cache_capacity,
+    )
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    try:
+        vc = build_vllm_config(case)
+    except (TypeError, AttributeError, NameError, ImportError):
+        raise  # a harness problem, not vLLM's answer
+    except Exception as exc:  # vLLM's own validation refused the flags
+        raise Skip(f"vLLM rejects the config: {type(exc).__name__}: {_one_line(exc)}") from exc
+
+    result = VllmResult()
+    with set_current_vllm_config(vc):
+        result.attention_backends = build_layers(vc, case)
+        # uniproc_executor.py:75 / multiproc_executor.py:802, after load_model: the CUDA
+        # platform inherits Platform.update_block_size_for_backend (interface.py:750)
+        current_platform.update_block_size_for_backend(vc)
+        # the V2 model runner's spec collection (v1/worker/gpu/attn_utils.py:138-155)
+        worker_specs = get_kv_cache_spec(vc)
+        world = vc.parallel_config.world_size
+        kv_cache_specs = [dict(worker_specs) for _ in range(world)]
+        layouts = [
+            layout.name for layout in get_supported_kv_cache_layouts(get_current_attn_backends(vc))
+        ]
+        layout = resolve_kv_cache_layout(
+            vc, [layouts] * world, [s for specs in kv_cache_specs for s in specs.values()]
+        )
+        result.kv_cache_layout = layout.name
+        result.mamba_cache_mode = (
+            vc.cache_config.mamba_cache_mode if vc.model_config.is_hybrid else None
+        )
+        result.max_in_flight_tokens = vc.max_in_flight_tokens
+        groups = get_global_kv_cache_groups(vc, kv_cache_specs)
+        try:
+            configs = get_kv_cache_configs(vc, kv_cache_specs, [case.kv_budget] * world, groups)
+        except ValueError as exc:
+            message = _one_line(exc)
+            if "To serve at least one request" in message or "No available memory" in message:
+                result.refused = message
+                result.block_size = vc.cache_config.block_size
+                result.kv_cache_groups = _group_rows(groups, worker_specs, vc)
+                result.bytes_per_block = _pool_bytes_per_block(vc, groups)
+                return result
+            raise
+        sched = generate_scheduler_kv_cache_config(configs)
+        # core.py:335-352
+        vc.cache_config.num_gpu_blocks = sched.num_blocks
+        participating = [
+            g.kv_cache_spec.block_size
+            for g in sched.kv_cache_groups
+            if g.kv_cache_spec.prefix_cacheable
+        ]
+        vc.cache_config.block_size = min(
+            participating or [g.kv_cache_spec.block_size for g in sched.kv_cache_groups]
+        )
+        update_kv_cache_capacity(vc, sched)
+        tokens, concurrency = get_kv_cache_capacity(vc, sched)
+        assert tokens == vc.cache_config.kv_cache_size_tokens
+        result.block_size = vc.cache_config.block_size
+        result.num_gpu_blocks = sched.num_blocks
+        result.gpu_kv_cache_tokens = tokens
+        result.max_concurrency = concurrency
+        result.kv_cache_groups = _group_rows(
+            configs[0].kv_cache_groups, worker_specs, vc, sched.kv_cache_groups
+        )
+        result.bytes_per_block = _pool_bytes_per_block(vc, configs[0].kv_cache_groups)
+        result.log_line = (
+            f"GPU KV cache size: {tokens:,} tokens, Maximum concurrency for "
+            f"{vc.model_config.max_model_len:,} tokens per request: {concurrency:.2f}x"
+        )
+    return result
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+# --------------------------------------------------------------------------- kvbudget side
+
+
+def kvbudget_side(case: Case) -> tuple[dict[str, Any] | None, str | None]:
+    """kvbudget's prediction for the case, or (None, why not)."""
+    try:
+        kb = _kvbudget()
+        p = kb.plan(
+            case.target,
+            case.draft,
+            spec=case.spec,
+            kv_budget=case.kv_budget,
+            host_budget=0,
+            tp=case.tp,
+            kv_dtype=case.kv_dtype,
+            tokens_per_block=case.block_size,
+            max_seq_len=case.max_model_len,
+            max_batch_size=case.max_num_seqs,
+            max_draft_len=case.num_speculative_tokens,
+            engine="vllm",
+            max_num_batched_tokens=case.max_num_batched_tokens,
+            async_scheduling=case.async_scheduling,
+            enable_prefix_caching=case.enable_prefix_caching,
+        )
+        predicted = p.to_dict()["engine"]["predicted"]
+        if not isinstance(predicted, dict):
+            return None, f"engine.predicted is {type(predicted).__name__}"
+        return predicted, None
+    except Exception as exc:
+        try:
+            from kvbudget.errors import InfeasibleBudgetError
+        except ImportError:
+            InfeasibleBudgetError = ()  # type: ignore[assignment,misc]
+        if isinstance(exc, InfeasibleBudgetError):
+            # kvbudget's answer "this budget cannot start" (its vLLM engine raises it with
+            # vLLM's refusal text): a prediction that vLLM refuses, not a missing one
+            return {"refused": f"{type(exc).__name__}: {_one_line(exc)}"}, None
+        return None, f"{type(exc).__name__}: {_one_line(exc)[:160]}"
+
+
+_GROUP_KEYS = ("kind", "layers", "padding_layers", "page_bytes", "block_size")
+# compared too when kvbudget's rows carry them
+_OPTIONAL_GROUP_KEYS = ("draft_layers", "sliding_window")
+
+
+def _group_key(row: dict[str, Any], keys: tuple[str, ...]) -> tuple[Any, ...]:
+    return tuple(row.get(k) for k in keys)
+
+
+def compare(v: VllmResult, k: dict[str, Any]) -> list[str]:
+    """Fields that differ (empty: agree)."""
+    if v.refused is not None or k.get("refused") is not None:
+        if (v.refused is None) != (k.get("refused") is None):
+            return [
+                f"refused: vllm={'yes' if v.refused else 'no'} "
+                f"kvbudget={'yes' if k.get('refused') else 'no'}"
+            ]
+        return []
+    diffs = []
+    for key in ("block_size", "num_gpu_blocks", "gpu_kv_cache_tokens"):
+        if k.get(key) != getattr(v, key):
+            diffs.append(f"{key}: vllm={getattr(v, key)} kvbudget={k.get(key)}")
+    kc = k.get("max_concurrency")
+    if not isinstance(kc, (int, float)) or round(kc, 2) != round(v.max_concurrency, 2):
+        diffs.append(f"max_concurrency: vllm={v.max_concurrency:.2f} kvbudget={kc}")
+    k_rows = k.get("kv_cache_groups") or []
+    keys = _GROUP_KEYS + tuple(
+        key for key in _OPTIONAL_GROUP_KEYS if k_rows and all(key in r for r in k_rows)
+    )
+    vg = sorted((_group_key(r, keys) for r in v.kv_cache_groups), key=repr)
+    kg = sorted((_group_key(r, keys) for r in k_rows), key=repr)
+    if vg != kg:
+        diffs.append(f"kv_cache_groups: vllm={vg} kvbudget={kg}")
+    return diffs
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _groups_text(rows: list[dict[str, Any]]) -> str:
+    parts = []
+    for r in rows:
+        pad = f"+{r['padding_layers']}pad" if r.get("padding_layers") else ""
+        draft = f" ({r['draft_layers']} draft)" if r.get("draft_layers") else ""
+        window = f" w{r['sliding_window']}" if r.get("sliding_window") else ""
+        parts.append(
+            f"{r['kind']}{window} {r['layers']}L{pad}{draft} {r['page_bytes']}B/bs{r['block_size']}"
+        )
+    return "; ".join(parts)
+
+
+def _vllm_text(v: VllmResult) -> str:
+    if v.refused is not None:
+        return f"refused: {v.refused[:150]}"
+    return (
+        f"block_size={v.block_size} num_gpu_blocks={v.num_gpu_blocks} "
+        f"tokens={v.gpu_kv_cache_tokens} concurrency={v.max_concurrency:.2f}x "
+        f"groups=[{_groups_text(v.kv_cache_groups)}]"
+    )
+
+
+def _kb_text(k: dict[str, Any]) -> str:
+    if k.get("refused") is not None:
+        return f"refused: {str(k['refused'])[:120]}"
+    kc = k.get("max_concurrency")
+    kc_text = f"{kc:.2f}x" if isinstance(kc, (int, float)) else str(kc)
+    return (
+        f"block_size={k.get('block_size')} num_gpu_blocks={k.get('num_gpu_blocks')} "
+        f"tokens={k.get('gpu_kv_cache_tokens')} concurrency={kc_text}"
+    )
+
+
+_TSV_COLUMNS = (
+    "case",
+    "status",
+    "block_size",
+    "num_gpu_blocks",
+    "gpu_kv_cache_tokens",
+    "max_concurrency",
+    "bytes_per_block",
+    "kv_cache_groups",
+    "refused_or_skipped",
+)
+
+
+def _tsv_row(record: dict[str, Any]) -> str:
+    v = record.get("vllm") or {}
+    conc = v.get("max_concurrency")
+    cells = [
+        record["case"],
+        record.get("status", "skipped" if "skipped" in record else "error"),
+        v.get("block_size"),
+        v.get("num_gpu_blocks"),
+        v.get("gpu_kv_cache_tokens"),
+        f"{conc:.2f}" if isinstance(conc, float) else conc,
+        v.get("bytes_per_block"),
+        _groups_text(v.get("kv_cache_groups") or []),
+        v.get("refused") or record.get("skipped") or record.get("error"),
+    ]
+    return "\t".join("" if c is None else str(c) for c in cells)
+
+
+def run(
+    cases: list[Case], json_path: str | None, verbose: bool, tsv_path: str | None = None
+) -> int:
+    records = []
+    agree = differ = unavailable = skipped = errors = 0
+    t0 = time.time()
+    for case in cases:
+        record: dict[str, Any] = {
+            "case": case.id,
+            "inputs": asdict(case),
+            "vllm_flags": case.vllm_flags,
+        }
+        try:
+            v = vllm_side(case)
+        except Skip as why:
+            skipped += 1
+            record["skipped"] = str(why)
+            print(f"{case.id}\n  SKIP  {why}", flush=True)
+            records.append(record)
+            continue
+        except Exception as exc:  # a harness problem, not a vLLM answer: report loudly
+            errors += 1
+            record["error"] = f"{type(exc).__name__}: {_one_line(exc)}"
+            print(f"{case.id}\n  ERROR {record['error']}", flush=True)
+            if verbose:
+                traceback.print_exc()
+            records.append(record)
+            continue
+        record["vllm"] = asdict(v)
+        k, why = kvbudget_side(case)
+        if k is None:
+            unavailable += 1
+            status = "n/a"
+            kb_line = f"kvbudget: n/a ({why})"
+        else:
+            diffs = compare(v, k)
+            record["kvbudget"] = k
+            record["diffs"] = diffs
+            status = "DIFF" if diffs else "OK"
+            if diffs:
+                differ += 1
+            else:
+                agree += 1
+            kb_line = f"kvbudget: {_kb_text(k)}"
+            if diffs:
+                kb_line += "\n    " + "\n    ".join(diffs)
+        record["status"] = status
+        print(f"{case.id}\n  vllm: {_vllm_text(v)}\n  {kb_line}\n  -> {status}", flush=True)
+        records.append(record)
+    compared = agree + differ
+    summary = (
+        f"{len(cases)} cases, {agree} agree, {differ} differ "
+        f"({unavailable} without a kvbudget prediction, {skipped} skipped, "
+        f"{errors} harness errors; {compared} compared) in {time.time() - t0:.0f}s"
+    )
+    print(summary)
+    if tsv_path:
+        Path(tsv_path).write_text(
+            f"# vLLM {_vllm_version()} side; {summary}\n"
+            + "\t".join(_TSV_COLUMNS)
+            + "\n"
+            + "".join(_tsv_row(r) + "\n" for r in records),
+            "utf-8",
+        )
+    if json_path:
+        Path(json_path).write_text(
+            json.dumps(
+                {"summary": summary, "vllm_version": _vllm_version(), "cases": records},
+                indent=1,
+                default=str,
+            )
+            + "\n",
+            "utf-8",
+        )
+    return 1 if differ or errors else 0
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return getattr(vllm, "__version__", "?")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", choices=("quick", "all"), default="quick")
+    parser.add_argument("--json", metavar="OUT", help="write every case's figures here")
+    parser.add_argument("--tsv", metavar="OUT", help="one line per case, vLLM side (compact)")
+    parser.add_argument(
+        "--match",
+        metavar="TEXT",
+        action="append",
+        default=[],
+        help="only cases whose id contains TEXT (repeatable, all must match)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="tracebacks for harness errors")
+    args = parser.parse_args(argv)
+    logging.getLogger("vllm").setLevel(logging.ERROR)
+    cases = quick_cases() if args.cases == "quick" else all_cases()
+    cases = [c for c in cases if all(m in c.id for m in args.match)]
+    # vLLM prints a few import-time notices on stderr; keep them out of the report
+    with contextlib.redirect_stderr(io.StringIO()):
+        import vllm.v1.core.kv_cache_planning  # noqa: F401
+    print(f"vLLM {_vllm_version()}: {len(cases)} cases", flush=True)
+    return run(cases, args.json, args.verbose, args.tsv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
