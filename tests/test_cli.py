@@ -184,6 +184,29 @@ def test_golden_engine_settings(engine: str) -> None:
     check_golden(f"emit_{engine}.txt", result.stdout)
 
 
+@pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
+def test_golden_engine_settings_sliding_window_eagle3(engine: str) -> None:
+    # gpt-oss-120b + its EAGLE3 head: 18 sliding (128) + 18 full layers, the engines' own
+    # pools (the arithmetic is in tests/test_engines.py)
+    result = run(
+        "plan",
+        "--target",
+        "openai/gpt-oss-120b",
+        "--kv-budget",
+        "40GiB",
+        "--host-budget",
+        "64GiB",
+        "--max-seq-len",
+        "32768",
+        "--max-batch-size",
+        "64",
+        "--emit",
+        engine,
+    )
+    assert result.exit_code == 0, result.output
+    check_golden(f"emit_{engine}_gpt_oss_eagle3.txt", result.stdout)
+
+
 def test_vllm_offloading_size_is_total_gib_across_tp() -> None:
     result = run("plan", *FIXED, "--tp", "4", "--host-budget", "16GiB", "--emit", "vllm")
     # 16 GiB per rank x 4 ranks = 64 GiB total

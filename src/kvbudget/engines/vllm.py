@@ -528,6 +528,16 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
             f"({_in_flight_tokens(inputs)} = batches in flight x --max-num-batched-tokens) per "
             "request: a larger --max-num-batched-tokens lowers the logged capacity"
         )
+    if any(g.kind == "mamba" for g in pool.groups):
+        other = vllm_pool(replace(inputs, enable_prefix_caching=not inputs.enable_prefix_caching))
+        on, off = (pool, other) if inputs.enable_prefix_caching else (other, pool)
+        chosen = "on" if inputs.enable_prefix_caching else "off"
+        notes.append(
+            f"# prefix caching {chosen} for this hybrid model: with it on vLLM keeps 2 + K + 1 "
+            f"states per request (align mode) and holds {on.max_concurrency:.2f} requests of "
+            f"max_model_len; with --no-prefix-caching 1 + K states and "
+            f"{off.max_concurrency:.2f} requests, but no prefix reuse"
+        )
     if size != "0":
         notes.append(
             f"# {facts.host_knob} is GiB summed over all {ranks} rank(s) "
