@@ -133,3 +133,66 @@ def test_a_host_block_written_twice_in_one_admit_keeps_the_last_copy() -> None:
     assert cache.admit(C, [*range(4), 9]) == 4  # A's head comes back from the host
     assert bytes(cache.page(C, "draft", 0).tolist()) == pages[("draft", 0)]
     cache.check_invariants()
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_offload_and_onboard_byte_integrity(device: str) -> None:
+    # on CUDA: device-to-host copies must land before the host scatter reads them
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the CUDA copy path is checked on a GPU machine")
+    cache = SpecDecodeCache.from_plan(tiny_plan(gpu_blocks=8, host_blocks=16), device=device)
+    written: dict[RequestId, dict[tuple[str, int], bytes]] = {}
+    for n in range(6):  # each admit evicts the previous prompts' cached blocks to the host
+        rid = RequestId(f"r{n}")
+        cache.admit(rid, range(1000 * n, 1000 * n + 17))
+        written[rid] = fill(cache, rid, seed=n)
+        cache.free(rid)
+    hits = []
+    for n in range(6):  # every prefix still cached comes back, byte for byte
+        rid = RequestId(f"s{n}")
+        hit = cache.admit(rid, range(1000 * n, 1000 * n + 17))
+        hits.append(hit)
+        for (role, i), data in written[RequestId(f"r{n}")].items():
+            if i * 4 < hit:
+                assert bytes(cache.page(rid, role, i).cpu().tolist()) == data, (n, role, i)
+        cache.free(rid)
+    # 6 prompts x 4 full blocks = 24 > 8 GPU blocks: the older ones came back from the host
+    assert cache.stats().pool("target", "host").onboarded_blocks > 0
+    assert sum(hits) > 0
+    cache.check_invariants()
+
+
+def test_misuse_of_storage_is_typed() -> None:
+    plan = tiny_plan(gpu_blocks=4)
+    with pytest.raises(InvalidArgumentError, match="'mps' is not supported"):
+        SpecDecodeCache.from_plan(plan, device="mps")
+    cache = SpecDecodeCache.from_plan(plan, device="cpu")
+    cache.admit(A, range(9))  # 3 blocks of 4
+    for index in (3, -1, "0"):
+        with pytest.raises(InvalidCacheOperationError, match="outside the table"):
+            cache.page(A, "target", index)  # type: ignore[arg-type]
+    assert [] not in cache  # unhashable: never admitted, no TypeError
+
+
+def test_a_plan_too_large_for_the_machine_is_a_typed_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_memory(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr(torch, "zeros", no_memory)
+    with pytest.raises(InvalidArgumentError, match="could not allocate the cache's"):
+        SpecDecodeCache.from_plan(tiny_plan(gpu_blocks=4), device="cpu")
+
+
+def test_a_hand_built_plan_with_no_block_size_is_refused() -> None:
+    import dataclasses
+
+    plan = tiny_plan(gpu_blocks=4)
+    bad = dataclasses.replace(
+        plan,
+        tokens_per_block=0,
+        managers=tuple(dataclasses.replace(m, tokens_per_block=0) for m in plan.managers),
+    )
+    with pytest.raises(InvalidArgumentError, match="tokens_per_block must be a positive int"):
+        SpecDecodeCache.from_plan(bad)

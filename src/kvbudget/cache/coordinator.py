@@ -124,6 +124,11 @@ class SpecDecodeCache:
                 "SpecDecodeCache needs a plan made with engine='kvbudget' (the default)"
             )
         tpbs = {m.tokens_per_block for m in plan.managers}
+        if any(type(t) is not int or t < 1 for t in tpbs | {plan.tokens_per_block}):
+            raise InvalidArgumentError(
+                f"the plan's tokens_per_block must be a positive int, got {sorted(tpbs)}; use "
+                "a plan from kvbudget.plan"
+            )
         if len(tpbs) != 1:
             raise InvalidArgumentError(f"managers disagree on tokens_per_block: {sorted(tpbs)}")
         self.plan = plan
@@ -216,8 +221,12 @@ class SpecDecodeCache:
         return self._storage
 
     def __contains__(self, request_id: object) -> bool:
-        """True while ``request_id`` is admitted (running or swapped out)."""
-        return request_id in self._requests
+        """True while ``request_id`` is admitted (running or swapped out); False for an
+        unhashable value, which can never be admitted."""
+        try:
+            return request_id in self._requests
+        except TypeError:
+            return False
 
     def __len__(self) -> int:
         """The number of admitted requests, running or swapped out."""
@@ -511,6 +520,11 @@ class SpecDecodeCache:
             raise InvalidCacheOperationError("this cache is metadata-only (device=None)")
         r = self._role_index(role)
         table = self._running(request_id, "read a page of").seqs[r].table
+        if type(index) is not int or not 0 <= index < len(table):
+            raise InvalidCacheOperationError(
+                f"block index {index!r} is outside the table of request {request_id!r} in "
+                f"{role} (0 to {len(table) - 1})"
+            )
         return self._storage.page(r, GPU, table[index])
 
     # ------------------------------------------------------------------ introspection

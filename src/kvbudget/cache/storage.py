@@ -108,7 +108,11 @@ class RoleStorage:
             src_idx = th.tensor([c[1] for c in copies[i:j]], dtype=th.long)
             dst_idx = th.tensor([c[3] for c in copies[i:j]], dtype=th.long)
             rows = src.index_select(0, src_idx.to(src.device))
-            dst.index_copy_(0, dst_idx.to(dst.device), rows.to(dst.device, non_blocking=True))
+            # a non-blocking device-to-host copy returns before its bytes land, and the CPU
+            # index_copy_ would read them early: only copies onto a CUDA tensor (ordered
+            # on its stream) may be non-blocking
+            rows = rows.to(dst.device, non_blocking=dst.is_cuda)
+            dst.index_copy_(0, dst_idx.to(dst.device), rows)
             i = j
         if any(t.is_cuda for t in self.kv):
             th.cuda.synchronize()
@@ -150,8 +154,21 @@ class CacheStorage:
                 f"storage device {device!r} asked for, but torch sees no CUDA device; "
                 "use device='cpu' or device=None (metadata only)"
             )
+        if dev.type not in ("cpu", "cuda"):
+            raise InvalidArgumentError(
+                f"storage device {device!r} is not supported; use 'cpu', 'cuda' or 'cuda:N' "
+                "(or device=None for metadata only)"
+            )
         self.device = str(dev)
-        self.roles: tuple[RoleStorage, ...] = tuple(RoleStorage(p, device, th) for p in plans)
+        try:
+            self.roles: tuple[RoleStorage, ...] = tuple(RoleStorage(p, device, th) for p in plans)
+        except (RuntimeError, MemoryError) as exc:
+            total = sum(p.tier(t).bytes for p in plans for t in TIERS)
+            raise InvalidArgumentError(
+                f"could not allocate the cache's {total} bytes on {device!r} ({exc}); plan "
+                "smaller --kv-budget/--host-budget for this machine, or build the cache with "
+                "device=None (metadata only)"
+            ) from None
 
     def run_copies(self, role_index: int, copies: list[Copy]) -> None:
         """Execute one role's logged copies (see :meth:`RoleStorage.run_copies`)."""
