@@ -288,3 +288,45 @@ def test_cache_salt_isolates_tenants() -> None:
     with pytest.raises(InvalidCacheOperationError, match="extra_keys must be a tuple"):
         cache.admit(RequestId("e"), prompt, extra_keys="lora")  # type: ignore[arg-type]
     cache.check_invariants()
+
+
+def test_a_refusal_carries_role_tier_pool_and_counts() -> None:
+    from kvbudget import OutOfBlocksError
+
+    # 8 GPU blocks of 4 tokens per role; a 9-token prompt takes 3
+    cache = SpecDecodeCache.from_plan(tiny_plan(gpu_blocks=8, host_blocks=2))
+    cache.admit(RequestId("a"), range(9))
+    cache.admit(RequestId("b"), range(100, 109))
+    with pytest.raises(OutOfBlocksError) as info:
+        cache.admit(RequestId("c"), range(200, 209))  # 3 more needed, 8 - 6 = 2 free
+    err = info.value
+    assert (err.role, err.tier, err.pool, err.needed, err.available) == (
+        "target",
+        "gpu",
+        "kv",
+        3,
+        2,
+    )
+    with pytest.raises(OutOfBlocksError) as info:
+        cache.preempt(RequestId("a"), mode="swap")  # 3 blocks to move, 2 on the host
+    err = info.value
+    assert (err.role, err.tier, err.pool, err.needed, err.available) == (
+        "target",
+        "host",
+        "kv",
+        3,
+        2,
+    )
+    cache.reserve(RequestId("a"), 4)  # 13 tokens: a 4th block (2 free -> 1)
+    cache.reserve(RequestId("b"), 4)  # b's 4th block (1 free -> 0)
+    cache.commit(RequestId("a"), [1, 2, 3, 4])  # 13 tokens kept in 4 blocks
+    with pytest.raises(OutOfBlocksError) as info:
+        cache.reserve(RequestId("a"), 4)  # 17 tokens: a 5th block, none left
+    err = info.value
+    assert (err.role, err.tier, err.pool, err.needed, err.available) == (
+        "target",
+        "gpu",
+        "kv",
+        1,
+        0,
+    )

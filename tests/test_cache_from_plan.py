@@ -83,8 +83,16 @@ def test_recurrent_model_gets_state_slots(plan: Callable[..., Any]) -> None:
     assert cache.stats().pool("target", "gpu", "state").total_blocks == 2
     cache.admit(A, range(100))
     cache.admit(RequestId("b"), range(100))
-    with pytest.raises(kvbudget.OutOfBlocksError, match="recurrent-state slot"):
+    with pytest.raises(kvbudget.OutOfBlocksError, match="recurrent-state slot") as info:
         cache.admit(RequestId("c"), range(100))
+    err = info.value
+    assert (err.role, err.tier, err.pool, err.needed, err.available) == (
+        "target",
+        "gpu",
+        "state",
+        1,
+        0,
+    )
     cache.check_invariants()
 
 

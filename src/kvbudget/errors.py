@@ -64,7 +64,30 @@ class CacheError(KvBudgetError):
 
 
 class OutOfBlocksError(CacheError):
-    """Not enough free or evictable blocks for an operation, in some role and tier."""
+    """Not enough free or evictable blocks for an operation, in some role and tier.
+
+    Besides the message it carries what a scheduler needs to decide how much to preempt:
+    ``role`` ("target"/"draft"), ``tier`` ("gpu"/"host"/"disk"), ``pool`` ("kv",
+    "window<N>" or "state"), ``needed`` blocks (or slots) and ``available`` ones (free or
+    evictable); None/0 when raised without them.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        role: str | None = None,
+        tier: str | None = None,
+        pool: str | None = None,
+        needed: int = 0,
+        available: int = 0,
+    ) -> None:
+        super().__init__(message)
+        self.role = role
+        self.tier = tier
+        self.pool = pool
+        self.needed = needed
+        self.available = available
 
 
 class UnknownRequestError(CacheError, KeyError):

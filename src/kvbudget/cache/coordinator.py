@@ -38,14 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 from kvbudget.cache.hashing import extend_block_hashes, valid_extra_keys
 from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
-from kvbudget.cache.manager import GPU, HOST, RoleManager, refuse
+from kvbudget.cache.manager import GPU, HOST, RoleManager
 from kvbudget.cache.request import Request
+from kvbudget.cache.shortage import refuse
 from kvbudget.cache.stats import CacheStats, RequestCounters, snapshot
 from kvbudget.cache.swap import swap_in, swap_out
 from kvbudget.errors import (
     InvalidArgumentError,
     InvalidCacheOperationError,
-    OutOfBlocksError,
     UnknownRequestError,
 )
 from kvbudget.plan_types import Plan, Role
@@ -411,11 +411,10 @@ class SpecDecodeCache:
             for m, seq in parts:
                 gpu = m.gpu
                 if extra > len(gpu.free) + len(gpu.cached) or m.windows:
-                    reason = m.grow_shortage(seq, num_blocks, committed, total)
-                    if reason is not None:
-                        raise OutOfBlocksError(
-                            f"cannot reserve {num_tokens} tokens for request "
-                            f"{request_id!r}: {reason}"
+                    shortage = m.grow_shortage(seq, num_blocks, committed, total)
+                    if shortage is not None:
+                        raise shortage.error(
+                            f"cannot reserve {num_tokens} tokens for request {request_id!r}"
                         )
             for m, seq in parts:
                 if m.windows is not None:

@@ -25,27 +25,19 @@ they must run, with tier indices into :data:`TIERS`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from kvbudget.cache.block_pool import BlockPool
 from kvbudget.cache.ids import BlockHash, BlockId
 from kvbudget.cache.recurrent_state import StatePool
 from kvbudget.cache.request import SeqBlocks
+from kvbudget.cache.shortage import Shortage
 from kvbudget.cache.windows import WindowPools
-from kvbudget.errors import OutOfBlocksError
 from kvbudget.plan_types import ManagerPlan
 from kvbudget.split import TIERS, Tier
 
 Copy = tuple[int, BlockId, int, BlockId]
 GPU, HOST = 0, 1
-
-
-def refuse(what: str, reasons: Iterable[str | None]) -> None:
-    """Raise :class:`OutOfBlocksError` ``"<what>: <reason>"`` for the first reason that
-    is not None (the check half of check-then-commit, over every role); else return."""
-    for reason in reasons:
-        if reason is not None:
-            raise OutOfBlocksError(f"{what}: {reason}")
 
 
 class RoleManager:
@@ -156,7 +148,7 @@ class RoleManager:
     # ----------------------------------------------------------------- admit
     def admit_shortage(
         self, hashes: list[BlockHash], num_hit: int, num_blocks: int, num_tokens: int
-    ) -> str | None:
+    ) -> Shortage | None:
         """Why a prompt of ``num_tokens`` (``num_blocks``, the first ``num_hit`` cached)
         would not fit, or None. Reads only."""
         gpu = self.gpu
@@ -230,7 +222,7 @@ class RoleManager:
     # ----------------------------------------------------------------- reserve / commit
     def grow_shortage(
         self, seq: SeqBlocks, num_blocks: int, num_committed: int, num_total: int
-    ) -> str | None:
+    ) -> Shortage | None:
         """Why ``seq`` cannot grow to ``num_blocks`` / ``num_total`` tokens, or None.
         Reads only."""
         extra = num_blocks - len(seq.table)
@@ -322,11 +314,18 @@ class RoleManager:
         if self.state is not None:
             yield "gpu", "state", self.state
 
-    def _kv_message(self, need: int, have: int) -> str:
+    def _kv_message(self, need: int, have: int) -> Shortage:
         gpu = self.gpu
-        return (
-            f"role {self.role} needs {need} more GPU blocks ({need * self.tokens_per_block} "
-            f"tokens), {have} are free or evictable of {gpu.num_blocks} "
-            f"({gpu.num_used} in use); free or preempt requests, or raise the GPU KV budget "
-            f"(kv_budget / memory_fraction) in the plan"
+        return Shortage(
+            role=self.role,
+            tier="gpu",
+            pool="kv",
+            needed=need,
+            available=have,
+            message=(
+                f"role {self.role} needs {need} more GPU blocks ({need * self.tokens_per_block} "
+                f"tokens), {have} are free or evictable of {gpu.num_blocks} "
+                f"({gpu.num_used} in use); free or preempt requests, or raise the GPU KV budget "
+                f"(kv_budget / memory_fraction) in the plan"
+            ),
         )

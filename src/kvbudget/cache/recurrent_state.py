@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from kvbudget.cache.block_pool import BlockPool
 from kvbudget.cache.request import SeqBlocks
+from kvbudget.cache.shortage import Shortage
 from kvbudget.plan_types import Role
 
 
@@ -22,14 +23,21 @@ class StatePool(BlockPool):
         super().__init__(f"{role}/gpu/state", max_batch_size)
         self.role = role
 
-    def shortage(self) -> str | None:
+    def shortage(self) -> Shortage | None:
         """Why a new request cannot get a slot, or None. Reads only."""
         if self.free:
             return None
-        return (
-            f"role {self.role} has no free recurrent-state slot: all "
-            f"max_batch_size={self.num_blocks} slots are taken; free a request or raise "
-            "max_batch_size in the plan"
+        return Shortage(
+            role=self.role,
+            tier="gpu",
+            pool="state",
+            needed=1,
+            available=0,
+            message=(
+                f"role {self.role} has no free recurrent-state slot: all "
+                f"max_batch_size={self.num_blocks} slots are taken; free a request or raise "
+                "max_batch_size in the plan"
+            ),
         )
 
     def attach(self, seq: SeqBlocks) -> None:

@@ -13,8 +13,9 @@ each manager's ``copies``; the caller runs them (``SpecDecodeCache._flush``).
 from __future__ import annotations
 
 from kvbudget.cache.ids import BlockId, RequestId
-from kvbudget.cache.manager import GPU, HOST, RoleManager, refuse
+from kvbudget.cache.manager import GPU, HOST, RoleManager
 from kvbudget.cache.request import Request, SeqBlocks
+from kvbudget.cache.shortage import Shortage, refuse
 from kvbudget.errors import InvalidCacheOperationError
 from kvbudget.split import TIERS
 
@@ -69,7 +70,7 @@ def swap_in(req: Request, request_id: RequestId) -> None:
 # ---------------------------------------------------------------------------- one role
 def move_shortage(
     m: RoleManager, seq: SeqBlocks, num_blocks: int, src: int, dst: int
-) -> str | None:
+) -> Shortage | None:
     """Why the first ``num_blocks`` of ``seq`` cannot move from tier ``src`` to ``dst`` of
     ``m``, or None. Blocks whose hash ``dst`` already holds are shared, not copied.
     Reads only."""
@@ -89,9 +90,16 @@ def move_shortage(
             if dst == HOST
             else "free or preempt other requests first"
         )
-        return (
-            f"role {m.role} needs {need} free {TIERS[dst]} blocks to move the request, "
-            f"{have} are free or evictable ({d.num_blocks} in the pool); {hint}"
+        return Shortage(
+            role=m.role,
+            tier=TIERS[dst],
+            pool="kv",
+            needed=need,
+            available=have,
+            message=(
+                f"role {m.role} needs {need} free {TIERS[dst]} blocks to move the request, "
+                f"{have} are free or evictable ({d.num_blocks} in the pool); {hint}"
+            ),
         )
     return None
 

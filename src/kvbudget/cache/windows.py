@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from kvbudget.cache.block_pool import BlockPool
 from kvbudget.cache.request import SeqBlocks
+from kvbudget.cache.shortage import Shortage
 from kvbudget.plan_types import ManagerPlan
 
 
@@ -45,7 +46,9 @@ class WindowPools:
         lo = max(0, num_committed - self.groups[g].window_tokens + 1)
         return lo // tpb, -(-num_total // tpb)
 
-    def shortage(self, seq: SeqBlocks | None, num_committed: int, num_total: int) -> str | None:
+    def shortage(
+        self, seq: SeqBlocks | None, num_committed: int, num_total: int
+    ) -> Shortage | None:
         """Why ``seq`` (``None``: a new sequence) cannot hold its windows at
         ``num_committed`` / ``num_total`` tokens, or None. Reads only."""
         for g, pool in enumerate(self.pools):
@@ -55,12 +58,19 @@ class WindowPools:
             else:
                 extra = end - (seq.window_first[g] + len(seq.window_tables[g]))
             if extra > pool.num_free:
-                return (
-                    f"role {self.role} needs {extra} blocks of its "
-                    f"{self.groups[g].window_tokens}-token window pool, "
-                    f"{pool.num_free} are free ({pool.num_blocks} = blocks_per_seq x "
-                    f"max_batch_size {self.max_batch_size}); admit fewer sequences or raise "
-                    "max_batch_size"
+                return Shortage(
+                    role=self.role,
+                    tier="gpu",
+                    pool=f"window{self.groups[g].window_tokens}",
+                    needed=extra,
+                    available=pool.num_free,
+                    message=(
+                        f"role {self.role} needs {extra} blocks of its "
+                        f"{self.groups[g].window_tokens}-token window pool, "
+                        f"{pool.num_free} are free ({pool.num_blocks} = blocks_per_seq x "
+                        f"max_batch_size {self.max_batch_size}); admit fewer sequences or "
+                        "raise max_batch_size"
+                    ),
                 )
         return None
 
