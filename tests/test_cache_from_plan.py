@@ -53,7 +53,7 @@ def test_sliding_window_model_gets_window_pools(plan: Callable[..., Any]) -> Non
         max_seq_len=8192,
     )
     cache = SpecDecodeCache.from_plan(p)
-    assert not cache.prefix_reuse  # a hit would need the window blocks at that position
+    assert cache.prefix_reuse  # window blocks are hashed and cached like kv blocks
     (target,) = p.managers
     (group,) = target.window_groups
     # window 1024 + lookahead 3 = 1027 tokens; worst-case alignment over 32-token blocks:
@@ -229,4 +229,55 @@ def test_every_layer_a_window_with_no_draft_admits() -> None:
     cache = SpecDecodeCache.from_plan(p)
     for i in range(8):
         cache.admit(RequestId(f"r{i}"), list(range(100)))
+    cache.check_invariants()
+
+
+def test_gpt_oss_eagle3_reuses_a_shared_system_prompt() -> None:
+    p = kvbudget.plan(
+        "openai/gpt-oss-120b",
+        spec="eagle3",
+        kv_budget="8GiB",
+        host_budget=0,
+        max_seq_len=8192,
+        max_batch_size=4,
+    )
+    cache = SpecDecodeCache.from_plan(p)
+    assert cache.prefix_reuse and cache.draft_prefix == "drop_last_block"
+    system = list(range(1000, 3000))  # 2,000 shared tokens = 62 full blocks of 32 + 16
+    cache.admit(A, system + list(range(5000, 5500)))
+    cache.free(A)
+    hit = cache.admit(RequestId("b"), system + list(range(6000, 6300)))
+    # 62 shared full blocks; the EAGLE3 head's last hit block is recomputed: 61 blocks.
+    # The 128-token window at 61 x 32 = 1,952 tokens needs blocks 57..60 (tokens
+    # 1,825..1,951), which A's prefill slid past and left cached
+    assert hit == 61 * 32
+    stats = cache.stats()
+    # blocks 57..60 read by the prefill (kept cached; the final window 67..71 is new)
+    assert stats.pool("target", "gpu", "window128").hit_blocks == 4
+    assert stats.hit_tokens == 61 * 32
+    cache.check_invariants()
+
+
+def test_gemma3_reuses_a_prefix_only_while_its_window_blocks_are_cached() -> None:
+    p = kvbudget.plan(
+        "google/gemma-3-27b-it",
+        spec="ngram",
+        kv_budget="8GiB",
+        host_budget=0,
+        max_seq_len=8192,
+        max_batch_size=1,
+    )
+    cache = SpecDecodeCache.from_plan(p)
+    prompt = list(range(100, 3100))  # 3,000 tokens = 93 full blocks of 32 + 24
+    cache.admit(A, prompt)
+    cache.free(A)
+    # the same prompt + more: 93 blocks hit; the 1,024-token window at 2,976 tokens needs
+    # blocks 61..92, all cached (61..92 as A's final window, the rest left by its prefill)
+    assert cache.admit(RequestId("b"), [*prompt, 7, 7, 7]) == 93 * 32
+    cache.free(RequestId("b"))
+    # a long unrelated prompt cycles the window pool (34 blocks x batch 1): A's window
+    # blocks are evicted, so a prefix of A no longer hits though its kv blocks remain
+    cache.admit(RequestId("c"), list(range(20_000, 28_000)))
+    cache.free(RequestId("c"))
+    assert cache.admit(RequestId("d"), [*prompt, 8]) == 0
     cache.check_invariants()

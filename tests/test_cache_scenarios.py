@@ -254,11 +254,13 @@ def test_window_blocks_leave_as_tokens_leave_the_window() -> None:
     cache.reserve(A, 4)  # 12 tokens -> block 2 again (last freed, first taken)
     cache.commit(A, [8, 9, 10, 11])  # 12 tokens: token 12 sees 7..12 -> blocks 1, 2
     assert cache.window_tables(A, "target") == ((1, (1, 2)),)
-    cache.reserve(A, 1)  # 13 tokens -> a 4th block: 0, freed last, is taken first
+    cache.reserve(A, 1)  # 13 tokens -> a 4th block: block 3, the next free one (block 0,
+    # full and hashed when it left the window, stays cached for prefix reuse)
     cache.commit(A, [12])  # 13 tokens: token 13 sees 8..13 -> blocks 2, 3
-    assert cache.window_tables(A, "target") == ((2, (2, 0)),)
+    assert cache.window_tables(A, "target") == ((2, (2, 3)),)
     w = cache.stats().pool("target", "gpu", "window6")
-    assert (w.used_blocks, w.free_blocks) == (2, 6)
+    # 8 blocks: 2 used, blocks 0 and 1 (tokens 0..7) cached, 4 free
+    assert (w.used_blocks, w.cached_blocks, w.free_blocks) == (2, 2, 4)
     cache.check_invariants()
 
 

@@ -256,6 +256,21 @@ class WindowAndState(CacheMachine):
     can_swap = False
 
 
+class WindowsWithReuse(CacheMachine):
+    """Sliding-window prefix reuse (no recurrent state): hits need cached window blocks."""
+
+    plan = tiny_plan(
+        gpu_blocks=10,
+        host_blocks=4,
+        max_batch_size=3,
+        spec="eagle3",
+        target_window_groups=(
+            WindowGroup(window_tokens=6, num_layers=1, bytes_per_token=2, blocks_per_seq=4),
+        ),
+    )
+    can_swap = False
+
+
 class TargetOnly(CacheMachine):
     plan = tiny_plan(gpu_blocks=5, host_blocks=3, draft=False, spec="ngram")
 
@@ -276,6 +291,8 @@ TestEagleUnequalBlocksWithDisk = EagleUnequalBlocksWithDisk.TestCase
 TestEagleUnequalBlocksWithDisk.settings = SETTINGS
 TestWindowAndState = WindowAndState.TestCase
 TestWindowAndState.settings = SETTINGS
+TestWindowsWithReuse = WindowsWithReuse.TestCase
+TestWindowsWithReuse.settings = SETTINGS
 TestTargetOnly = TargetOnly.TestCase
 TestTargetOnly.settings = settings(SETTINGS, max_examples=20)
 

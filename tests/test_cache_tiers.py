@@ -125,20 +125,25 @@ WINDOW = WindowGroup(window_tokens=8, num_layers=1, bytes_per_token=4, blocks_pe
 def test_window_pool_keeps_only_the_window() -> None:
     plan = tiny_plan(gpu_blocks=16, target_window_groups=(WINDOW,), max_batch_size=2)
     cache = SpecDecodeCache.from_plan(plan)
-    assert not cache.prefix_reuse
-    # 20 tokens: the next token (position 20) sees 13..19 -> blocks 3, 4
+    assert cache.prefix_reuse  # window blocks are hashed and cached like kv blocks
+    # 20 tokens in blocks of 4: the next token (position 20) sees 13..19 -> blocks 3, 4;
+    # the prefill slides past prompt blocks 0..2, which it leaves cached (ids 0, 1, 2)
     cache.admit(A, range(20))
     ((first, blocks),) = cache.window_tables(A, "target")
-    assert (first, blocks) == (3, (0, 1))
+    assert (first, blocks) == (3, (3, 4))
     assert cache.window_tables(A, "draft") == ()
     cache.reserve(A, 4)  # 24 tokens -> block 5 too
-    assert cache.window_tables(A, "target") == ((3, (0, 1, 2)),)
+    assert cache.window_tables(A, "target") == ((3, (3, 4, 5)),)
     cache.commit(A, [20, 21, 22, 23])  # 24 tokens: keep 17..23 -> blocks 4, 5
-    assert cache.window_tables(A, "target") == ((4, (1, 2)),)
+    assert cache.window_tables(A, "target") == ((4, (4, 5)),)
     cache.check_invariants()
-    assert cache.admit(B, range(20)) == 0  # no prefix reuse with window layers
+    # B shares A's 20 prompt tokens: 4 blocks hit (one token must be computed); the
+    # window at 16 tokens needs blocks 2, 3, both cached; B keeps block 3 and takes one
+    assert cache.admit(B, range(20)) == 16
+    assert cache.window_tables(B, "target") == ((3, (3, 6)),)
     w = cache.stats().pool("target", "gpu", "window8")
-    assert (w.total_blocks, w.used_blocks) == (8, 4)  # 4 per sequence x batch 2
+    # 8 = 4 per sequence x batch 2; hits: blocks 2 and 3, the window at 16 tokens
+    assert (w.total_blocks, w.used_blocks, w.hit_blocks) == (8, 4, 2)
     with pytest.raises(InvalidCacheOperationError, match="recompute"):
         cache.preempt(A, mode="swap")
     cache.free(A)
@@ -159,4 +164,22 @@ def test_state_slots_cap_the_batch() -> None:
     cache.free(A)
     cache.admit(C, range(4))
     assert cache.state_slot(C, "target") == 0
+    cache.check_invariants()
+
+
+def test_a_window_hit_that_does_not_fit_is_admitted_without_it() -> None:
+    # one sequence: a pool of 4 window blocks (8-token window, blocks of 4). B shares A's
+    # first 4 blocks; its 29 tokens end in a 3-block window (blocks 5..7), and a hit would
+    # hold blocks 2, 3 (the window at 16 tokens) meanwhile: 3 new > 4 - 2, so no hit
+    plan = tiny_plan(gpu_blocks=16, target_window_groups=(WINDOW,), max_batch_size=1)
+    cache = SpecDecodeCache.from_plan(plan)
+    cache.admit(A, range(20))
+    cache.free(A)
+    assert cache.admit(B, [*range(16), *range(100, 113)]) == 0
+    cache.check_invariants()
+    # the same, but 28 tokens end in a 2-block window (blocks 5, 6): 2 new + 2 held fit
+    cache = SpecDecodeCache.from_plan(plan)
+    cache.admit(A, range(20))
+    cache.free(A)
+    assert cache.admit(C, [*range(16), *range(200, 212)]) == 16
     cache.check_invariants()

@@ -18,9 +18,11 @@ Prefix reuse: full blocks of verified tokens (prompt tokens count as verified) a
 in a chain (:mod:`kvbudget.cache.hashing`); ``admit`` reuses the longest prefix that every
 role holds in some tier, leaving at least one prompt token to compute. With a draft whose
 KV depends on the next token (EAGLE3, MTP: policy ``"drop_last_block"``) the last hit block
-is recomputed. Managers with sliding-window or recurrent layers cannot reuse a prefix (a
-hit would need the window blocks and the recurrent state *at that position*, which are not
-kept), so reuse is off for the whole cache when any manager has them.
+is recomputed. Sliding-window groups reuse a prefix when the blocks the window needs at the
+hit position are still cached (:mod:`kvbudget.cache.windows`); the longest prefix valid
+for every group of every role wins. Managers with recurrent layers cannot reuse a prefix
+(a hit would need the recurrent state *at that position*, which is not kept), so reuse is
+off for the whole cache when any manager has them.
 
 Lookahead: ``reserve`` adds room for at most ``max_reserve_tokens`` unverified tokens
 (default ``capacity.lookahead_tokens + 1``: the draft tokens plus the target's bonus
@@ -168,7 +170,7 @@ class SpecDecodeCache:
             for m in plan.managers
         )
         self._roles: tuple[Role, ...] = tuple(m.role for m in plan.managers)
-        self.prefix_reuse = not any(m.has_fixed for m in self._managers)
+        self.prefix_reuse = not any(m.state is not None for m in self._managers)
         self._has_windows = any(m.windows is not None for m in self._managers)
         self._requests: dict[RequestId, Request] = {}
         self._counters = RequestCounters()
@@ -359,7 +361,23 @@ class SpecDecodeCache:
             num_hit = min(m.lookup(hashes, max_hit) for m in self._managers)
             if num_hit and self.draft_prefix == "drop_last_block":
                 num_hit -= 1
+            # the longest prefix whose window blocks every role still holds
+            while num_hit and self._has_windows:
+                if all(m.window_hit(hashes, num_hit) for m in self._managers):
+                    break
+                num_hit -= 1
         num_blocks = -(-num_tokens // tpb)
+        # a window hit holds the blocks its prefill reads besides the new window; when
+        # that does not fit, the prompt is admitted as it would be without the hit
+        if (
+            num_hit
+            and self._has_windows
+            and any(
+                m.admit_shortage(hashes, num_hit, num_blocks, num_tokens) is not None
+                for m in self._managers
+            )
+        ):
+            num_hit = 0
         refuse(
             f"cannot admit request {request_id!r} ({num_tokens} prompt tokens)",
             (m.admit_shortage(hashes, num_hit, num_blocks, num_tokens) for m in self._managers),
@@ -457,6 +475,8 @@ class SpecDecodeCache:
             extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
             for m, seq in req.parts:
                 m.register(seq.table, hashes, start)
+                if m.windows is not None:
+                    m.windows.register(seq, hashes, start)
         keep = -(-committed // tpb)
         if len(req.seqs[0].table) > keep or self._has_windows:
             for m, seq in req.parts:

@@ -65,7 +65,8 @@ class RoleManager:
         self.state: StatePool | None = (
             StatePool(plan.role, plan.max_batch_size) if plan.state_bytes_per_seq > 0 else None
         )
-        # pools sized per sequence, not per token: no prefix reuse, no swap
+        # pools sized per sequence, not per token: no swap (windows reuse prefixes; a
+        # recurrent state cannot, it is not kept at block boundaries)
         self.has_fixed = self.windows is not None or self.state is not None
         self.copies: list[Copy] | None = [] if record_copies else None
 
@@ -163,10 +164,14 @@ class RoleManager:
         if need > have:
             return self._kv_message(need, have)
         if self.windows is not None:
-            reason = self.windows.shortage(None, num_tokens, num_tokens)
+            reason = self.windows.shortage(None, num_tokens, num_tokens, hashes, num_hit)
             if reason is not None:
                 return reason
         return self.state.shortage() if self.state is not None else None
+
+    def window_hit(self, hashes: list[BlockHash], num_hit: int) -> bool:
+        """Whether the window groups hold what a hit of ``num_hit`` blocks needs."""
+        return self.windows is None or self.windows.hit(hashes, num_hit)
 
     def admit(
         self,
@@ -215,7 +220,7 @@ class RoleManager:
         self.register(table, hashes, num_hit)
         if self.has_fixed:
             if self.windows is not None:
-                self.windows.admit(seq, num_tokens)
+                self.windows.admit(seq, num_tokens, hashes, num_hit)
             if self.state is not None:
                 self.state.attach(seq)
 
