@@ -15,17 +15,23 @@ For every case the vLLM side is computed by vLLM's own code, imported, never cop
    would build them from the flags listed in the case. ``VllmConfig.__post_init__`` runs
    vLLM's per-architecture hooks (hybrid models: ``mamba_cache_mode``,
    ``mamba_block_size``; Nemotron-H: float32 SSM state).
-2. The model's cache-owning layers are put into ``static_forward_context`` as vLLM's own
-   layer classes (``Attention``, ``MLAAttention``, ``MambaMixer2``,
+2. One worker per PP stage (all TP ranks of a stage build the same layers): the
+   cache-owning layers the stage owns are put into its ``static_forward_context`` as
+   vLLM's own layer classes (``Attention``, ``MLAAttention``, ``MambaMixer2``,
    ``QwenGatedDeltaNetAttention``) with the attributes their ``__init__`` sets for this
    model on one TP rank (the modules are not constructed: that needs a GPU and the
-   weights). Their own ``get_kv_cache_spec`` methods then run.
-3. ``Platform.update_block_size_for_backend`` (the hybrid block-size override and Mamba
-   page padding), the V2 model runner's ``get_kv_cache_spec``, the engine core's
-   ``resolve_kv_cache_layout``, ``get_global_kv_cache_groups``, ``get_kv_cache_configs``,
-   ``generate_scheduler_kv_cache_config`` and ``update_kv_cache_capacity`` run as
-   ``EngineCore._initialize_kv_caches`` calls them (vllm/v1/engine/core.py:286-352), with
-   ``available_memory`` = ``--kv-cache-memory-bytes`` on every rank.
+   weights). A stage owns the target layers of vLLM's ``get_pp_indices`` split; the
+   draft's layers (EAGLE3 head, MTP layers, draft model) live on the last stage.
+   ``Platform.update_block_size_for_backend`` (the hybrid block-size override and Mamba
+   page padding) and the V2 model runner's ``get_kv_cache_spec`` then run on the
+   stage's own config (the engine core's, or a copy of it per worker process with more
+   than one rank).
+3. The engine core's ``resolve_kv_cache_layout``, ``get_global_kv_cache_groups``,
+   ``get_kv_cache_configs`` (one spec dict per worker, rank order PP x TP),
+   ``generate_scheduler_kv_cache_config`` (worker 0's config) and
+   ``update_kv_cache_capacity`` run as ``EngineCore._initialize_kv_caches`` calls them
+   (vllm/v1/engine/core.py:252-352), with ``available_memory`` =
+   ``--kv-cache-memory-bytes`` on every worker.
 
 Stand-ins, for what a CPU-only process cannot ask vLLM (each one documented where used):
 
@@ -46,10 +52,11 @@ The kvbudget side is ``kvbudget.plan(..., engine="vllm", ...)``; its
 ``to_dict()["engine"]["predicted"]`` is compared field by field (``max_concurrency``
 rounded to 2 decimals, ``kv_cache_groups`` as a multiset of (kind, layers,
 padding_layers, page_bytes, block_size), plus draft_layers / sliding_window when kvbudget
-reports them). A kvbudget ``InfeasibleBudgetError`` counts as a predicted refusal. When
-kvbudget cannot answer otherwise (an older kvbudget without the engine keywords, or any
-other kvbudget error) the line says ``kvbudget: n/a (...)`` and the vLLM side is still
-reported.
+reports them; the groups of the whole model, ``get_global_kv_cache_groups``, whose layer
+counts span every PP stage). A kvbudget ``InfeasibleBudgetError`` counts as a predicted
+refusal. When kvbudget cannot answer otherwise (an older kvbudget without the engine
+keywords, or any other kvbudget error) the line says ``kvbudget: n/a (...)`` and the
+vLLM side is still reported.
 
 Exit status: 1 if any case differs or the harness itself failed on a case, else 0.
 """
@@ -58,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import io
 import json
 import logging
@@ -84,6 +92,7 @@ GiB = 1 << 30
 BUDGETS = (8 * GiB, 40 * GiB)
 KV_DTYPES = ("bf16", "fp8")
 TPS = (1, 8)
+PPS = (2, 4)  # pipeline-parallel cases (--pipeline-parallel-size); every other case is PP 1
 BLOCK_SIZE = 16
 MAX_MODEL_LEN_CAP = 32768
 MAX_NUM_SEQS = 256
@@ -117,14 +126,16 @@ class Case:
     async_scheduling: bool = True
     enable_prefix_caching: bool = True
     num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS
+    pp: int = 1  # --pipeline-parallel-size
 
     @property
     def id(self) -> str:
         gib = self.kv_budget / GiB
         budget = f"{gib:g}GiB" if gib == int(gib) else f"{self.kv_budget}B"
         pc = "" if self.enable_prefix_caching else " no-prefix-cache"
+        pp = f" pp{self.pp}" if self.pp > 1 else ""
         return (
-            f"{self.target} {self.spec} {budget} tp{self.tp} {self.kv_dtype} "
+            f"{self.target} {self.spec} {budget} tp{self.tp}{pp} {self.kv_dtype} "
             f"len{self.max_model_len}{pc}"
         )
 
@@ -132,6 +143,7 @@ class Case:
     def vllm_flags(self) -> str:
         flags = [
             f"--tensor-parallel-size {self.tp}",
+            *([f"--pipeline-parallel-size {self.pp}"] if self.pp > 1 else []),
             f"--kv-cache-memory-bytes {self.kv_budget}",
             f"--kv-cache-dtype {'auto' if self.kv_dtype == 'bf16' else self.kv_dtype}",
             f"--block-size {self.block_size}",
@@ -200,7 +212,8 @@ def _specs_for(name: str, model: Any, drafts: dict[str, str]) -> list[str]:
 
 
 def all_cases() -> list[Case]:
-    """Every preset target x applicable spec x budget x tp x kv dtype (+ Mamba no-prefix)."""
+    """Every preset target x applicable spec x budget x tp x kv dtype (+ Mamba no-prefix),
+    then the pipeline-parallel cases (``pp_cases``)."""
     presets = _presets()
     drafts = _eagle3_drafts()
     cases: list[Case] = []
@@ -221,35 +234,86 @@ def all_cases() -> list[Case]:
                         Case(name, spec, draft, 40 * GiB, tp, "bf16", length,
                              enable_prefix_caching=False)
                     )  # fmt: skip
+    return cases + pp_cases(presets, drafts)
+
+
+# target, spec, budget GiB, tp, pp, kv dtype, prefix caching: PP cases beyond the sweep
+_PP_EXTRA = (
+    # TP 8 x PP 2: a model of each layer kind
+    ("openai/gpt-oss-120b", "eagle3", 40, 8, 2, "bf16", True),
+    ("google/gemma-3-27b-it", "none", 40, 8, 2, "bf16", True),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", "mtp", 40, 8, 2, "bf16", True),
+    ("nvidia/Nemotron-H-8B-Base-8K", "none", 40, 8, 2, "bf16", True),
+    ("deepseek-ai/DeepSeek-V3", "mtp", 40, 8, 2, "bf16", True),
+    # Mamba models without prefix caching (mamba_cache_mode "none")
+    ("nvidia/Nemotron-H-8B-Base-8K", "ngram", 40, 1, 2, "bf16", False),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", "mtp", 40, 1, 2, "bf16", False),
+    # the per-stage start-up check: 405B fits at PP 2 where PP 1 is refused, but not
+    # with the 1B draft's 16 layers on the last stage
+    ("meta-llama/Llama-3.1-405B-Instruct", "none", 8, 1, 2, "bf16", True),
+    ("meta-llama/Llama-3.1-405B-Instruct", "draft-target", 8, 1, 2, "bf16", True),
+    ("meta-llama/Llama-3.1-405B-Instruct", "draft-target", 8, 1, 4, "bf16", True),
+    # fp8 KV (DeepSeek: TRITON_MLA)
+    ("openai/gpt-oss-120b", "eagle3", 8, 1, 2, "fp8", True),
+    ("deepseek-ai/DeepSeek-V3", "mtp", 40, 8, 2, "fp8", True),
+)
+
+
+def pp_cases(presets: dict[str, Any], drafts: dict[str, str]) -> list[Case]:
+    """Pipeline parallelism: every target x applicable spec at PP 2 and 4 (40 GiB, TP 1,
+    bf16), PP 4 only where every stage gets at least one target layer; plus ``_PP_EXTRA``
+    (TP 8 x PP 2 for a model of each layer kind, the Mamba models without prefix caching,
+    per-stage refusals, fp8)."""
+    cases: list[Case] = []
+    for name, model in presets.items():
+        if model.is_eagle3:
+            continue
+        length = _max_model_len(model)
+        for spec in _specs_for(name, model, drafts):
+            draft = _draft_for(name, spec, drafts)
+            for pp in PPS:
+                if model.num_layers < pp:  # get_pp_indices would leave a stage empty
+                    continue
+                cases.append(Case(name, spec, draft, 40 * GiB, 1, "bf16", length, pp=pp))
+    for name, spec, gib, tp, pp, dtype, prefix in _PP_EXTRA:
+        cases.append(
+            Case(name, spec, _draft_for(name, spec, drafts), gib * GiB, tp, dtype,
+                 _max_model_len(presets[name]), enable_prefix_caching=prefix, pp=pp)
+        )  # fmt: skip
     return cases
 
 
-# target, spec, budget GiB, tp, kv dtype, max_model_len, prefix caching
+# target, spec, budget GiB, tp, kv dtype, max_model_len, prefix caching, pp
 _QUICK = (
-    ("meta-llama/Llama-3.1-8B-Instruct", "eagle3", 40, 1, "bf16", 32768, True),
-    ("meta-llama/Llama-3.1-8B-Instruct", "eagle3", 8, 1, "fp8", 32768, True),
-    ("meta-llama/Llama-3.1-8B-Instruct", "draft-target", 8, 1, "bf16", 32768, True),
-    ("meta-llama/Llama-3.3-70B-Instruct", "eagle3", 40, 8, "bf16", 32768, True),
-    ("meta-llama/Llama-3.1-405B-Instruct", "none", 8, 1, "bf16", 32768, True),
-    ("openai/gpt-oss-120b", "eagle3", 40, 1, "bf16", 32768, True),
-    ("google/gemma-3-27b-it", "none", 40, 1, "bf16", 32768, True),
-    ("google/gemma-2-9b-it", "ngram", 8, 1, "fp8", 8192, True),
-    ("mistralai/Mistral-7B-v0.1", "ngram", 40, 1, "bf16", 32768, True),
-    ("Qwen/Qwen3-8B", "none", 8, 8, "fp8", 32768, True),
-    ("Qwen/Qwen3-Next-80B-A3B-Instruct", "mtp", 40, 1, "bf16", 32768, True),
-    ("nvidia/Nemotron-H-8B-Base-8K", "none", 40, 1, "bf16", 8192, True),
-    ("nvidia/Nemotron-H-8B-Base-8K", "ngram", 40, 1, "bf16", 8192, False),
-    ("deepseek-ai/DeepSeek-V3", "mtp", 40, 8, "bf16", 32768, True),
+    ("meta-llama/Llama-3.1-8B-Instruct", "eagle3", 40, 1, "bf16", 32768, True, 1),
+    ("meta-llama/Llama-3.1-8B-Instruct", "eagle3", 8, 1, "fp8", 32768, True, 1),
+    ("meta-llama/Llama-3.1-8B-Instruct", "draft-target", 8, 1, "bf16", 32768, True, 1),
+    ("meta-llama/Llama-3.3-70B-Instruct", "eagle3", 40, 8, "bf16", 32768, True, 1),
+    ("meta-llama/Llama-3.1-405B-Instruct", "none", 8, 1, "bf16", 32768, True, 1),
+    ("openai/gpt-oss-120b", "eagle3", 40, 1, "bf16", 32768, True, 1),
+    ("google/gemma-3-27b-it", "none", 40, 1, "bf16", 32768, True, 1),
+    ("google/gemma-2-9b-it", "ngram", 8, 1, "fp8", 8192, True, 1),
+    ("mistralai/Mistral-7B-v0.1", "ngram", 40, 1, "bf16", 32768, True, 1),
+    ("Qwen/Qwen3-8B", "none", 8, 8, "fp8", 32768, True, 1),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", "mtp", 40, 1, "bf16", 32768, True, 1),
+    ("nvidia/Nemotron-H-8B-Base-8K", "none", 40, 1, "bf16", 8192, True, 1),
+    ("nvidia/Nemotron-H-8B-Base-8K", "ngram", 40, 1, "bf16", 8192, False, 1),
+    ("deepseek-ai/DeepSeek-V3", "mtp", 40, 8, "bf16", 32768, True, 1),
+    # pipeline parallelism: one worker per stage, draft layers on the last stage
+    ("openai/gpt-oss-120b", "eagle3", 40, 1, "bf16", 32768, True, 2),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", "mtp", 40, 1, "bf16", 32768, True, 4),
+    ("deepseek-ai/DeepSeek-V3", "mtp", 40, 8, "bf16", 32768, True, 2),
 )
 
 
 def quick_cases() -> list[Case]:
-    """A representative dozen: every layer and draft kind, a refusal, a no-prefix run."""
+    """A representative sample: every layer and draft kind, a refusal, a no-prefix run,
+    pipeline parallelism (PP 2 and 4)."""
     drafts = _eagle3_drafts()
     return [
         Case(target, spec, _draft_for(target, spec, drafts), gib * GiB, tp, dtype, length,
-             enable_prefix_caching=prefix)
-        for target, spec, gib, tp, dtype, length, prefix in _QUICK
+             enable_prefix_caching=prefix, pp=pp)
+        for target, spec, gib, tp, dtype, length, prefix, pp in _QUICK
     ]  # fmt: skip
 
 
@@ -269,7 +333,9 @@ class VllmResult:
     kv_cache_groups: list[dict[str, Any]] = field(default_factory=list)
     refused: str | None = None
     # context, not compared
-    bytes_per_block: int | None = None
+    bytes_per_block: int | None = None  # the largest stage's (it sets num_blocks)
+    stage_bytes_per_block: list[int] = field(default_factory=list)  # per PP stage
+    stage_layers: list[int] = field(default_factory=list)  # cache layers per PP stage
     kv_cache_layout: str | None = None
     attention_backends: list[str] = field(default_factory=list)
     max_in_flight_tokens: int | None = None
@@ -355,7 +421,9 @@ def build_vllm_config(case: Case):
         sliding_window=sliding_window,
         enable_prefix_caching=case.enable_prefix_caching,
     )
-    parallel_config = ParallelConfig(tensor_parallel_size=case.tp)
+    # arg_utils.py:2569-2571; with more than one rank ParallelConfig picks the "mp"
+    # executor, as on a node with enough GPUs (config/parallel.py:1054-1095)
+    parallel_config = ParallelConfig(pipeline_parallel_size=case.pp, tensor_parallel_size=case.tp)
     speculative_config = None
     if case.spec != "none":
         spec_args: dict[str, Any] = {
@@ -595,10 +663,23 @@ def _target_window(arch: str, hf, idx: int) -> int | None:
     return None
 
 
-def build_layers(vc, case: Case) -> list[str]:
-    """Fill static_forward_context with the target's and the draft's cache layers.
+def stage_layers(num_layers: int, pp: int) -> list[range]:
+    """The target layers each PP stage owns: vLLM's own ``get_pp_indices`` split
+    (vllm/distributed/utils.py:198-240), as ``make_layers`` applies it to the decoder."""
+    from vllm.distributed.utils import get_pp_indices
 
-    Returns the attention backend names used.
+    return [range(*get_pp_indices(num_layers, rank, pp)) for rank in range(pp)]
+
+
+def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
+    """Fill static_forward_context with the cache layers PP stage ``stage`` owns.
+
+    A stage holds the target layers of its ``get_pp_indices`` range (layer names keep
+    their global index; the other layers are ``PPMissingLayer`` and cache nothing), and
+    the last stage also the draft's: the V2 model runner builds the speculator only on
+    the last PP rank (v1/worker/gpu/model_runner.py:297-304), and the draft is not split
+    (its parallel config has PP 1, config/speculative.py:1905). Returns the attention
+    backend names used.
     """
     from vllm.model_executor.models import ModelRegistry
 
@@ -608,9 +689,17 @@ def build_layers(vc, case: Case) -> list[str]:
     hf = mc.hf_text_config
     arch = mc.architecture
     backend_names: list[str] = []
+    pp = vc.parallel_config.pipeline_parallel_size
+    own = stage_layers(hf.num_hidden_layers, pp)[stage]
+    last_stage = stage == pp - 1
 
     def add(name: str, layer) -> None:
-        ctx[name] = layer
+        parts = name.split(".")
+        if parts[0] == "drafter":
+            if last_stage:
+                ctx[name] = layer
+        elif int(parts[2]) in own:  # model.layers.{i}...
+            ctx[name] = layer
 
     mla_backend, mla_name = _attention_backend(case, True, vc.cache_config.cache_dtype)
     attn_backend, attn_name = _attention_backend(case, False, vc.cache_config.cache_dtype)
@@ -792,6 +881,22 @@ def _group_rows(groups, specs, vc, sched_groups=None) -> list[dict[str, Any]]:
     return rows
 
 
+def _worker_config(vc, stage: int):
+    """The VllmConfig the workers of PP stage ``stage`` hold.
+
+    With one rank (``uni`` executor) the worker shares the engine core's config object
+    (uniproc_executor.py:75 updates ``self.vllm_config``); with more (``mp``) each worker
+    process gets its own copy of it, pickled, with its own ``parallel_config.rank``
+    (DP x PP x TP order: ``rank // tp`` is the PP rank, config/model.py:1715-1718), and
+    what ``update_block_size_for_backend`` sets there stays in that process.
+    """
+    if vc.parallel_config.distributed_executor_backend == "uni":
+        return vc
+    worker = copy.deepcopy(vc)
+    worker.parallel_config.rank = stage * vc.parallel_config.tensor_parallel_size
+    return worker
+
+
 def vllm_side(case: Case) -> VllmResult:
     """What vLLM 0.33 allocates for the case (or refuses), by vLLM's own code."""
     from vllm.config.vllm import set_current_vllm_config
@@ -803,6 +908,7 @@ def vllm_side(case: Case) -> VllmResult:
     )
     from vllm.v1.core.kv_cache_planning import (
         _pool_bytes_per_block,
+        _project_kv_cache_groups_to_worker,
         get_global_kv_cache_groups,
         get_kv_cache_configs,
     )
@@ -821,20 +927,38 @@ def vllm_side(case: Case) -> VllmResult:
         raise Skip(f"vLLM rejects the config: {type(exc).__name__}: {_one_line(exc)}") from exc
 
     result = VllmResult()
+    pp = vc.parallel_config.pipeline_parallel_size
+    tp = vc.parallel_config.tensor_parallel_size
+    # Each PP stage's workers (all its TP ranks build the same layers and specs)
+    stage_specs: list[dict[str, Any]] = []
+    stage_layouts: list[list[str]] = []
+    worker_block_size = None
+    for stage in range(pp):
+        wvc = _worker_config(vc, stage)
+        with set_current_vllm_config(wvc):
+            for name in build_layers(wvc, case, stage):
+                if name not in result.attention_backends:
+                    result.attention_backends.append(name)
+            # uniproc_executor.py:75 / multiproc_executor.py:802, after load_model: the
+            # CUDA platform inherits Platform.update_block_size_for_backend
+            # (interface.py:750), run on the stage's own layers
+            current_platform.update_block_size_for_backend(wvc)
+            # the V2 model runner's spec collection (v1/worker/gpu/attn_utils.py:138-155)
+            stage_specs.append(get_kv_cache_spec(wvc))
+            stage_layouts.append(
+                [x.name for x in get_supported_kv_cache_layouts(get_current_attn_backends(wvc))]
+            )
+        if worker_block_size is None:
+            worker_block_size = wvc.cache_config.block_size
+    # collective_rpc answers in rank order, rank = pp_rank * tp + tp_rank
+    kv_cache_specs = [dict(stage_specs[s]) for s in range(pp) for _ in range(tp)]
+    layouts = [stage_layouts[s] for s in range(pp) for _ in range(tp)]
+    all_specs = {name: spec for specs in stage_specs for name, spec in specs.items()}
+    result.stage_layers = [len(specs) for specs in stage_specs]
+    # the engine core's side (core.py:252-352), on the engine core's config
     with set_current_vllm_config(vc):
-        result.attention_backends = build_layers(vc, case)
-        # uniproc_executor.py:75 / multiproc_executor.py:802, after load_model: the CUDA
-        # platform inherits Platform.update_block_size_for_backend (interface.py:750)
-        current_platform.update_block_size_for_backend(vc)
-        # the V2 model runner's spec collection (v1/worker/gpu/attn_utils.py:138-155)
-        worker_specs = get_kv_cache_spec(vc)
-        world = vc.parallel_config.world_size
-        kv_cache_specs = [dict(worker_specs) for _ in range(world)]
-        layouts = [
-            layout.name for layout in get_supported_kv_cache_layouts(get_current_attn_backends(vc))
-        ]
         layout = resolve_kv_cache_layout(
-            vc, [layouts] * world, [s for specs in kv_cache_specs for s in specs.values()]
+            vc, layouts, [s for specs in kv_cache_specs for s in specs.values()]
         )
         result.kv_cache_layout = layout.name
         result.mamba_cache_mode = (
@@ -842,17 +966,24 @@ def vllm_side(case: Case) -> VllmResult:
         )
         result.max_in_flight_tokens = vc.max_in_flight_tokens
         groups = get_global_kv_cache_groups(vc, kv_cache_specs)
+        # available_memory: --kv-cache-memory-bytes on every worker (gpu_worker.py:656-681)
+        world = len(kv_cache_specs)
         try:
             configs = get_kv_cache_configs(vc, kv_cache_specs, [case.kv_budget] * world, groups)
         except ValueError as exc:
             message = _one_line(exc)
             if "To serve at least one request" in message or "No available memory" in message:
                 result.refused = message
-                result.block_size = vc.cache_config.block_size
-                result.kv_cache_groups = _group_rows(groups, worker_specs, vc)
-                result.bytes_per_block = _pool_bytes_per_block(vc, groups)
+                result.block_size = worker_block_size
+                result.kv_cache_groups = _group_rows(groups, all_specs, vc)
+                result.stage_bytes_per_block = [
+                    _pool_bytes_per_block(vc, _project_kv_cache_groups_to_worker(groups, specs))
+                    for specs in stage_specs
+                ]
+                result.bytes_per_block = max(result.stage_bytes_per_block)
                 return result
             raise
+        # the scheduler's config is worker 0's (kv_cache_utils.py:1096-1117)
         sched = generate_scheduler_kv_cache_config(configs)
         # core.py:335-352
         vc.cache_config.num_gpu_blocks = sched.num_blocks
@@ -871,10 +1002,13 @@ def vllm_side(case: Case) -> VllmResult:
         result.num_gpu_blocks = sched.num_blocks
         result.gpu_kv_cache_tokens = tokens
         result.max_concurrency = concurrency
-        result.kv_cache_groups = _group_rows(
-            configs[0].kv_cache_groups, worker_specs, vc, sched.kv_cache_groups
-        )
-        result.bytes_per_block = _pool_bytes_per_block(vc, configs[0].kv_cache_groups)
+        # groups of the whole model (layer counts over all stages), as kvbudget reports
+        # them; with PP 1 they are worker 0's groups
+        result.kv_cache_groups = _group_rows(groups, all_specs, vc, sched.kv_cache_groups)
+        result.stage_bytes_per_block = [
+            _pool_bytes_per_block(vc, configs[s * tp].kv_cache_groups) for s in range(pp)
+        ]
+        result.bytes_per_block = max(result.stage_bytes_per_block)
         result.log_line = (
             f"GPU KV cache size: {tokens:,} tokens, Maximum concurrency for "
             f"{vc.model_config.max_model_len:,} tokens per request: {concurrency:.2f}x"
@@ -900,6 +1034,7 @@ def kvbudget_side(case: Case) -> tuple[dict[str, Any] | None, str | None]:
             kv_budget=case.kv_budget,
             host_budget=0,
             tp=case.tp,
+            pp=case.pp,
             kv_dtype=case.kv_dtype,
             tokens_per_block=case.block_size,
             max_seq_len=case.max_model_len,
@@ -977,13 +1112,22 @@ def _groups_text(rows: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
+def _stages_text(stage_layers: list[int], stage_bytes: list[int]) -> str:
+    """Per PP stage: cache layers and bytes per block (empty with PP 1)."""
+    if len(stage_layers) < 2:
+        return ""
+    parts = [f"{n}L {b}B/block" for n, b in zip(stage_layers, stage_bytes, strict=True)]
+    return f" stages=[{'; '.join(parts)}]"
+
+
 def _vllm_text(v: VllmResult) -> str:
+    stages = _stages_text(v.stage_layers, v.stage_bytes_per_block)
     if v.refused is not None:
-        return f"refused: {v.refused[:150]}"
+        return f"refused: {v.refused[:150]}{stages}"
     return (
         f"block_size={v.block_size} num_gpu_blocks={v.num_gpu_blocks} "
         f"tokens={v.gpu_kv_cache_tokens} concurrency={v.max_concurrency:.2f}x "
-        f"groups=[{_groups_text(v.kv_cache_groups)}]"
+        f"groups=[{_groups_text(v.kv_cache_groups)}]{stages}"
     )
 
 
@@ -1014,6 +1158,11 @@ _TSV_COLUMNS = (
 def _tsv_row(record: dict[str, Any]) -> str:
     v = record.get("vllm") or {}
     conc = v.get("max_concurrency")
+    stage_bytes = v.get("stage_bytes_per_block") or []
+    # with PP: every stage's bytes per block, first to last
+    bytes_per_block = (
+        "/".join(map(str, stage_bytes)) if len(stage_bytes) > 1 else v.get("bytes_per_block")
+    )
     cells = [
         record["case"],
         record.get("status", "skipped" if "skipped" in record else "error"),
@@ -1021,7 +1170,7 @@ def _tsv_row(record: dict[str, Any]) -> str:
         v.get("num_gpu_blocks"),
         v.get("gpu_kv_cache_tokens"),
         f"{conc:.2f}" if isinstance(conc, float) else conc,
-        v.get("bytes_per_block"),
+        bytes_per_block,
         _groups_text(v.get("kv_cache_groups") or []),
         v.get("refused") or record.get("skipped") or record.get("error"),
     ]

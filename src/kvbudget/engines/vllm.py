@@ -432,8 +432,8 @@ def vllm_pool(inputs: EngineInputs) -> VllmPool:
 
 
 def _gib(num_bytes: int) -> str:
-    """vLLM's ``format_gib``: GiB with two decimals."""
-    return f"{num_bytes / (1 << 30):.2f}"
+    """vLLM's ``format_gib`` (``vllm/utils/mem_utils.py``): GiB rounded to 2 decimals."""
+    return f"{round(num_bytes / (1 << 30), 2)}"
 
 
 def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
