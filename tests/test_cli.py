@@ -302,3 +302,18 @@ def test_plan_is_the_default_command() -> None:
     assert done.returncode == 0, done.stderr
     # 40 GiB = 42949672960 bytes, the given budget
     assert json.loads(done.stdout)["budget"]["gpu_bytes"] == 42949672960
+
+
+def test_models_and_gpus_as_json() -> None:
+    models = json.loads(run("models", "--json").stdout)
+    by_name = {m["preset"]: m for m in models}
+    llama = by_name["meta-llama/Llama-3.1-8B-Instruct"]
+    assert (llama["default_spec"], llama["default_draft"]) == (
+        "eagle3",
+        "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+    )
+    assert by_name["deepseek-ai/DeepSeek-V3"]["default_spec"] == "mtp"
+    assert by_name["yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"]["eagle3_head"] is True
+    gpus = json.loads(run("gpus", "--json").stdout)
+    h200 = next(g for g in gpus if g["preset"].lower() == "h200")
+    assert isinstance(h200["memory_bytes"], int) and h200["memory_bytes"] > 140 * 10**9

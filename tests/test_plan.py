@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from kvbudget import InfeasibleBudgetError, InvalidArgumentError
-from kvbudget.planner import plan
+from kvbudget.model import list_presets, load_model
+from kvbudget.planner import EAGLE3_DRAFTS, plan
 
 GIB = 1024**3
 LLAMA8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -424,3 +425,33 @@ def test_kv_dtype_auto_is_bf16_when_the_config_names_none() -> None:
     assert p.kv_dtype == "bf16"
     # 18 full layers x 2 (K, V) x 8 KV heads x 64 x 2 B = 36,864 B per token
     assert p.managers[0].slope_bytes_per_token == 36_864
+
+
+@pytest.mark.parametrize("name", [n for n in list_presets() if not load_model(n).is_eagle3])
+def test_spec_auto_plans_every_preset_target(name: str) -> None:
+    p = plan(name, kv_budget="80GiB", tp=8, max_seq_len=4096, max_batch_size=8, host_budget=0)
+    model = load_model(name)
+    expected = "eagle3" if name in EAGLE3_DRAFTS else "mtp" if model.mtp_layers else "none"
+    assert p.spec == expected
+    assert p.spec_reason is not None and p.spec_reason.startswith(f"spec auto chose {expected}")
+
+
+def test_spec_auto_follows_the_draft() -> None:
+    small = plan(
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "meta-llama/Llama-3.2-1B-Instruct",
+        kv_budget="40GiB",
+        tp=8,
+        max_seq_len=4096,
+    )
+    assert small.spec == "draft-target"
+    given = plan(spec="eagle3", kv_budget="40GiB", max_seq_len=4096)
+    assert given.spec_reason is None
+
+
+def test_an_eagle3_head_is_not_a_draft_model_and_k0_is_no_speculation() -> None:
+    with pytest.raises(InvalidArgumentError, match="is an EAGLE3 head, not a draft model"):
+        plan(draft=EAGLE8B, spec="draft-target", kv_budget="40GiB", max_seq_len=4096)
+    with pytest.raises(InvalidArgumentError, match="--max-draft-len 0 means no speculation"):
+        plan(spec="eagle3", max_draft_len=0, kv_budget="40GiB", max_seq_len=4096)
+    assert plan(spec="none", max_draft_len=0, kv_budget="40GiB", max_seq_len=4096).spec == "none"

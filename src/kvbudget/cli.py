@@ -6,6 +6,7 @@ print a traceback.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
@@ -27,6 +28,7 @@ from kvbudget.planner import (
     DEFAULT_MEMORY_FRACTION,
     DEFAULT_RESERVE,
     DEFAULT_TARGET,
+    EAGLE3_DRAFTS,
     SPEC_MODES,
     plan,
 )
@@ -101,8 +103,13 @@ def plan_command(
         ),
     ] = None,
     spec: Annotated[
-        str, typer.Option(metavar="MODE", help=f"Speculation: {', '.join(SPEC_MODES)}.")
-    ] = "eagle3",
+        str,
+        typer.Option(
+            metavar="MODE",
+            help=f"Speculation: auto (an EAGLE3 head preset, else MTP layers, else none), "
+            f"{', '.join(SPEC_MODES)}.",
+        ),
+    ] = "auto",
     kv_budget: Annotated[
         str | None,
         typer.Option(
@@ -286,21 +293,67 @@ def plan_command(
 
 
 @app.command("models")
-def models_command() -> None:
-    """List the built-in model presets and their cache layers."""
-    table = Table("preset", "layers")
+def models_command(
+    json_out: Annotated[bool, typer.Option("--json", help="Print the presets as JSON.")] = False,
+) -> None:
+    """List the built-in model presets, their cache layers and default speculation."""
+    rows = []
     for name in list_presets():
         spec = _run(lambda n=name: load_model(n))  # type: ignore[misc]
-        table.add_row(name, spec.describe().split(": ", 1)[1])
+        if spec.is_eagle3:
+            default, draft = "(an EAGLE3 head: a --draft)", None
+        elif name in EAGLE3_DRAFTS:
+            default, draft = "eagle3", EAGLE3_DRAFTS[name]
+        elif spec.mtp_layers:
+            default, draft = "mtp", None
+        else:
+            default, draft = "none", None
+        rows.append(
+            {
+                "preset": name,
+                "model_type": spec.model_type,
+                "layers": spec.describe().split(": ", 1)[1],
+                "eagle3_head": spec.is_eagle3,
+                "default_spec": None if spec.is_eagle3 else default,
+                "default_draft": draft,
+            }
+        )
+    if json_out:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("preset", "layers", "spec auto")
+    for row in rows:
+        auto = row["default_spec"] or "(EAGLE3 head)"
+        if row["default_draft"]:
+            auto = f"{auto}: {row['default_draft']}"
+        table.add_row(row["preset"], row["layers"], auto)
     Console().print(table)
 
 
 @app.command("gpus")
-def gpus_command() -> None:
+def gpus_command(
+    json_out: Annotated[bool, typer.Option("--json", help="Print the presets as JSON.")] = False,
+) -> None:
     """List the GPU presets and the bytes each offers."""
+    gpus = [get_gpu(short) for short in list_gpus()]
+    if json_out:
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        "preset": short,
+                        "name": g.name,
+                        "memory_bytes": g.memory_bytes,
+                        "memory_source": g.memory_source,
+                    }
+                    for short, g in zip(list_gpus(), gpus, strict=True)
+                ],
+                indent=2,
+            )
+        )
+        return
     table = Table("preset", "GPU", "bytes", "source")
-    for short in list_gpus():
-        g = get_gpu(short)
+    for short, g in zip(list_gpus(), gpus, strict=True):
         table.add_row(short, g.name, format_bytes(g.memory_bytes), g.memory_source)
     Console().print(table)
 

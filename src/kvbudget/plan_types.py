@@ -200,6 +200,7 @@ class Plan:
     warnings: tuple[str, ...] = ()
     engine: EnginePlan | None = None
     vocab_size: int | None = None  # the target's: token ids are in [0, vocab_size)
+    spec_reason: str | None = None  # why spec="auto" chose ``spec``; None when given
 
     @property
     def min_stage_gpu_bytes(self) -> int:
@@ -226,6 +227,7 @@ class Plan:
             "target": self.target,
             "draft": self.draft,
             "spec": self.spec,
+            "spec_reason": self.spec_reason,
             "tp": self.tp,
             "pp": self.pp,
             "pp_stage": self.pp_stage,

@@ -120,6 +120,23 @@ def _resolve(model: str | ModelSpec) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else load_model(model)
 
 
+def _auto_spec(target: ModelSpec, draft: str | ModelSpec | None) -> tuple[str, str]:
+    """The speculation mode ``spec="auto"`` picks, and why, in words."""
+    if draft is not None:
+        model = _resolve(draft)
+        if model.is_eagle3:
+            return "eagle3", f"--draft {model.name} is an EAGLE3 head"
+        return "draft-target", f"--draft {model.name} is a model, not a head"
+    if target.name in EAGLE3_DRAFTS:
+        return "eagle3", f"{EAGLE3_DRAFTS[target.name]} is the EAGLE3 head preset for it"
+    if target.mtp_layers:
+        return "mtp", f"{target.name} ships {len(target.mtp_layers)} MTP layer(s)"
+    return "none", (
+        f"no EAGLE3 head preset and no MTP layers for {target.name} (pass --draft or "
+        "--spec ngram to speculate)"
+    )
+
+
 def _resolve_draft(spec: str, target: ModelSpec, draft: str | ModelSpec | None) -> ModelSpec | None:
     if spec == "eagle3":
         if draft is None:
@@ -140,6 +157,10 @@ def _resolve_draft(spec: str, target: ModelSpec, draft: str | ModelSpec | None) 
         if draft is None:
             raise InvalidArgumentError("spec draft-target needs --draft (the small model)")
         model = _resolve(draft)
+        if model.is_eagle3:
+            raise InvalidArgumentError(
+                f"{model.name} is an EAGLE3 head, not a draft model; use --spec eagle3 with it"
+            )
         if model.vocab_size != target.vocab_size:
             raise InvalidArgumentError(
                 f"draft {model.name} has vocab_size {model.vocab_size} but target "
@@ -160,7 +181,7 @@ def plan(
     target: str | ModelSpec = DEFAULT_TARGET,
     draft: str | ModelSpec | None = None,
     *,
-    spec: str = "eagle3",
+    spec: str = "auto",
     kv_budget: int | str | None = None,
     host_budget: int | str = DEFAULT_HOST_BUDGET,
     disk_budget: int | str = 0,
@@ -211,8 +232,10 @@ def plan(
         ConfigError: a model cannot be loaded.
         InfeasibleBudgetError: the budget cannot hold the fixed costs or one sequence.
     """
-    if spec not in SPEC_MODES:
-        raise InvalidArgumentError(f"unknown spec {spec!r}; choose one of {', '.join(SPEC_MODES)}")
+    if spec != "auto" and spec not in SPEC_MODES:
+        raise InvalidArgumentError(
+            f"unknown spec {spec!r}; choose one of auto, {', '.join(SPEC_MODES)}"
+        )
     require_int("tp", tp, minimum=1)
     require_int("pp", pp, minimum=1)
     require_int("tokens_per_block", tokens_per_block, minimum=1)
@@ -227,15 +250,23 @@ def plan(
     ):
         if not isinstance(flag, bool):
             raise InvalidArgumentError(f"{name} must be True or False, got {flag!r}")
-    if separate_draft_cache and spec != "mtp":
-        raise InvalidArgumentError(
-            f"--separate-draft-cache applies to --spec mtp only (got --spec {spec}); drop it"
-        )
     target_model = _resolve(target)
     if target_model.is_eagle3:
         raise InvalidArgumentError(
             f"{target_model.name} is an EAGLE3 draft head, not a target model; pass it as "
             "--draft and its base model as --target"
+        )
+    spec_reason = None
+    if spec == "auto":
+        spec, why = _auto_spec(target_model, draft)
+        spec_reason = f"spec auto chose {spec}: {why}"
+    if separate_draft_cache and spec != "mtp":
+        raise InvalidArgumentError(
+            f"--separate-draft-cache applies to --spec mtp only (got --spec {spec}); drop it"
+        )
+    if max_draft_len == 0 and spec not in ("none", "auto"):
+        raise InvalidArgumentError(
+            f"--max-draft-len 0 means no speculation; use --spec none instead of --spec {spec}"
         )
     draft_model = _resolve_draft(spec, target_model, draft)
     # "auto" is the target's dtype for every manager (engines run the draft in the
@@ -388,6 +419,7 @@ def plan(
         ),
         warnings=tuple(warnings),
         vocab_size=target_model.vocab_size,
+        spec_reason=spec_reason,
     )
     inputs = EngineInputs(
         target=target_model,

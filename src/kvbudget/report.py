@@ -22,6 +22,8 @@ def render_plan(plan: Plan) -> Group:
     )
     if plan.pp > 1:
         title.append(f"  (PP stage {plan.pp_stage} shown)")
+    if plan.spec_reason:
+        title.append(f"\n  {plan.spec_reason}", style="dim")
     budget = Table(title="Budget per rank", show_header=False, title_justify="left")
     budget.add_column("item")
     budget.add_column("value", justify="right")
