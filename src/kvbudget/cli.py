@@ -323,10 +323,10 @@ def models_command(
         return
     table = Table("preset", "layers", "spec auto")
     for row in rows:
-        auto = row["default_spec"] or "(EAGLE3 head)"
+        auto = str(row["default_spec"] or "(EAGLE3 head)")
         if row["default_draft"]:
             auto = f"{auto}: {row['default_draft']}"
-        table.add_row(row["preset"], row["layers"], auto)
+        table.add_row(str(row["preset"]), str(row["layers"]), auto)
     Console().print(table)
 
 
