@@ -330,3 +330,10 @@ def test_a_refusal_carries_role_tier_pool_and_counts() -> None:
         1,
         0,
     )
+
+
+def test_the_facade_settings_are_read_only() -> None:
+    cache = SpecDecodeCache.from_plan(tiny_plan(gpu_blocks=4))
+    for name in ("plan", "tokens_per_block", "draft_prefix", "max_reserve_tokens"):
+        with pytest.raises(AttributeError):
+            setattr(cache, name, None)

@@ -10,7 +10,8 @@ Layers, each in its own module::
     request          Request, SeqBlocks: per-request state and per-role block tables
     manager          RoleManager: one role's pools; kv tiers, eviction, offload, onboarding
     swap             moving a request between GPU and host in every role
-    coordinator      SpecDecodeCache: both roles in lockstep, the public facade
+    shortage         Shortage, refuse(): a refusal as data (role, tier, pool, counts)
+    spec_decode_cache  SpecDecodeCache: both roles in lockstep, the public facade
     storage          real tensors (torch, imported only when a device is given)
     stats            immutable snapshots returned by SpecDecodeCache.stats(), and their assembly
     invariants       the integrity check behind SpecDecodeCache.check_invariants()
@@ -25,9 +26,9 @@ Example::
 """
 
 from kvbudget.cache.block_pool import BlockPool
-from kvbudget.cache.coordinator import SpecDecodeCache
 from kvbudget.cache.hashing import ROOT_HASH, extend_block_hashes, hash_block_tokens
 from kvbudget.cache.ids import BlockHash, BlockId, DraftPrefixPolicy, PreemptMode, RequestId
+from kvbudget.cache.spec_decode_cache import SpecDecodeCache
 from kvbudget.cache.stats import CacheStats, PoolStats
 
 __all__ = [

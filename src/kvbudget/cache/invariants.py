@@ -16,7 +16,7 @@ from kvbudget.cache.request import Request, SeqBlocks
 from kvbudget.split import TIERS
 
 if TYPE_CHECKING:
-    from kvbudget.cache.coordinator import SpecDecodeCache
+    from kvbudget.cache.spec_decode_cache import SpecDecodeCache
 
 
 def _fail(message: str) -> None:

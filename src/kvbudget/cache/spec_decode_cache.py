@@ -133,8 +133,8 @@ class SpecDecodeCache:
             )
         if len(tpbs) != 1:
             raise InvalidArgumentError(f"managers disagree on tokens_per_block: {sorted(tpbs)}")
-        self.plan = plan
-        self.tokens_per_block: int = tpbs.pop()
+        self._plan = plan
+        self._tokens_per_block: int = tpbs.pop()
         # token ids index the target's vocabulary; a hand-built plan without one still
         # bounds them to int64, the width they are hashed at
         self._vocab_size: int = plan.vocab_size if plan.vocab_size else 2**63
@@ -144,7 +144,7 @@ class SpecDecodeCache:
             raise InvalidArgumentError(
                 f"draft_prefix must be 'same_tokens' or 'drop_last_block', got {draft_prefix!r}"
             )
-        self.draft_prefix: DraftPrefixPolicy = draft_prefix
+        self._draft_prefix: DraftPrefixPolicy = draft_prefix
         if max_reserve_tokens is None:
             max_reserve_tokens = plan.capacity.lookahead_tokens + 1
         if isinstance(max_reserve_tokens, bool) or not isinstance(max_reserve_tokens, int):
@@ -153,7 +153,7 @@ class SpecDecodeCache:
             )
         if max_reserve_tokens < 1:
             raise InvalidArgumentError(f"max_reserve_tokens must be >= 1, got {max_reserve_tokens}")
-        self.max_reserve_tokens = max_reserve_tokens
+        self._max_reserve_tokens = max_reserve_tokens
         # the plan's common blocks per tier: every role holds the same tokens
         cap = plan.capacity
         gpu, host, disk = cap.gpu_blocks, cap.host_blocks, cap.disk_blocks
@@ -170,7 +170,7 @@ class SpecDecodeCache:
             for m in plan.managers
         )
         self._roles: tuple[Role, ...] = tuple(m.role for m in plan.managers)
-        self.prefix_reuse = not any(m.state is not None for m in self._managers)
+        self._prefix_reuse = not any(m.state is not None for m in self._managers)
         self._has_windows = any(m.windows is not None for m in self._managers)
         self._requests: dict[RequestId, Request] = {}
         self._counters = RequestCounters()
@@ -207,6 +207,32 @@ class SpecDecodeCache:
         return cls(
             plan, device=device, draft_prefix=draft_prefix, max_reserve_tokens=max_reserve_tokens
         )
+
+    # ------------------------------------------------------------------ settings (read-only)
+    @property
+    def plan(self) -> Plan:
+        """The plan the pools were built from."""
+        return self._plan
+
+    @property
+    def tokens_per_block(self) -> int:
+        """Tokens per block of every kv and window pool."""
+        return self._tokens_per_block
+
+    @property
+    def draft_prefix(self) -> DraftPrefixPolicy:
+        """How a cached prefix is reused when the draft depends on the next token."""
+        return self._draft_prefix
+
+    @property
+    def max_reserve_tokens(self) -> int:
+        """The most unverified tokens one request may hold."""
+        return self._max_reserve_tokens
+
+    @property
+    def prefix_reuse(self) -> bool:
+        """Whether prompts reuse cached blocks (off when a role keeps recurrent state)."""
+        return self._prefix_reuse
 
     # ------------------------------------------------------------------ queries
     # Every query reads only. Unknown ids raise UnknownRequestError; a role the cache
@@ -351,15 +377,15 @@ class SpecDecodeCache:
             if not isinstance(cache_salt, str):
                 raise InvalidCacheOperationError(f"cache_salt must be a string, got {cache_salt!r}")
             keys = (("cache_salt", cache_salt), *keys)
-        tpb = self.tokens_per_block
+        tpb = self._tokens_per_block
         req = Request(tokens, keys, self._managers)
         hashes = req.hashes
         num_hit = 0
-        if self.prefix_reuse:
+        if self._prefix_reuse:
             extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
             max_hit = (num_tokens - 1) // tpb  # at least one token left to compute
             num_hit = min(m.lookup(hashes, max_hit) for m in self._managers)
-            if num_hit and self.draft_prefix == "drop_last_block":
+            if num_hit and self._draft_prefix == "drop_last_block":
                 num_hit -= 1
             # the longest prefix whose window blocks every role still holds
             while num_hit and self._has_windows:
@@ -411,18 +437,18 @@ class SpecDecodeCache:
             raise InvalidCacheOperationError(
                 f"num_tokens must be a non-negative int, got {num_tokens!r}"
             )
-        room = max(0, self.plan.capacity.max_seq_len - len(req.tokens) - req.num_reserved)
+        room = max(0, self._plan.capacity.max_seq_len - len(req.tokens) - req.num_reserved)
         num_tokens = min(num_tokens, room)
         reserved = req.num_reserved + num_tokens
-        if reserved > self.max_reserve_tokens:
+        if reserved > self._max_reserve_tokens:
             raise InvalidCacheOperationError(
                 f"cannot reserve {num_tokens!r} tokens for request {request_id!r}: it holds "
-                f"{req.num_reserved} of at most max_reserve_tokens={self.max_reserve_tokens} "
+                f"{req.num_reserved} of at most max_reserve_tokens={self._max_reserve_tokens} "
                 "unverified tokens; commit first, or plan a larger max_draft_len"
             )
         committed = len(req.tokens)
         total = committed + reserved
-        num_blocks = -(-total // self.tokens_per_block)
+        num_blocks = -(-total // self._tokens_per_block)
         parts = req.parts
         extra = num_blocks - len(req.seqs[0].table)  # the same in every role
         if extra > 0 or self._has_windows:
@@ -468,9 +494,9 @@ class SpecDecodeCache:
         tokens.extend(accepted_token_ids)
         req.num_reserved = 0
         committed = len(tokens)
-        tpb = self.tokens_per_block
+        tpb = self._tokens_per_block
         hashes = req.hashes
-        if self.prefix_reuse and committed // tpb > len(hashes):
+        if self._prefix_reuse and committed // tpb > len(hashes):
             start = len(hashes)
             extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
             for m, seq in req.parts:
@@ -514,7 +540,7 @@ class SpecDecodeCache:
             self.free(request_id)
             self._counters.recomputed += 1
             return tokens
-        swap_out(req, request_id, self.tokens_per_block)
+        swap_out(req, request_id, self._tokens_per_block)
         self._flush()
         self._counters.swapped_out += 1
         return tokens
