@@ -11,13 +11,18 @@ it is reused; a prefix hit turns it back into a used block. Allocation takes a f
 first and evicts the least recently freed cached block only when none is free. Callers free
 a sequence's blocks tail first, so its tail is evicted before its head.
 
-All operations are O(1). Methods do not check their preconditions on the hot path (the
-coordinator checks before it mutates); :meth:`BlockPool.check` verifies the whole state.
+All operations are O(1) per block. Methods do not check their preconditions on the hot
+path (the cache checks before it mutates); :meth:`BlockPool.check` verifies the whole
+state. The pool is the only code that reads or writes its lists and counters: managers
+use the batch operations below (take into a table, release a tail or a whole table,
+register full blocks, receive a copy from the tier above, look hashes up).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from kvbudget.cache.ids import BlockHash, BlockId
 
@@ -36,6 +41,7 @@ class BlockPool:
         "cached",
         "evicted_blocks",
         "free",
+        "hashes",
         "hit_blocks",
         "name",
         "num_blocks",
@@ -56,6 +62,8 @@ class BlockPool:
         self.free: list[BlockId] = [BlockId(i) for i in range(num_blocks - 1, -1, -1)]
         self.cached: OrderedDict[BlockId, None] = OrderedDict()
         self.by_hash: dict[BlockHash, BlockId] = {}
+        # a read-only live view of the hash index, for lookups from outside the pool
+        self.hashes: Mapping[BlockHash, BlockId] = MappingProxyType(self.by_hash)
         self.num_used = 0
         # counters for stats(): blocks served as prefix hits from this pool, copied into
         # it from the tier above (offload) or out of it to the GPU (onboard), and cached
@@ -140,6 +148,117 @@ class BlockPool:
         self.by_hash[block_hash] = block
         self.block_hash[block] = block_hash
         return True
+
+    # ------------------------------------------------------------------ batch operations
+    def take_into(self, table: list[BlockId], count: int) -> list[tuple[BlockId, BlockHash]]:
+        """Append ``count`` blocks (refcount 1, no hash) to ``table``; free blocks first,
+        then the least recently used cached ones. Returns the evicted ``(block, hash)``
+        pairs (contents still in place, for the caller to copy down). Precondition:
+        ``num_available >= count``."""
+        free, refcount, block_hash = self.free, self.refcount, self.block_hash
+        evicted: list[tuple[BlockId, BlockHash]] = []
+        for _ in range(count):
+            if free:
+                b = free.pop()
+            else:
+                b, _ = self.cached.popitem(last=False)
+                old = block_hash[b]
+                assert old is not None
+                del self.by_hash[old]
+                block_hash[b] = None
+                evicted.append((b, old))
+            refcount[b] = 1
+            table.append(b)
+        self.num_used += count
+        return evicted
+
+    def release_tail(self, table: list[BlockId], count: int) -> None:
+        """Release the last ``count`` blocks of ``table``, tail first, and drop them from it
+        (hashed blocks become cached, the others free)."""
+        refcount, block_hash, free, cached = self.refcount, self.block_hash, self.free, self.cached
+        released = 0
+        for _ in range(count):
+            b = table.pop()
+            c = refcount[b] - 1
+            refcount[b] = c
+            if c == 0:
+                released += 1
+                if block_hash[b] is None:
+                    free.append(b)
+                else:
+                    cached[b] = None
+        self.num_used -= released
+
+    def release_table(self, table: list[BlockId]) -> None:
+        """Release every block of ``table``, tail first, and empty it."""
+        self.release_tail(table, len(table))
+
+    def register(self, table: list[BlockId], hashes: list[BlockHash], start: int) -> None:
+        """Record ``hashes[i]`` on ``table[i]`` for the full blocks ``start ..`` of a
+        table (a cached twin of a hash hands it over, see :meth:`set_hash`)."""
+        by_hash, block_hash = self.by_hash, self.block_hash
+        for i in range(start, min(len(hashes), len(table))):
+            h = hashes[i]
+            if h in by_hash:
+                self.set_hash(table[i], h)
+            else:
+                b = table[i]
+                by_hash[h] = b
+                block_hash[b] = h
+
+    def receive(self, block_hash: BlockHash) -> tuple[BlockId, BlockHash | None] | None:
+        """A cached block to hold a copy of ``block_hash`` arriving from the tier above:
+        a free block, else the least recently used cached one (its hash returned, content
+        still in place). None when every block is owned. Counts the block as offloaded.
+        Precondition: no block holds ``block_hash``."""
+        old = None
+        if self.free:
+            dst = self.free.pop()
+        elif self.cached:
+            dst, _ = self.cached.popitem(last=False)
+            old = self.block_hash[dst]
+            assert old is not None
+            del self.by_hash[old]
+        else:
+            return None
+        self.by_hash[block_hash] = dst
+        self.block_hash[dst] = block_hash
+        self.cached[dst] = None
+        self.offloaded_blocks += 1
+        return dst, old
+
+    def find(self, block_hash: BlockHash) -> BlockId | None:
+        """The block holding ``block_hash``, or None."""
+        return self.by_hash.get(block_hash)
+
+    def hash_of(self, block: BlockId) -> BlockHash | None:
+        """The hash ``block`` holds, or None."""
+        return self.block_hash[block]
+
+    def owners(self, block: BlockId) -> int:
+        """How many requests hold ``block`` (0: free or cached)."""
+        return self.refcount[block]
+
+    def acquire_hit(self, block: BlockId) -> None:
+        """:meth:`acquire` for a prefix hit, counted in ``hit_blocks``."""
+        self.acquire(block)
+        self.hit_blocks += 1
+
+    def note_offloaded(self) -> None:
+        """Count a block copied into this pool from the tier above."""
+        self.offloaded_blocks += 1
+
+    def note_onboarded(self) -> None:
+        """Count a block copied from this pool up to the GPU."""
+        self.onboarded_blocks += 1
+
+    def note_evicted(self) -> None:
+        """Count a cached block whose content was lost (no tier below kept it)."""
+        self.evicted_blocks += 1
+
+    def cached_in_lru_order(self) -> list[BlockId]:
+        """The cached blocks, least recently used first. Reads only."""
+        return list(self.cached)
 
     def touch(self, block: BlockId) -> None:
         """Move a cached block to the most recently used end of the LRU."""

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from kvbudget.cache.ids import BlockHash, RequestId
+from kvbudget.cache.ids import BlockHash, BlockId, RequestId
 from kvbudget.cache.manager import GPU, HOST, RoleManager
 from kvbudget.cache.request import Request, SeqBlocks
 from kvbudget.split import TIERS
@@ -55,7 +55,7 @@ def check_cache(
             if len(seq.table) != want:
                 _fail(f"request {rid!r}: {m.role} holds {len(seq.table)} blocks, want {want}")
             pool = m.tiers[tier]
-            row = [pool.block_hash[b] for b in seq.table]
+            row = [pool.hash_of(b) for b in seq.table]
             for i, h in enumerate(row):
                 if h is not None and (i >= len(req.hashes) or h != req.hashes[i]):
                     _fail(f"request {rid!r}: {m.role} block {i} holds a foreign hash")
@@ -66,10 +66,12 @@ def check_cache(
     first = managers[0]
     for m in managers[1:]:
         for t, (a, b) in enumerate(zip(first.tiers, m.tiers, strict=True)):
-            if a.by_hash.keys() != b.by_hash.keys():
+            if a.hashes.keys() != b.hashes.keys():
                 _fail(f"{TIERS[t]} tier caches different blocks in {first.role} and {m.role}")
             # the same eviction order, or the next evictions would part the roles
-            if [a.block_hash[x] for x in a.cached] != [b.block_hash[x] for x in b.cached]:
+            if [a.hash_of(x) for x in a.cached_in_lru_order()] != [
+                b.hash_of(x) for x in b.cached_in_lru_order()
+            ]:
                 _fail(f"{TIERS[t]} tier LRU order differs in {first.role} and {m.role}")
     storage = cache.storage
     if storage is not None:
@@ -94,12 +96,12 @@ def _check_owners(m: RoleManager, seqs: list[tuple[RequestId, SeqBlocks, bool]])
         if seq.slot is not None:
             slots[seq.slot] += 1
     for pool, count in zip((*m.tiers, *window_pools), (*owners, *window_owners), strict=True):
-        for b in range(pool.num_blocks):
-            if pool.refcount[b] != count.get(b, 0):
-                _fail(f"{pool.name}: block {b} refcount {pool.refcount[b]}, owners {count[b]}")
+        for b in map(BlockId, range(pool.num_blocks)):
+            if pool.owners(b) != count.get(b, 0):
+                _fail(f"{pool.name}: block {b} refcount {pool.owners(b)}, owners {count[b]}")
     if m.state is not None:
-        for b in range(m.state.num_blocks):
-            if m.state.refcount[b] != slots.get(b, 0):
+        for b in map(BlockId, range(m.state.num_blocks)):
+            if m.state.owners(b) != slots.get(b, 0):
                 _fail(f"{m.state.name}: slot {b} owned {slots[b]} times")
 
 

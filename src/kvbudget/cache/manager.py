@@ -60,7 +60,7 @@ class RoleManager:
         self.next_tier: tuple[int | None, ...] = tuple(
             next((j for j in present if j > i), None) for i in range(len(TIERS))
         )
-        self.lookup_maps = tuple(self.tiers[i].by_hash for i in present)
+        self.lookup_maps = tuple(self.tiers[i].hashes for i in present)
         self.windows: WindowPools | None = WindowPools(plan) if plan.window_groups else None
         self.state: StatePool | None = (
             StatePool(plan.role, plan.max_batch_size) if plan.state_bytes_per_seq > 0 else None
@@ -80,57 +80,34 @@ class RoleManager:
         return block
 
     def take_gpu(self, table: list[BlockId], count: int) -> None:
-        """Append ``count`` new GPU blocks to ``table``: :meth:`take` for a batch, inlined
-        with the pool's lists bound once (the allocation path of admit and reserve).
-        Precondition: the GPU tier has ``count`` blocks available."""
-        gpu = self.gpu
-        free, refcount, block_hash = gpu.free, gpu.refcount, gpu.block_hash
-        for _ in range(count):
-            if free:
-                b = free.pop()
-            else:
-                b, _ = gpu.cached.popitem(last=False)
-                old = block_hash[b]
-                assert old is not None
-                del gpu.by_hash[old]
-                block_hash[b] = None
-                self._evicted(GPU, b, old)
-            refcount[b] = 1
-            table.append(b)
-        gpu.num_used += count
+        """Append ``count`` new GPU blocks to ``table`` (the allocation path of admit and
+        reserve); evicted cached blocks move down. Precondition: the GPU tier has
+        ``count`` blocks available."""
+        evicted = self.gpu.take_into(table, count)
+        for b, old in evicted:
+            self._evicted(GPU, b, old)
 
     def _evicted(self, tier: int, block: BlockId, block_hash: BlockHash) -> None:
         """``block`` of ``tier`` (content still in place) lost ``block_hash``: keep a copy
         as a cached block of the next tier when it has room, else count the loss."""
         low_index = self.next_tier[tier]
         if low_index is None:
-            self.tiers[tier].evicted_blocks += 1
+            self.tiers[tier].note_evicted()
             return
         low = self.tiers[low_index]
-        existing = low.by_hash.get(block_hash)
+        existing = low.find(block_hash)
         if existing is not None:
             low.touch(existing)
             return
-        if low.free:
-            dst = low.free.pop()
-        elif low.cached:  # make room: that tier's LRU block moves further down first
-            dst, _ = low.cached.popitem(last=False)
-            old = low.block_hash[dst]
-            assert old is not None
-            del low.by_hash[old]
-            if self.next_tier[low_index] is None:
-                low.evicted_blocks += 1  # the common case of _evicted(low_index, ...)
-            else:
-                self._evicted(low_index, dst, old)
-        else:  # every block of that tier is pinned (swapped-out requests)
-            self.tiers[tier].evicted_blocks += 1
+        got = low.receive(block_hash)
+        if got is None:  # every block of that tier is pinned (swapped-out requests)
+            self.tiers[tier].note_evicted()
             return
+        dst, old = got
+        if old is not None:  # that tier's LRU block moved further down first
+            self._evicted(low_index, dst, old)
         if self.copies is not None:
             self.copies.append((tier, block, low_index, dst))
-        low.by_hash[block_hash] = dst
-        low.block_hash[dst] = block_hash
-        low.cached[dst] = None
-        low.offloaded_blocks += 1
 
     # ----------------------------------------------------------------- prefix lookup
     def lookup(self, hashes: list[BlockHash], max_blocks: int) -> int:
@@ -155,10 +132,10 @@ class RoleManager:
         gpu = self.gpu
         on_gpu = pinned = 0
         for h in hashes[:num_hit]:
-            b = gpu.by_hash.get(h)
+            b = gpu.find(h)
             if b is not None:
                 on_gpu += 1
-                pinned += gpu.refcount[b] == 0
+                pinned += gpu.owners(b) == 0
         need = num_blocks - on_gpu
         have = gpu.num_available - pinned
         if need > have:
@@ -193,17 +170,15 @@ class RoleManager:
         onboard: list[tuple[int, int, BlockId]] = []
         for i in range(num_hit):
             h = hashes[i]
-            b = gpu.by_hash.get(h)
+            b = gpu.find(h)
             if b is not None:
-                gpu.acquire(b)
-                gpu.hit_blocks += 1
+                gpu.acquire_hit(b)
                 table.append(b)
                 continue
             for t in range(1, len(tiers)):
-                lb = tiers[t].by_hash.get(h)
+                lb = tiers[t].find(h)
                 if lb is not None:
-                    tiers[t].acquire(lb)
-                    tiers[t].hit_blocks += 1
+                    tiers[t].acquire_hit(lb)
                     onboard.append((i, t, lb))
                     table.append(lb)  # replaced below by the GPU block
                     break
@@ -213,7 +188,7 @@ class RoleManager:
                 self.copies.append((t, lb, GPU, b))
             gpu.set_hash(b, hashes[i])
             table[i] = b
-            tiers[t].onboarded_blocks += 1
+            tiers[t].note_onboarded()
         for _, t, lb in onboard:
             tiers[t].release(lb)  # the lower tier keeps its copy, cached
         self.take_gpu(table, num_blocks - num_hit)
@@ -232,7 +207,7 @@ class RoleManager:
         Reads only."""
         extra = num_blocks - len(seq.table)
         gpu = self.gpu
-        if extra > 0 and extra > len(gpu.free) + len(gpu.cached):
+        if extra > 0 and extra > gpu.num_available:
             return self._kv_message(extra, gpu.num_available)
         if self.windows is not None:
             return self.windows.shortage(seq, num_committed, num_total)
@@ -251,61 +226,91 @@ class RoleManager:
         """Record ``hashes[start:]`` for the GPU blocks at those positions of ``table``
         (blocks that just became full); see :meth:`BlockPool.set_hash` for twins.
         Mutates the GPU pool's hash index only; never fails."""
-        gpu = self.gpu
-        by_hash, block_hash = gpu.by_hash, gpu.block_hash
-        for i in range(start, min(len(hashes), len(table))):
-            h = hashes[i]
-            if h in by_hash:
-                gpu.set_hash(table[i], h)  # a twin holds it: the running block wins
-            else:  # BlockPool.set_hash, inlined for the common case
-                b = table[i]
-                by_hash[h] = b
-                block_hash[b] = h
+        self.gpu.register(table, hashes, start)
 
     def shrink(self, seq: SeqBlocks, num_blocks: int, num_committed: int) -> None:
         """Release blocks past ``num_blocks`` (rolled-back lookahead, tail first) and the
         window blocks that left the window of ``num_committed`` tokens. Never fails."""
-        table = seq.table
-        surplus = len(table) - num_blocks
+        surplus = len(seq.table) - num_blocks
         if surplus > 0:
-            gpu = self.gpu
-            refcount = gpu.refcount
-            for _ in range(surplus):  # BlockPool.release, inlined
-                b = table.pop()
-                count = refcount[b] - 1
-                refcount[b] = count
-                if count == 0:
-                    gpu.num_used -= 1
-                    if gpu.block_hash[b] is None:
-                        gpu.free.append(b)
-                    else:
-                        gpu.cached[b] = None
+            self.gpu.release_tail(seq.table, surplus)
         if self.windows is not None:
             self.windows.shrink(seq, num_committed)
 
     def release_all(self, seq: SeqBlocks, tier: int = GPU) -> None:
         """Release every block of ``seq`` (its table in ``tier``), tail first, and empty
         it; hashed blocks stay cached. Never fails."""
-        pool = self.tiers[tier]
-        table = seq.table
-        refcount, block_hash, free, cached = pool.refcount, pool.block_hash, pool.free, pool.cached
-        released = 0
-        for i in range(len(table) - 1, -1, -1):  # BlockPool.release, inlined
-            b = table[i]
-            count = refcount[b] - 1
-            refcount[b] = count
-            if count == 0:
-                released += 1
-                if block_hash[b] is None:
-                    free.append(b)
-                else:
-                    cached[b] = None
-        pool.num_used -= released
-        table.clear()
+        self.tiers[tier].release_table(seq.table)
         if self.windows is not None:
             self.windows.release_all(seq)
         if self.state is not None:
             self.state.detach(seq)
+
+    # ----------------------------------------------------------------- tier moves (swap)
+    def move_shortage(self, seq: SeqBlocks, num_blocks: int, src: int, dst: int) -> Shortage | None:
+        """Why the first ``num_blocks`` of ``seq`` cannot move from tier ``src`` to
+        ``dst``, or None. Blocks whose hash ``dst`` already holds are shared, not copied.
+        Reads only."""
+        s, d = self.tiers[src], self.tiers[dst]
+        need = pinned = 0
+        for b in seq.table[:num_blocks]:
+            h = s.hash_of(b)
+            db = d.find(h) if h is not None else None
+            if db is None:
+                need += 1
+            elif d.owners(db) == 0:
+                pinned += 1
+        have = d.num_available - pinned
+        if need <= have:
+            return None
+        hint = (
+            "raise host_budget in the plan or preempt with mode='recompute'"
+            if dst == HOST
+            else "free or preempt other requests first"
+        )
+        return Shortage(
+            role=self.role,
+            tier=TIERS[dst],
+            pool="kv",
+            needed=need,
+            available=have,
+            message=(
+                f"role {self.role} needs {need} free {TIERS[dst]} blocks to move the request, "
+                f"{have} are free or evictable ({d.num_blocks} in the pool); {hint}"
+            ),
+        )
+
+    def move(self, seq: SeqBlocks, src: int, dst: int) -> None:
+        """Move every block of ``seq`` from tier ``src`` to ``dst`` (copies logged), then
+        release the source blocks tail first (hashed ones stay cached there). Replaces
+        ``seq.table``. Precondition: :meth:`move_shortage` returned None."""
+        s, d = self.tiers[src], self.tiers[dst]
+        old = seq.table
+        new: list[BlockId] = list(old)
+        missing: list[int] = []
+        for i, b in enumerate(old):
+            h = s.hash_of(b)
+            db = d.find(h) if h is not None else None
+            if db is None:
+                missing.append(i)
+            else:
+                d.acquire(db)
+                new[i] = db
+        for i in missing:
+            b = old[i]
+            db = self.take(dst)
+            if self.copies is not None:
+                self.copies.append((src, b, dst, db))
+            h = s.hash_of(b)
+            if h is not None:
+                d.set_hash(db, h)
+            new[i] = db
+            if dst > src:
+                d.note_offloaded()
+            else:
+                s.note_onboarded()
+        s.release_table(list(old))
+        seq.table = new
 
     # ----------------------------------------------------------------- stats, messages
     def named_pools(self) -> Iterator[tuple[Tier, str, BlockPool]]:

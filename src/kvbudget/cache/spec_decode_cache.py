@@ -454,7 +454,7 @@ class SpecDecodeCache:
         if extra > 0 or self._has_windows:
             for m, seq in parts:
                 gpu = m.gpu
-                if extra > len(gpu.free) + len(gpu.cached) or m.windows:
+                if extra > gpu.num_available or m.windows:
                     shortage = m.grow_shortage(seq, num_blocks, committed, total)
                     if shortage is not None:
                         raise shortage.error(

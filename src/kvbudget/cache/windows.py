@@ -64,7 +64,7 @@ class WindowPools:
         tokens = num_hit * self.tokens_per_block
         for g, pool in enumerate(self.pools):
             first, _ = self.span(g, tokens, tokens)
-            by_hash = pool.by_hash
+            by_hash = pool.hashes
             for i in range(first, num_hit):
                 if hashes[i] not in by_hash:
                     return False
@@ -90,9 +90,9 @@ class WindowPools:
                 hit_first, _ = self.span(g, num_hit * tpb, num_hit * tpb)
                 for i in range(hit_first, num_hit):  # read by the prefill, held meanwhile
                     assert hashes is not None
-                    b = pool.by_hash[hashes[i]]
+                    b = pool.hashes[hashes[i]]
                     extra -= i >= first
-                    pinned += pool.refcount[b] == 0
+                    pinned += pool.owners(b) == 0
             else:
                 extra = end - (seq.window_first[g] + len(seq.window_tables[g]))
             have = pool.num_available - pinned
@@ -127,10 +127,9 @@ class WindowPools:
             # the hit blocks the prefill reads (the window at the hit position): held
             # while this prompt's blocks are placed, so none of them is evicted here
             hit_first, _ = self.span(g, hit_tokens, hit_tokens)
-            read = [pool.by_hash[hashes[i]] for i in range(hit_first, num_hit)]
+            read = [pool.hashes[hashes[i]] for i in range(hit_first, num_hit)]
             for b in read:
-                pool.acquire(b)
-            pool.hit_blocks += len(read)
+                pool.acquire_hit(b)
             # the blocks this prefill writes and slides past are left cached under their
             # hashes, as a chunked prefill leaves them: a later prompt sharing the first
             # part of this one finds the window it needs there (one block at a time, so
@@ -143,7 +142,7 @@ class WindowPools:
             table = []
             for i in range(first, end):
                 if i < num_hit:
-                    b = pool.by_hash[hashes[i]]
+                    b = pool.hashes[hashes[i]]
                     pool.acquire(b)
                 else:
                     b = pool.take()[0]
