@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvbudget.cache.ids import BlockHash, BlockId, RequestId
@@ -16,20 +17,29 @@ from kvbudget.cache.request import Request, SeqBlocks
 from kvbudget.split import TIERS
 
 if TYPE_CHECKING:
-    from kvbudget.cache.spec_decode_cache import SpecDecodeCache
+    from kvbudget.cache.storage import CacheStorage
 
 
 def _fail(message: str) -> None:
     raise AssertionError(message)
 
 
-def check_cache(
-    cache: SpecDecodeCache,
-    managers: tuple[RoleManager, ...],
-    requests: Mapping[RequestId, Request],
-) -> None:
-    """Check every invariant listed in :meth:`SpecDecodeCache.check_invariants`."""
+@dataclass(frozen=True, kw_only=True)
+class CacheView:
+    """What the check reads of a cache: its settings, managers, requests and storage."""
+
+    tokens_per_block: int
+    max_reserve_tokens: int
+    prefix_reuse: bool
+    managers: tuple[RoleManager, ...]
+    requests: Mapping[RequestId, Request[RoleManager]]
+    storage: CacheStorage | None
+
+
+def check_cache(cache: CacheView) -> None:
+    """Check every invariant listed in ``SpecDecodeCache.check_invariants``."""
     tpb = cache.tokens_per_block
+    managers, requests = cache.managers, cache.requests
     for m in managers:
         for _, _, pool in m.named_pools():
             pool.check()

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
 from kvbudget.cache.ids import BlockHash, BlockId
 
-if TYPE_CHECKING:
-    from kvbudget.cache.manager import RoleManager
+M = TypeVar("M")  # the role manager type (RoleManager); kept generic so this module
+# depends on no manager
 
 
 @dataclass(slots=True)
@@ -34,7 +34,7 @@ class SeqBlocks:
     slot: BlockId | None = None
 
 
-class Request:
+class Request(Generic[M]):
     """A request's shared state: its verified tokens, lookahead and per-role blocks.
 
     ``tokens`` are the verified tokens (prompt plus committed); ``hashes`` the chained
@@ -50,14 +50,12 @@ class Request:
         self,
         tokens: list[int],
         extra_keys: tuple[Hashable, ...],
-        managers: tuple[RoleManager, ...],
+        managers: tuple[M, ...],
     ) -> None:
         self.tokens = tokens
         self.extra_keys = extra_keys
         self.hashes: list[BlockHash] = []
         self.num_reserved = 0
         self.seqs: tuple[SeqBlocks, ...] = tuple(SeqBlocks() for _ in managers)
-        self.parts: tuple[tuple[RoleManager, SeqBlocks], ...] = tuple(
-            zip(managers, self.seqs, strict=True)
-        )
+        self.parts: tuple[tuple[M, SeqBlocks], ...] = tuple(zip(managers, self.seqs, strict=True))
         self.swapped = False

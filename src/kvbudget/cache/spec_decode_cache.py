@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvbudget.cache.hashing import extend_block_hashes, valid_extra_keys
 from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
+from kvbudget.cache.invariants import CacheView, check_cache
 from kvbudget.cache.manager import GPU, HOST, RoleManager
 from kvbudget.cache.request import Request
 from kvbudget.cache.shortage import refuse
@@ -92,7 +93,9 @@ def _checked_tokens(
     return checked
 
 
-def _lookup(requests: dict[RequestId, Request], request_id: Any) -> Request | None:
+def _lookup(
+    requests: dict[RequestId, Request[RoleManager]], request_id: Any
+) -> Request[RoleManager] | None:
     """The request under ``request_id``; None when absent or the id is unhashable."""
     try:
         return requests.get(request_id)
@@ -172,7 +175,7 @@ class SpecDecodeCache:
         self._roles: tuple[Role, ...] = tuple(m.role for m in plan.managers)
         self._prefix_reuse = not any(m.state is not None for m in self._managers)
         self._has_windows = any(m.windows is not None for m in self._managers)
-        self._requests: dict[RequestId, Request] = {}
+        self._requests: dict[RequestId, Request[RoleManager]] = {}
         self._counters = RequestCounters()
         self._storage: CacheStorage | None = None
         if device is not None:
@@ -260,7 +263,7 @@ class SpecDecodeCache:
         """The number of admitted requests, running or swapped out."""
         return len(self._requests)
 
-    def _get(self, request_id: RequestId) -> Request:
+    def _get(self, request_id: RequestId) -> Request[RoleManager]:
         try:
             return self._requests[request_id]
         except (KeyError, TypeError):  # TypeError: an unhashable id was never admitted
@@ -269,7 +272,7 @@ class SpecDecodeCache:
                 "or preempted with mode='recompute')"
             ) from None
 
-    def _running(self, request_id: RequestId, what: str) -> Request:
+    def _running(self, request_id: RequestId, what: str) -> Request[RoleManager]:
         req = self._get(request_id)
         if req.swapped:
             raise InvalidCacheOperationError(
@@ -588,6 +591,13 @@ class SpecDecodeCache:
         every role, in the same LRU order; window tables hold exactly their window; no
         role uses more blocks or bytes than its plan share in any tier.
         """
-        from kvbudget.cache.invariants import check_cache
-
-        check_cache(self, self._managers, self._requests)
+        check_cache(
+            CacheView(
+                tokens_per_block=self._tokens_per_block,
+                max_reserve_tokens=self._max_reserve_tokens,
+                prefix_reuse=self._prefix_reuse,
+                managers=self._managers,
+                requests=self._requests,
+                storage=self._storage,
+            )
+        )

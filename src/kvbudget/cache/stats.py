@@ -83,7 +83,9 @@ class RequestCounters:
 
 
 def snapshot(
-    managers: Iterable[RoleManager], requests: Collection[Request], counters: RequestCounters
+    managers: Iterable[RoleManager],
+    requests: Collection[Request[RoleManager]],
+    counters: RequestCounters,
 ) -> CacheStats:
     """A :class:`CacheStats` of every pool of ``managers`` (in role order, then
     :meth:`RoleManager.named_pools` order) and of ``requests``. Reads only."""

@@ -14,13 +14,13 @@ each manager's ``copies``; the caller runs them (``SpecDecodeCache._flush``).
 from __future__ import annotations
 
 from kvbudget.cache.ids import RequestId
-from kvbudget.cache.manager import GPU, HOST
+from kvbudget.cache.manager import GPU, HOST, RoleManager
 from kvbudget.cache.request import Request
 from kvbudget.cache.shortage import refuse
 from kvbudget.errors import InvalidCacheOperationError
 
 
-def swap_out(req: Request, request_id: RequestId, tokens_per_block: int) -> None:
+def swap_out(req: Request[RoleManager], request_id: RequestId, tokens_per_block: int) -> None:
     """Roll back the lookahead of running ``req`` and move its blocks to the host tier in
     every role. Mutates ``req`` (``swapped``, ``num_reserved``, tables) and the pools.
 
@@ -47,7 +47,7 @@ def swap_out(req: Request, request_id: RequestId, tokens_per_block: int) -> None
     req.swapped = True
 
 
-def swap_in(req: Request, request_id: RequestId) -> None:
+def swap_in(req: Request[RoleManager], request_id: RequestId) -> None:
     """Move swapped-out ``req`` back to the GPU in every role (its host blocks stay cached
     there). Mutates ``req`` (``swapped``, tables) and the pools.
 
