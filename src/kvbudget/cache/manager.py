@@ -60,7 +60,8 @@ class RoleManager:
         self.next_tier: tuple[int | None, ...] = tuple(
             next((j for j in present if j > i), None) for i in range(len(TIERS))
         )
-        self.lookup_maps = tuple(self.tiers[i].hashes for i in present)
+        # (tier, read-only hash index) of every tier with blocks, GPU first
+        self.lookup_maps = tuple((i, self.tiers[i].hashes) for i in present)
         self.windows: WindowPools | None = WindowPools(plan) if plan.window_groups else None
         self.state: StatePool | None = (
             StatePool(plan.role, plan.max_batch_size) if plan.state_bytes_per_seq > 0 else None
@@ -110,30 +111,36 @@ class RoleManager:
             self.copies.append((tier, block, low_index, dst))
 
     # ----------------------------------------------------------------- prefix lookup
-    def lookup(self, hashes: list[BlockHash], max_blocks: int) -> int:
-        """How many leading blocks of ``hashes`` some tier holds (at most ``max_blocks``)."""
+    def match(self, hashes: list[BlockHash], max_blocks: int) -> list[tuple[int, BlockId]]:
+        """Where the leading blocks of ``hashes`` are cached: ``(tier, block)`` for each, as
+        long as some tier holds the next one (at most ``max_blocks``). Computed once per
+        admit and passed to :meth:`admit_shortage` and :meth:`admit`. Reads only."""
         maps = self.lookup_maps
-        n = 0
+        found: list[tuple[int, BlockId]] = []
         for h in hashes[:max_blocks]:
-            for m in maps:
-                if h in m:
+            for tier, index in maps:
+                b = index.get(h)
+                if b is not None:
+                    found.append((tier, b))
                     break
             else:
                 break
-            n += 1
-        return n
+        return found
 
-    # ----------------------------------------------------------------- admit
     def admit_shortage(
-        self, hashes: list[BlockHash], num_hit: int, num_blocks: int, num_tokens: int
+        self,
+        hashes: list[BlockHash],
+        match: list[tuple[int, BlockId]],
+        num_hit: int,
+        num_blocks: int,
+        num_tokens: int,
     ) -> Shortage | None:
-        """Why a prompt of ``num_tokens`` (``num_blocks``, the first ``num_hit`` cached)
-        would not fit, or None. Reads only."""
+        """Why a prompt of ``num_tokens`` (``num_blocks``, the first ``num_hit`` of
+        ``match`` cached) would not fit, or None. Reads only."""
         gpu = self.gpu
         on_gpu = pinned = 0
-        for h in hashes[:num_hit]:
-            b = gpu.find(h)
-            if b is not None:
+        for tier, b in match[:num_hit]:
+            if tier == GPU:
                 on_gpu += 1
                 pinned += gpu.owners(b) == 0
         need = num_blocks - on_gpu
@@ -154,34 +161,26 @@ class RoleManager:
         self,
         seq: SeqBlocks,
         hashes: list[BlockHash],
+        match: list[tuple[int, BlockId]],
         num_hit: int,
         num_blocks: int,
         num_tokens: int,
     ) -> None:
         """Fill ``seq`` for a new prompt; hashes of the full blocks get registered.
 
-        Hit blocks are pinned in every tier first, so the allocations that follow never
-        evict them; hits below the GPU are copied up (onboarded). Precondition:
-        :meth:`admit_shortage` returned None.
+        Hit blocks (the first ``num_hit`` of ``match``) are pinned in every tier first, so
+        the allocations that follow never evict them; hits below the GPU are copied up
+        (onboarded). Precondition: :meth:`admit_shortage` returned None.
         """
         tiers = self.tiers
         gpu = self.gpu
         table = seq.table
         onboard: list[tuple[int, int, BlockId]] = []
-        for i in range(num_hit):
-            h = hashes[i]
-            b = gpu.find(h)
-            if b is not None:
-                gpu.acquire_hit(b)
-                table.append(b)
-                continue
-            for t in range(1, len(tiers)):
-                lb = tiers[t].find(h)
-                if lb is not None:
-                    tiers[t].acquire_hit(lb)
-                    onboard.append((i, t, lb))
-                    table.append(lb)  # replaced below by the GPU block
-                    break
+        for i, (t, b) in enumerate(match[:num_hit]):
+            tiers[t].acquire_hit(b)
+            table.append(b)  # a lower tier's block is replaced below by a GPU block
+            if t != GPU:
+                onboard.append((i, t, b))
         for i, t, lb in onboard:
             b = self.take(GPU)
             if self.copies is not None:

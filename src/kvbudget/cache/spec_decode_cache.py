@@ -384,10 +384,12 @@ class SpecDecodeCache:
         req = Request(tokens, keys, self._managers)
         hashes = req.hashes
         num_hit = 0
+        matches: list[list[tuple[int, BlockId]]] = [[] for _ in self._managers]
         if self._prefix_reuse:
             extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
             max_hit = (num_tokens - 1) // tpb  # at least one token left to compute
-            num_hit = min(m.lookup(hashes, max_hit) for m in self._managers)
+            matches = [m.match(hashes, max_hit) for m in self._managers]
+            num_hit = min(len(found) for found in matches)
             if num_hit and self._draft_prefix == "drop_last_block":
                 num_hit -= 1
             # the longest prefix whose window blocks every role still holds
@@ -402,17 +404,20 @@ class SpecDecodeCache:
             num_hit
             and self._has_windows
             and any(
-                m.admit_shortage(hashes, num_hit, num_blocks, num_tokens) is not None
-                for m in self._managers
+                m.admit_shortage(hashes, found, num_hit, num_blocks, num_tokens) is not None
+                for m, found in zip(self._managers, matches, strict=True)
             )
         ):
             num_hit = 0
         refuse(
             f"cannot admit request {request_id!r} ({num_tokens} prompt tokens)",
-            (m.admit_shortage(hashes, num_hit, num_blocks, num_tokens) for m in self._managers),
+            (
+                m.admit_shortage(hashes, found, num_hit, num_blocks, num_tokens)
+                for m, found in zip(self._managers, matches, strict=True)
+            ),
         )
-        for m, seq in req.parts:
-            m.admit(seq, hashes, num_hit, num_blocks, num_tokens)
+        for (m, seq), found in zip(req.parts, matches, strict=True):
+            m.admit(seq, hashes, found, num_hit, num_blocks, num_tokens)
         self._flush()
         self._requests[request_id] = req
         self._counters.prompt_tokens += num_tokens
