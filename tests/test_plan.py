@@ -455,3 +455,31 @@ def test_an_eagle3_head_is_not_a_draft_model_and_k0_is_no_speculation() -> None:
     with pytest.raises(InvalidArgumentError, match="--max-draft-len 0 means no speculation"):
         plan(spec="eagle3", max_draft_len=0, kv_budget="40GiB", max_seq_len=4096)
     assert plan(spec="none", max_draft_len=0, kv_budget="40GiB", max_seq_len=4096).spec == "none"
+
+
+def test_host_capacity_with_pp_is_the_smallest_stages() -> None:
+    p = plan(
+        "meta-llama/Llama-3.1-70B-Instruct",
+        spec="none",
+        pp=3,
+        kv_budget="40GiB",
+        max_seq_len=8192,
+    )
+    # 80 layers over 3 stages: 27, 27, 26; 64 GiB of host per rank at 27 x 4,096 B/token
+    # = 110,592 B/token -> 68,719,476,736 // (110,592 x 32) = 19,418 blocks = 621,376
+    # tokens (the last stage's 26 layers alone would hold 645,248)
+    assert p.capacity.host_tokens == 621_376
+
+
+def test_a_pp_stage_without_attention_layers_does_not_bind() -> None:
+    p = plan(
+        "nvidia/Nemotron-H-8B-Base-8K",
+        spec="none",
+        kv_budget="60GiB",
+        pp=8,
+        max_seq_len=4096,
+        max_batch_size=8,
+    )
+    # some of the 8 stages hold only Mamba2 / MLP layers: they cache no token
+    assert p.capacity.max_concurrency == 8
+    assert p.capacity.gpu_blocks > 0

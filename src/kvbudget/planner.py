@@ -42,7 +42,7 @@ from kvbudget.plan_types import (
     StagePlan,
     TierPlan,
 )
-from kvbudget.split import BudgetSplit, split_budget
+from kvbudget.split import BudgetSplit, Tier, split_budget
 from kvbudget.units import format_bytes, parse_bytes
 from kvbudget.weights import weights_bytes as rank_weights
 
@@ -328,23 +328,37 @@ def plan(
         _plan_stage(shape, managers, rule, None if not rule.derived else stage_weights(s), s)
         for s in range(pp)
     ]
-    binding = min(range(pp), key=lambda s: (stages[s].blocks, -s))
+    # a stage with no growing layer (only windows or recurrent state) holds any number
+    # of 0-byte blocks: it never binds
+    growing_stages = [s for s in range(pp) if any(_cost(m, s).slope for m in managers)]
+    binding = min(growing_stages or [last], key=lambda s: (stages[s].blocks, -s))
     blocks = stages[binding].blocks
     report = stages[last]
-    splits = {
-        tier: split_budget(
+
+    def tier_split(tier: Tier, stage: int) -> BudgetSplit:
+        return split_budget(
             tier_bytes[tier],
-            target=_cost(managers[0], last),
-            draft=_cost(managers[1], last) if len(managers) > 1 else CacheCost(0),
+            target=_cost(managers[0], stage),
+            draft=_cost(managers[1], stage) if len(managers) > 1 else CacheCost(0),
             tier=tier,
         )
-        for tier in ("host", "disk")
-    }
+
+    splits = {tier: tier_split(tier, last) for tier in ("host", "disk")}
+    # every stage's rank has its own host and disk budget; the common count is the
+    # smallest over the stages with growing layers
     tier_blocks = {
-        tier: _common_blocks(
-            managers, last, (split.target, split.draft), tokens_per_block, fixed=False
+        tier: min(
+            _common_blocks(
+                managers,
+                s,
+                (split.target, split.draft),
+                tokens_per_block,
+                fixed=False,
+            )
+            for s in growing_stages or [last]
+            for split in (tier_split(tier, s),)
         )
-        for tier, split in splits.items()
+        for tier in ("host", "disk")
     }
     growing = any(_cost(m, s).slope for m in managers for s in range(pp))
     if not growing:  # only windows and states: 0-byte blocks for every sequence
