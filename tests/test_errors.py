@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,57 @@ def test_cache_operation_type_mistakes_are_typed_and_change_nothing() -> None:
     with pytest.raises(UnknownRequestError):
         cache.block_table([1], "target")  # type: ignore[arg-type]
     cache.check_invariants()
+
+
+@pytest.mark.parametrize(
+    ("patch", "match"),
+    [
+        ({"num_hidden_layers": 2**40}, "more than any real model has"),
+        ({"num_hidden_layers": 2**70}, "more than any real model has"),
+        ({"hidden_size": 10**9}, "more than any real model has"),
+    ],
+)
+def test_absurd_config_counts_are_config_errors(
+    tmp_path: Any, patch: dict[str, int], match: str
+) -> None:
+    import json
+
+    from kvbudget import ConfigError, load_model
+
+    path = tmp_path / "config.json"
+    config = {
+        "model_type": "llama",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 4096,
+        "vocab_size": 32000,
+        "intermediate_size": 2816,
+        **patch,
+    }
+    path.write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=match):
+        load_model(str(path))
+
+
+def test_deeply_nested_and_mistyped_configs_are_config_errors(tmp_path: Any) -> None:
+    import json
+
+    from kvbudget import ConfigError, load_model, plan
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_model(str(deep))
+    qwen = json.loads(
+        (
+            __import__("importlib.resources", fromlist=["files"]).files("kvbudget")
+            / "data/models/Qwen--Qwen3-235B-A22B.json"
+        ).read_text()
+    )
+    qwen["mlp_only_layers"] = 3
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(qwen))
+    with pytest.raises(ConfigError, match="mlp_only_layers"):
+        plan(str(path), spec="none", max_seq_len=4096)  # weights are counted: --gpu H200

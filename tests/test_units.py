@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbudget import InvalidArgumentError, get_gpu, list_gpus, parse_bytes
+from kvbudget import InvalidArgumentError, format_bytes, get_gpu, list_gpus, parse_bytes
 
 
 @pytest.mark.parametrize(
@@ -60,3 +60,26 @@ def test_gpu_bytes_follow_the_gpus_md_rule() -> None:
 def test_unknown_gpu() -> None:
     with pytest.raises(InvalidArgumentError, match="unknown GPU"):
         get_gpu("H900")
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ("10000000000000000000000000001", "more than 16 EiB"),  # exact, not rounded
+        ("1.0000000000000000000000000001GiB", "not a whole number of bytes"),
+        ("1" * 400, "too long to be a byte size"),
+        (10**400, "more than 16 EiB"),
+        (10**5000, "more than 16 EiB"),  # past Python's int-to-string limit
+        (1.5e9, "an int, or a string"),  # floats print differently by size: refused
+        (1e16, "an int, or a string"),
+    ],
+    ids=["29 digits", "28 decimals", "400 digits", "10**400", "10**5000", "1.5e9", "1e16"],
+)
+def test_sizes_are_exact_and_bounded(value: object, match: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=match):
+        parse_bytes(value)  # type: ignore[arg-type]
+
+
+def test_huge_sizes_format_without_overflow() -> None:
+    assert format_bytes(2**64) == "16,777,216 TiB"  # 2^64 / 2^40
+    assert parse_bytes("16TiB") == 16 * 1024**4

@@ -200,6 +200,8 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
 def _parse_json(raw: str, source: str) -> Mapping[str, Any]:
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise ConfigError("nested too deeply to be a model config", source=source) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})",
@@ -211,6 +213,11 @@ def _parse_json(raw: str, source: str) -> Mapping[str, Any]:
 
 
 # --------------------------------------------------------------------------- field access
+
+# No count in a real config comes near this (vocabularies are ~10^5-10^6, hidden sizes
+# ~10^4, layers ~10^2); a larger one is a mistake that would otherwise make the planner
+# build billions of layer objects.
+MAX_CONFIG_COUNT = 10_000_000
 
 
 class _Fields:
@@ -237,6 +244,12 @@ class _Fields:
             raise self.error(key, f"expected an integer, got {value!r}")
         if value < minimum:
             raise self.error(key, f"must be >= {minimum}, got {value}")
+        if value > MAX_CONFIG_COUNT:
+            raise self.error(
+                key,
+                f"{value} is more than any real model has (kvbudget reads counts up to "
+                f"{MAX_CONFIG_COUNT:,})",
+            )
         return value
 
     def str_list(self, key: str, length: builtins.int) -> list[str]:

@@ -7,7 +7,7 @@ powers of 1000, as engines and vendors use them. Results are whole bytes.
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 
 from kvbudget.errors import InvalidArgumentError
 
@@ -30,6 +30,9 @@ _UNITS: dict[str, int] = {
 _SIZE = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 GIB = 1024**3
+# 16 EiB: more than any rank, node or cluster holds; larger sizes are typing mistakes
+MAX_BYTES = 2**64
+_MAX_TEXT = 64  # characters of a size string read at all
 
 
 def parse_bytes(value: str | int, *, name: str = "size") -> int:
@@ -37,12 +40,16 @@ def parse_bytes(value: str | int, *, name: str = "size") -> int:
 
     Raises InvalidArgumentError for negative, garbled or fractional-byte values.
     """
-    if isinstance(value, bool):
-        raise InvalidArgumentError(f"{name} must be a byte size, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise InvalidArgumentError(
+            f"{name} must be a byte size (an int, or a string such as '40GiB'), got {value!r}"
+        )
     if isinstance(value, int):
         if value < 0:
             raise InvalidArgumentError(f"{name} must not be negative, got {value}")
-        return value
+        return _bounded(value, name)
+    if len(value) > _MAX_TEXT:
+        raise InvalidArgumentError(f"{name}: {value[:20]!r}... is too long to be a byte size")
     if str(value).strip().startswith("-"):
         raise InvalidArgumentError(f"{name} must not be negative, got {value!r}")
     match = _SIZE.match(str(value))
@@ -52,17 +59,28 @@ def parse_bytes(value: str | int, *, name: str = "size") -> int:
             "or a plain number of bytes"
         )
     try:
-        number = Decimal(match.group(1).replace("_", ""))
-    except InvalidOperation:
+        number = Fraction(match.group(1).replace("_", ""))  # exact, whatever the digits
+    except ValueError:
         raise InvalidArgumentError(f"{name}: cannot read {value!r} as a number") from None
     exact = number * _UNITS[match.group(2).lower()]
-    if exact != exact.to_integral_value():
+    if exact.denominator != 1:
         raise InvalidArgumentError(f"{name}: {value!r} is not a whole number of bytes")
-    return int(exact)
+    return _bounded(int(exact), name)
+
+
+def _bounded(num_bytes: int, name: str) -> int:
+    if num_bytes > MAX_BYTES:
+        raise InvalidArgumentError(
+            f"{name}: a {num_bytes.bit_length()}-bit number of bytes is more than 16 EiB, "
+            "larger than any machine; check the unit (e.g. 40GiB)"
+        )
+    return num_bytes
 
 
 def format_bytes(num_bytes: int) -> str:
     """Human form in binary units, e.g. ``'40.00 GiB'``; exact bytes stay in the JSON."""
+    if abs(num_bytes) >= 1024**5:  # beyond float's exact range for this purpose
+        return f"{num_bytes // 1024**4:,} TiB"
     size = float(num_bytes)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(size) < 1024 or unit == "TiB":

@@ -73,7 +73,7 @@ from kvbudget.cost import pp_stage_layers
 from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import ConfigError, InvalidArgumentError, UnsupportedArchitectureError
 from kvbudget.layers import per_rank
-from kvbudget.model import ModelSpec
+from kvbudget.model import MAX_CONFIG_COUNT, ModelSpec
 
 __all__ = ["ParamCounts", "WeightsBytes", "count_params", "weights_bytes"]
 
@@ -333,6 +333,12 @@ class _Cfg:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self._error(key, f"expected an integer >= {minimum}, got {value!r}")
+        if value > MAX_CONFIG_COUNT:
+            raise self._error(
+                key,
+                f"{value} is more than any real model has (kvbudget reads counts up to "
+                f"{MAX_CONFIG_COUNT:,})",
+            )
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -430,6 +436,8 @@ def _llama_family(inv: _Inventory, c: _Cfg) -> None:
 def _is_sparse_qwen(c: _Cfg, i: int) -> bool:
     """Qwen-MoE rule: sparse iff not in ``mlp_only_layers`` and ``(i+1) % step == 0``."""
     only = c.cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(x, int) for x in only):
+        raise c._error("mlp_only_layers", f"expected a list of layer indices, got {only!r}")
     step = c.num("decoder_sparse_step", 1)
     return c.num("num_experts", 0, minimum=0) > 0 and i not in only and (i + 1) % step == 0
 
