@@ -317,3 +317,21 @@ def test_models_and_gpus_as_json() -> None:
     gpus = json.loads(run("gpus", "--json").stdout)
     h200 = next(g for g in gpus if g["preset"].lower() == "h200")
     assert isinstance(h200["memory_bytes"], int) and h200["memory_bytes"] > 140 * 10**9
+
+
+def test_short_help_and_an_empty_target() -> None:
+    assert run("plan", "-h").exit_code == 0
+    empty = run("plan", "--target", "")
+    assert empty.exit_code == 2 and empty.stderr.startswith("error: the model name is empty")
+
+
+def test_a_preset_id_wins_over_a_same_named_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "meta-llama" / "Llama-3.1-8B-Instruct").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    base = ("--kv-budget", "40GiB", "--max-seq-len", "8192", "--json")
+    preset = run("plan", "--target", "meta-llama/Llama-3.1-8B-Instruct", *base)
+    assert preset.exit_code == 0 and json.loads(preset.stdout)["target"].startswith("meta")
+    folder = run("plan", "--target", "./meta-llama/Llama-3.1-8B-Instruct", *base)
+    assert folder.exit_code == 2 and "holds no config.json" in folder.stderr

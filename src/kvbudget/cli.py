@@ -61,6 +61,7 @@ class _OneLineErrors(TyperGroup):
 app = typer.Typer(
     cls=_OneLineErrors,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="KV-cache budgets for speculative decoding: plan target + draft caches per rank.",
 )
 

@@ -158,7 +158,9 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     """Load a model spec from a ``config.json``, a directory holding one, or a preset id.
 
     Preset ids are Hugging Face ids, case-insensitive (``meta-llama/Llama-3.1-8B-Instruct``);
-    the part after the slash also works when it is unique.
+    the part after the slash also works when it is unique. A preset id wins over a folder
+    of the same name in the working directory; write the path as ``./name`` (or absolute)
+    to load the folder.
 
     Raises:
         UnknownModelError: no such file and no such preset.
@@ -166,12 +168,20 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         UnsupportedArchitectureError: the ``model_type`` is not one kvbudget models.
     """
     text = str(name_or_path)
+    if not text.strip():
+        raise UnknownModelError(
+            "the model name is empty; pass a preset id (`kvbudget models`) or a config path"
+        )
+    explicit = isinstance(name_or_path, Path) or text.startswith(("/", "./", "../", "~"))
+    # a preset id wins over a same-named folder of the working directory unless the path
+    # is written as one (./name, /abs/name, ~/name)
+    preset_first = None if explicit else _find_preset(text)
     path = Path(text).expanduser()
-    if path.is_dir():
+    if preset_first is None and path.is_dir():
         path = path / "config.json"
         if not path.is_file():
             raise UnknownModelError(f"directory {text!r} holds no config.json")
-    if path.is_file():
+    if preset_first is None and path.is_file():
         source = str(path)
         try:
             raw = path.read_text(encoding="utf-8")
