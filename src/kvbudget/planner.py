@@ -43,7 +43,7 @@ from kvbudget.plan_types import (
     TierPlan,
 )
 from kvbudget.split import BudgetSplit, Tier, split_budget
-from kvbudget.units import format_bytes, parse_bytes
+from kvbudget.units import count_of, format_bytes, parse_bytes
 from kvbudget.weights import weights_bytes as rank_weights
 
 SpecMode = Literal["eagle3", "mtp", "draft-target", "ngram", "none"]
@@ -562,13 +562,15 @@ def _capacity(
             )
         if fit > batch:
             warnings.append(
-                f"the GPU blocks hold {fit} sequences of max_seq_len {shape.max_seq_len} but "
+                f"the GPU blocks hold {count_of(fit, 'sequence')} of max_seq_len "
+                f"{shape.max_seq_len} but "
                 f"max_batch_size is {batch}: at most {batch} run at once (raise "
                 "--max-batch-size to use the rest, or lower --kv-budget/--memory-fraction)"
             )
         if fit < batch:
             warnings.append(
-                f"only {concurrency} sequences of max_seq_len {shape.max_seq_len} fit at once "
+                f"only {count_of(concurrency, 'sequence')} of max_seq_len {shape.max_seq_len} "
+                "fit at once "
                 f"(max_batch_size is {batch}); at the full batch each sequence can hold "
                 f"{max(at_batch, 0)} tokens"
             )
@@ -704,7 +706,8 @@ def _infeasible_fixed(
     per_seq = fixed // batch + slope * seq_tokens
     fits = budget // per_seq if per_seq else 0
     advice = (
-        f"at most {fits} sequences of {shape.max_seq_len} tokens fit: lower --max-batch-size "
+        f"at most {count_of(fits, 'sequence')} of {shape.max_seq_len} tokens fit: lower "
+        "--max-batch-size "
         f"(to {fits}) or --max-seq-len"
         if fits
         else f"not even one sequence of {shape.max_seq_len} tokens fits "

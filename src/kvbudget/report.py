@@ -46,7 +46,7 @@ def render_plan(plan: Plan) -> Group:
         managers.add_column(
             col,
             justify="left" if col in ("role", "model") else "right",
-            overflow="fold" if col == "model" else "ellipsis",
+            overflow="fold",
         )
     for m in plan.managers:
         managers.add_row(
@@ -59,7 +59,10 @@ def render_plan(plan: Plan) -> Group:
 
     tiers = Table(title="Tiers (per rank)", title_justify="left")
     for col in ("role", "tier", "bytes", "blocks", "tokens", "padding"):
-        tiers.add_column(col, justify="left" if col in ("role", "tier") else "right")
+        # fold rather than cut: a narrow terminal wraps numbers, never truncates them
+        tiers.add_column(
+            col, justify="left" if col in ("role", "tier") else "right", overflow="fold"
+        )
     for m in plan.managers:
         for t in (m.gpu, m.host, m.disk):
             if t.tier == "gpu" or t.bytes:
@@ -87,7 +90,7 @@ def render_plan(plan: Plan) -> Group:
     if c.disk_tokens:
         cap.add_row("tokens on disk", f"{c.disk_tokens:,}")
     cap.add_row(
-        f"sequences of {c.max_seq_len:,} (+{c.lookahead_tokens} lookahead) tokens at once",
+        f"sequences of {c.max_seq_len:,} tokens at once",
         f"{c.max_concurrency:,} of {c.max_batch_size:,}",
     )
     if engine_name == "kvbudget":

@@ -87,3 +87,8 @@ def format_bytes(num_bytes: int) -> str:
             return f"{size:.2f} {unit}" if unit != "B" else f"{num_bytes} B"
         size /= 1024
     raise AssertionError("unreachable")
+
+
+def count_of(n: int, word: str) -> str:
+    """``"1 sequence"``, ``"2 sequences"``: ``n`` and ``word``, plural unless n is 1."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"

@@ -54,6 +54,7 @@ from kvbudget.engines.inputs import EngineInputs
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.layers import AttentionLayer, Layer
 from kvbudget.plan_types import EnginePlan, Plan
+from kvbudget.units import count_of
 
 VERSION = "main@003fca80"
 
@@ -416,7 +417,8 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
     warnings = []
     if sequences < inputs.max_batch_size:
         warnings.append(
-            f"SGLang's pool holds {sequences} requests of {inputs.max_seq_len} tokens at once "
+            f"SGLang's pool holds {count_of(sequences, 'request')} of {inputs.max_seq_len} "
+            "tokens at once "
             f"(--max-running-requests {inputs.max_batch_size}); shorter requests share it"
         )
     return EnginePlan(

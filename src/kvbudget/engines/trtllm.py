@@ -52,6 +52,7 @@ from kvbudget.engines.inputs import EngineInputs
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.layers import AttentionLayer, Layer
 from kvbudget.plan_types import EnginePlan, Plan
+from kvbudget.units import count_of
 
 VERSION = "main@00043967"
 FULL = 0  # window key of full-attention layers
@@ -359,7 +360,8 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
     warnings = []
     if sequences < inputs.max_batch_size:
         warnings.append(
-            f"TensorRT-LLM's managers hold {sequences} sequences of {inputs.max_seq_len} "
+            f"TensorRT-LLM's managers hold {count_of(sequences, 'sequence')} of "
+            f"{inputs.max_seq_len} "
             f"tokens at once (max_batch_size {inputs.max_batch_size})"
         )
     return EnginePlan(
