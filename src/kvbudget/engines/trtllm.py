@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvbudget.cost import pp_stage_layers
 from kvbudget.engines.common import (
     GIB,
     auto_note,
@@ -71,9 +72,14 @@ class Manager:
     windows: dict[int, int]  # window (0: full) -> bytes per token of its layers
 
 
-def managers(inputs: EngineInputs) -> list[Manager]:
-    """The target manager and, for EAGLE3, MTP and draft models, the draft manager."""
+def managers(inputs: EngineInputs, stage: int | None = None) -> list[Manager]:
+    """The target manager and, for EAGLE3, MTP and draft models, the draft manager, on
+    PP stage ``stage`` (default: the last, where the draft lives; the target's layers
+    split as ``mapping.pp_layers`` splits them)."""
     target = inputs.target
+    last = inputs.pp - 1
+    stage = last if stage is None else stage
+    own = [target.layers[i] for i in pp_stage_layers(target.num_layers, inputs.pp)[stage]]
     for layer in target.layers:
         if layer.state_bytes(inputs.state_dtype, inputs.tp):
             raise InvalidArgumentError(
@@ -81,7 +87,9 @@ def managers(inputs: EngineInputs) -> list[Manager]:
                 f"{layer.kind} layers, which TensorRT-LLM runs on its V2 manager: plan it with "
                 "--engine kvbudget or vllm"
             )
-    out = [_manager("target", target.layers, inputs)]
+    out = [_manager("target", tuple(own), inputs)]
+    if stage != last:
+        return out
     if inputs.spec == "mtp":
         out.append(_manager("draft", target.mtp_layers[:1], inputs))  # MTP one-model: 1 layer
     elif inputs.draft is not None:
@@ -227,7 +235,13 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
     slope = sum(m.bytes_per_token for m in mgrs)
     target = mgrs[0]
     budget = inputs.gpu_kv_bytes
-    tokens = budget // slope // tpb * tpb
+    # every PP rank sizes its managers from its own layers and the ranks agree on the
+    # smallest count: max_tokens is the binding stage's
+    tokens = min(
+        budget // sum(m.bytes_per_token for m in managers(inputs, s)) // tpb * tpb
+        for s in range(inputs.pp)
+        if sum(m.bytes_per_token for m in managers(inputs, s))
+    )
     if tokens < tpb:
         raise InfeasibleBudgetError(
             f"TensorRT-LLM's managers need {slope} B per token; {budget} B per rank holds "
