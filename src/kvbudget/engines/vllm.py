@@ -133,7 +133,8 @@ class VllmPool:
     block_size: int
     bytes_per_block: int
     num_gpu_blocks: int
-    blocks_per_request: int
+    blocks_per_request: int  # summed over the groups
+    group_blocks_per_request: tuple[int, ...]  # per group, in ``groups`` order
     max_concurrency: float
     gpu_kv_cache_tokens: int
     refused: str | None
@@ -396,7 +397,8 @@ def vllm_pool(inputs: EngineInputs) -> VllmPool:
     if not groups:
         raise InvalidArgumentError(f"{inputs.target.name} caches nothing for vLLM to size")
     budget = inputs.gpu_kv_bytes
-    per_request = sum(_group_blocks_per_request(g, specs, inputs) for g in groups)
+    per_group = tuple(_group_blocks_per_request(g, specs, inputs) for g in groups)
+    per_request = sum(per_group)
     counts = []
     refused = None
     for stage in range(inputs.pp):
@@ -414,17 +416,16 @@ def vllm_pool(inputs: EngineInputs) -> VllmPool:
             )
     num_blocks = min(counts)
     concurrency = num_blocks / per_request
-    block_size = (
-        min(g.block_size for g in groups if g.kind != "mamba")
-        if any(g.kind != "mamba" for g in groups)
-        else inputs.tokens_per_block
-    )
+    # the attention block size after any override (what vLLM's cache_config reports)
+    attention = [g.block_size for g in groups if g.kind != "mamba"]
+    block_size = min(attention) if attention else inputs.tokens_per_block
     return VllmPool(
         groups=tuple(groups),
         block_size=block_size,
         bytes_per_block=_bytes_per_block(groups, specs, inputs.pp - 1),
         num_gpu_blocks=num_blocks,
         blocks_per_request=per_request,
+        group_blocks_per_request=per_group,
         max_concurrency=concurrency,
         gpu_kv_cache_tokens=int(concurrency * inputs.max_seq_len),
         refused=refused,
@@ -489,11 +490,9 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
             "page_bytes": g.page_bytes,
             "block_size": g.block_size,
             "sliding_window": g.sliding_window,
-            "blocks_per_request": _group_blocks_per_request(g, [], inputs)
-            if g.kind != "mamba"
-            else None,
+            "blocks_per_request": per_request,
         }
-        for g in pool.groups
+        for g, per_request in zip(pool.groups, pool.group_blocks_per_request, strict=True)
     ]
     predicted: dict[str, Any] = {
         "block_size": pool.block_size,
