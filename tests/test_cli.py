@@ -250,7 +250,6 @@ def test_models_and_gpus_list() -> None:
         (("--max-seq-len", "long"), "--max-seq-len"),
         (("--tpp", "2"), "No such option: --tpp"),
         (("--tp",), "--tp"),
-        (("--json", "--emit", "vllm"), "--json and --emit are exclusive"),
     ],
 )
 def test_command_line_mistakes_are_one_error_line(args: tuple[str, ...], needle: str) -> None:
@@ -335,3 +334,13 @@ def test_a_preset_id_wins_over_a_same_named_folder(
     assert preset.exit_code == 0 and json.loads(preset.stdout)["target"].startswith("meta")
     folder = run("plan", "--target", "./meta-llama/Llama-3.1-8B-Instruct", *base)
     assert folder.exit_code == 2 and "holds no config.json" in folder.stderr
+
+
+def test_json_with_emit_carries_the_engine_settings() -> None:
+    result = run(
+        "plan", "--kv-budget", "40GiB", "--max-seq-len", "8192", "--json", "--emit", "vllm"
+    )
+    assert result.exit_code == 0, result.output
+    engine = json.loads(result.stdout)["engine"]
+    assert engine["name"] == "vllm"
+    assert engine["settings"]["--kv-cache-memory-bytes"] == 40 * 1024**3

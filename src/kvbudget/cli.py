@@ -218,7 +218,12 @@ def plan_command(
         typer.Option("--prefix-caching/--no-prefix-caching", help="Block reuse across requests."),
     ] = True,
     json_out: Annotated[
-        bool, typer.Option("--json", help="Print the plan as JSON (schema 2).")
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the plan as JSON (schema 2); with --emit, the engine's settings are "
+            'in its "engine" object.',
+        ),
     ] = False,
     emit_engine: Annotated[
         str | None,
@@ -234,8 +239,6 @@ def plan_command(
 
     Sizes take units (40GiB, 64GB, 512MiB) or plain bytes; every budget is per rank.
     """
-    if json_out and emit_engine is not None:
-        _run(_raise(InvalidArgumentError("--json and --emit are exclusive; pick one")))
     if emit_engine is not None and engine is not None and engine.lower() != emit_engine.lower():
         _run(
             _raise(
@@ -284,7 +287,7 @@ def plan_command(
             enable_prefix_caching=prefix_caching,
         )
     )
-    if json_out:
+    if json_out:  # with --emit too: the JSON's "engine" object holds the settings
         typer.echo(result.to_json())
     elif emit_engine is not None:
         engine = emit_engine
