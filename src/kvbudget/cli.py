@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-from kvbudget.engines import ENGINE_NAMES, ENGINES, emit
+from kvbudget.engines import ENGINES, emit
 from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from kvbudget.errors import InvalidArgumentError, KvBudgetError
 from kvbudget.gpus import get_gpu, list_gpus
@@ -247,12 +247,11 @@ def plan_command(
                 )
             )
         )
-    if emit_engine is not None and emit_engine.lower() not in ENGINE_NAMES[1:]:
+    if emit_engine is not None and emit_engine.lower() not in ENGINES:
         _run(
             _raise(
                 InvalidArgumentError(
-                    f"unknown engine {emit_engine!r} for --emit; choose one of "
-                    f"{', '.join(ENGINE_NAMES[1:])}"
+                    f"unknown engine {emit_engine!r} for --emit; choose one of {', '.join(ENGINES)}"
                 )
             )
         )

@@ -43,7 +43,7 @@ from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestI
 from kvbudget.cache.invariants import CacheView, check_cache
 from kvbudget.cache.manager import GPU, HOST, RoleManager
 from kvbudget.cache.request import Request
-from kvbudget.cache.shortage import refuse
+from kvbudget.cache.shortage import Shortage, refuse
 from kvbudget.cache.stats import CacheStats, RequestCounters, snapshot
 from kvbudget.cache.swap import swap_in, swap_out
 from kvbudget.errors import (
@@ -398,24 +398,20 @@ class SpecDecodeCache:
                     break
                 num_hit -= 1
         num_blocks = -(-num_tokens // tpb)
-        # a window hit holds the blocks its prefill reads besides the new window; when
-        # that does not fit, the prompt is admitted as it would be without the hit
-        if (
-            num_hit
-            and self._has_windows
-            and any(
-                m.admit_shortage(hashes, found, num_hit, num_blocks, num_tokens) is not None
-                for m, found in zip(self._managers, matches, strict=True)
-            )
-        ):
-            num_hit = 0
-        refuse(
-            f"cannot admit request {request_id!r} ({num_tokens} prompt tokens)",
-            (
+
+        def shortages() -> list[Shortage | None]:
+            return [
                 m.admit_shortage(hashes, found, num_hit, num_blocks, num_tokens)
                 for m, found in zip(self._managers, matches, strict=True)
-            ),
-        )
+            ]
+
+        refusals = shortages()
+        if num_hit and self._has_windows and any(refusals):
+            # a window hit holds the blocks its prefill reads besides the new window; when
+            # that does not fit, the prompt is admitted as it would be without the hit
+            num_hit = 0
+            refusals = shortages()
+        refuse(f"cannot admit request {request_id!r} ({num_tokens} prompt tokens)", refusals)
         for (m, seq), found in zip(req.parts, matches, strict=True):
             m.admit(seq, hashes, found, num_hit, num_blocks, num_tokens)
         self._flush()

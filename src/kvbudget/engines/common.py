@@ -8,10 +8,15 @@ from typing import Any
 
 from kvbudget.engines.facts import EngineFacts
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.plan_types import Plan
+from kvbudget.plan_types import EnginePlan, Plan
 
 GIB = 1024**3
 GB = 10**9
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for non-negative ints (the engines' ``cdiv``)."""
+    return -(-a // b)
 
 
 def gpu_total(plan: Plan) -> int:
@@ -104,6 +109,13 @@ def command_line(head: str, settings: Mapping[str, Any]) -> str:
         else:
             args.append(f"{flag} {value}")
     return " \\\n  ".join(args)
+
+
+def comment_lines(plan: Plan, engine: EnginePlan, title: str) -> list[str]:
+    """The comments every emission starts with: what was planned, for which engine
+    version, what each setting does there, and the predicted start-up lines."""
+    lines = header(plan, "#", title, engine.version) + list(engine.notes)
+    return lines + log_comments(engine.log)
 
 
 def log_comments(lines: tuple[str, ...]) -> list[str]:

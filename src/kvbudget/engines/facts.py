@@ -87,31 +87,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
 
 
 @dataclass(frozen=True, kw_only=True)
 class EngineFacts:
-    """How one engine takes a KV budget: knob names, units and scope.
+    """The names one engine's settings go by (what they mean there, their units and
+    scopes, is the engine's module: :mod:`kvbudget.engines.vllm`, ...).
 
-    * ``host_covers``: which managers the host knob sizes: ``"all"`` (one budget for
-      target + draft) or ``"target"`` (the engine adds the draft's host pool on top).
-    * ``host_over_ranks``: the host value is the total over all TP x PP ranks, not one
-      rank's share.
     * ``kv_dtype_names``: kvbudget dtype -> the engine's name; ``None`` = no such KV cache.
     * ``spec_extra``: extra speculative settings per mode, written out as given.
     """
 
     name: str
     gpu_knob: str
-    gpu_unit: str
-    gpu_scope: str
     token_knob: str
     host_knob: str
-    host_unit: str
-    host_scope: str
-    host_covers: Literal["all", "target"]
-    host_over_ranks: bool
     block_knob: str
     block_power_of_two: bool
     kv_dtype_knob: str
@@ -124,33 +114,22 @@ class EngineFacts:
 
 
 _NO_EXTRA: Mapping[str, Mapping[str, int]] = MappingProxyType({})
+# "auto" keeps the checkpoint's 16/32-bit dtype; no engine has a plain int8 KV cache
+_DTYPES_AUTO_FP8_NVFP4: Mapping[str, str | None] = MappingProxyType(
+    {"bf16": "auto", "fp16": "auto", "fp32": "auto", "fp8": "fp8", "int8": None, "nvfp4": "nvfp4"}
+)
 
 ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
     {
         "trtllm": EngineFacts(
             name="TensorRT-LLM",
             gpu_knob="kv_cache_config.max_gpu_total_bytes",
-            gpu_unit="bytes",
-            gpu_scope="per rank, one budget for target + draft managers",
             token_knob="kv_cache_config.max_tokens",
             host_knob="kv_cache_config.host_cache_size",
-            host_unit="bytes",
-            host_scope="per rank, one budget for target + draft managers",
-            host_covers="all",
-            host_over_ranks=False,
             block_knob="kv_cache_config.tokens_per_block",
             block_power_of_two=True,
             kv_dtype_knob="kv_cache_config.dtype",
-            kv_dtype_names=MappingProxyType(
-                {
-                    "bf16": "auto",
-                    "fp16": "auto",
-                    "fp32": "auto",
-                    "fp8": "fp8",
-                    "int8": None,
-                    "nvfp4": "nvfp4",
-                }
-            ),
+            kv_dtype_names=_DTYPES_AUTO_FP8_NVFP4,
             spec_knob="speculative_config.decoding_type",
             spec_names=MappingProxyType(
                 {"eagle3": "Eagle3", "mtp": "MTP", "draft-target": "Draft_Target", "ngram": "NGram"}
@@ -162,27 +141,12 @@ ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
         "vllm": EngineFacts(
             name="vLLM",
             gpu_knob="--kv-cache-memory-bytes",
-            gpu_unit="bytes",
-            gpu_scope="per GPU, all layers (draft layers included)",
             token_knob="",
             host_knob="--kv-offloading-size",
-            host_unit="GiB",
-            host_scope="total over all TP x PP ranks",
-            host_covers="all",
-            host_over_ranks=True,
             block_knob="--block-size",
             block_power_of_two=False,
             kv_dtype_knob="--kv-cache-dtype",
-            kv_dtype_names=MappingProxyType(
-                {
-                    "bf16": "auto",
-                    "fp16": "auto",
-                    "fp32": "auto",
-                    "fp8": "fp8",
-                    "int8": None,
-                    "nvfp4": "nvfp4",
-                }
-            ),
+            kv_dtype_names=_DTYPES_AUTO_FP8_NVFP4,
             spec_knob="--speculative-config method",
             spec_names=MappingProxyType(
                 {"eagle3": "eagle3", "mtp": "mtp", "draft-target": "draft_model", "ngram": "ngram"}
@@ -196,14 +160,8 @@ ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
         "sglang": EngineFacts(
             name="SGLang",
             gpu_knob="--max-total-tokens",
-            gpu_unit="tokens",
-            gpu_scope="device pool tokens, shared by target and draft pools",
             token_knob="--max-total-tokens",
             host_knob="--hicache-size",
-            host_unit="GB (decimal, whole)",
-            host_scope="per rank, the target's host pools (+ packed MTP layers)",
-            host_covers="target",
-            host_over_ranks=False,
             block_knob="--page-size",
             block_power_of_two=False,
             kv_dtype_knob="--kv-cache-dtype",

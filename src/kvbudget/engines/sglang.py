@@ -43,11 +43,11 @@ from kvbudget.engines.common import (
     GB,
     GIB,
     auto_note,
+    cdiv,
     check_block,
     command_line,
-    header,
+    comment_lines,
     kv_dtype_name,
-    log_comments,
 )
 from kvbudget.engines.facts import ENGINES
 from kvbudget.engines.inputs import EngineInputs
@@ -65,10 +65,6 @@ DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
 # before it profiles (buffers besides the weights); a plan's KV is capped by
 # --max-total-tokens anyway, so the margin never adds KV
 PROFILE_MARGIN_BYTES = 512 * 1024**2
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,7 +214,7 @@ def _swa_tokens_needed(lay: Layout, inputs: EngineInputs) -> int:
     page = inputs.tokens_per_block
     per_request = min(lay.window, inputs.max_seq_len) + inputs.lookahead_tokens + 1 + 2 * page
     need = inputs.max_batch_size * per_request + inputs.max_num_batched_tokens + page
-    return max(_cdiv(need, page) * page, (lay.window + page) // page * page + page)
+    return max(cdiv(need, page) * page, (lay.window + page) // page * page + page)
 
 
 def _ratio_for(swa: int, full: int) -> float:
@@ -308,9 +304,8 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
     page = inputs.tokens_per_block
     stages = [plan_stage(inputs, s, inputs.gpu_kv_bytes) for s in range(inputs.pp)]
     chosen = min(stages, key=lambda st: st.full_tokens)
-    last = stages[-1]
-    lay = last.layout
-    full, swa = chosen.full_tokens, chosen.swa_tokens if lay.swa_layers else 0
+    lay = stages[-1].layout  # the last stage holds the draft
+    full, swa = chosen.full_tokens, chosen.swa_tokens
     gb = _hicache_gb(lay, inputs.host_bytes, full, swa, page)
     host = host_pools(lay, gb, full, swa, page) if gb else None
     fraction = _mem_fraction(inputs, max(st.budget_bytes for st in stages))
@@ -458,8 +453,7 @@ def _pool_list(lay: Layout, full: int, swa: int, page: int) -> list[dict[str, An
 
 def render(plan: Plan, engine: EnginePlan) -> str:
     """The ``sglang.launch_server`` command of ``engine.settings``, with comments."""
-    lines = header(plan, "#", "SGLang", engine.version)
-    lines += list(engine.notes) + log_comments(engine.log)
+    lines = comment_lines(plan, engine, "SGLang")
     head = f"python -m sglang.launch_server --model-path {plan.target}"
     lines.append(command_line(head, engine.settings))
     return "\n".join(lines) + "\n"

@@ -43,10 +43,10 @@ from kvbudget.cost import pp_stage_layers
 from kvbudget.engines.common import (
     GIB,
     auto_note,
+    cdiv,
     check_block,
-    header,
+    comment_lines,
     kv_dtype_name,
-    log_comments,
 )
 from kvbudget.engines.facts import ENGINES
 from kvbudget.engines.inputs import EngineInputs
@@ -57,10 +57,6 @@ from kvbudget.units import count_of
 
 VERSION = "main@00043967"
 FULL = 0  # window key of full-attention layers
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,9 +208,9 @@ def _full_window_tokens(inputs: EngineInputs, target: Manager, part: int) -> int
     tpb = inputs.tokens_per_block
     lookahead = _per_seq_tokens(inputs) - inputs.max_seq_len
     window_bytes = sum(
-        (_cdiv(w + lookahead, tpb) + 1) * tpb * b for w, b in target.windows.items() if w != FULL
+        (cdiv(w + lookahead, tpb) + 1) * tpb * b for w, b in target.windows.items() if w != FULL
     )
-    full_seq_bytes = _cdiv(_per_seq_tokens(inputs), tpb) * tpb * target.windows[FULL]
+    full_seq_bytes = cdiv(_per_seq_tokens(inputs), tpb) * tpb * target.windows[FULL]
     sequences = min(inputs.max_batch_size, part // (full_seq_bytes + window_bytes))
     if sequences == 0:
         raise InfeasibleBudgetError(
@@ -237,11 +233,8 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
     budget = inputs.gpu_kv_bytes
     # every PP rank sizes its managers from its own layers and the ranks agree on the
     # smallest count: max_tokens is the binding stage's
-    tokens = min(
-        budget // sum(m.bytes_per_token for m in managers(inputs, s)) // tpb * tpb
-        for s in range(inputs.pp)
-        if sum(m.bytes_per_token for m in managers(inputs, s))
-    )
+    stage_slopes = [sum(m.bytes_per_token for m in managers(inputs, s)) for s in range(inputs.pp)]
+    tokens = min(budget // b // tpb * tpb for b in stage_slopes if b)
     if tokens < tpb:
         raise InfeasibleBudgetError(
             f"TensorRT-LLM's managers need {slope} B per token; {budget} B per rank holds "
@@ -253,9 +246,9 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
         # the target's share of the budget (split by bytes per token) between its windows:
         # the full-length window gets what the draft manager's tokens need (or, with no
         # draft, all but what the sliding windows need); sliding windows the rest
-        part = (slope * tokens) - (
-            slope * tokens * mgrs[1].bytes_per_token // slope if len(mgrs) > 1 else 0
-        )
+        # the target's share of max_gpu_total_bytes = slope x tokens after the draft's
+        # (split by bytes per token): exactly tokens x the target's bytes per token
+        part = tokens * target.bytes_per_token
         sliding = {w: b for w, b in target.windows.items() if w != FULL}
         if len(mgrs) == 1:
             full_tokens = _full_window_tokens(inputs, target, part)
@@ -277,15 +270,11 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
         host_cache_size=host_bytes,
         shares_text=shares_text,
     )
-    gpu_tokens = (
-        min(pools.blocks[m.role][FULL if FULL in m.windows else min(m.windows)][0] for m in mgrs)
-        * tpb
-    )
-    host_tokens = (
-        min(pools.blocks[m.role][FULL if FULL in m.windows else min(m.windows)][1] for m in mgrs)
-        * tpb
-    )
-    per_seq_blocks = _cdiv(_per_seq_tokens(inputs), tpb)
+    # capacity is the full-length pool of every manager (or its only window's)
+    growing = [pools.blocks[m.role][FULL if FULL in m.windows else min(m.windows)] for m in mgrs]
+    gpu_tokens = min(primary for primary, _ in growing) * tpb
+    host_tokens = min(secondary for _, secondary in growing) * tpb
+    per_seq_blocks = cdiv(_per_seq_tokens(inputs), tpb)
     sequences = min(gpu_tokens // tpb // per_seq_blocks, inputs.max_batch_size)
     windows = attention_windows(inputs)
     settings: dict[str, Any] = {
@@ -294,11 +283,11 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
         "max_batch_size": inputs.max_batch_size,
         "max_seq_len": inputs.max_seq_len,
         "max_num_tokens": inputs.max_num_batched_tokens,
-        "kv_cache_config.max_tokens": tokens,
-        "kv_cache_config.max_gpu_total_bytes": pools.max_gpu_total_bytes,
-        "kv_cache_config.host_cache_size": host_bytes,
-        "kv_cache_config.tokens_per_block": tpb,
-        "kv_cache_config.dtype": dtype,
+        facts.token_knob: tokens,
+        facts.gpu_knob: pools.max_gpu_total_bytes,
+        facts.host_knob: host_bytes,
+        facts.block_knob: tpb,
+        facts.kv_dtype_knob: dtype,
         "kv_cache_config.enable_block_reuse": inputs.enable_prefix_caching,
         "kv_cache_config.use_kv_cache_manager_v2": False,
     }
@@ -307,7 +296,7 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
     if shares_text is not None:
         settings["env.TRTLLM_WINDOW_SIZE_SHARES"] = shares_text
     if plan.spec in facts.spec_names:
-        settings["speculative_config.decoding_type"] = facts.spec_names[plan.spec]
+        settings[facts.spec_knob] = facts.spec_names[plan.spec]
         settings[f"speculative_config.{facts.draft_len_knob}"] = inputs.max_draft_len
         if plan.draft:
             settings[f"speculative_config.{facts.draft_model_knob}"] = plan.draft
@@ -393,8 +382,7 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
 
 def render(plan: Plan, engine: EnginePlan) -> str:
     """The YAML of ``engine.settings`` (dotted keys nested), with comments."""
-    lines = header(plan, "#", "TensorRT-LLM", engine.version)
-    lines += list(engine.notes) + log_comments(engine.log)
+    lines = comment_lines(plan, engine, "TensorRT-LLM")
     sections: dict[str, list[str]] = {}
     for key, value in engine.settings.items():
         if key.startswith("env."):

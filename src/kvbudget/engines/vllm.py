@@ -55,12 +55,12 @@ from typing import Any, Literal
 from kvbudget.cost import pp_stage_layers
 from kvbudget.engines.common import (
     auto_note,
+    cdiv,
     command_line,
+    comment_lines,
     gib_text,
-    header,
     host_total,
     kv_dtype_name,
-    log_comments,
     stage_note,
 )
 from kvbudget.engines.facts import ENGINES
@@ -72,10 +72,6 @@ from kvbudget.plan_types import EnginePlan, Plan
 VERSION = "0.33.0"
 
 SpecKind = Literal["full_attention", "sliding_window", "mla", "mamba"]
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,7 +160,6 @@ class MambaSetup:
     state_page_bytes: int
     page_bytes: int
     states_per_request: int
-    align: bool
 
 
 def mamba_setup(inputs: EngineInputs) -> MambaSetup | None:
@@ -188,8 +183,8 @@ def mamba_setup(inputs: EngineInputs) -> MambaSetup | None:
         kernel_align = max(KERNEL_BLOCK, bs)
         if align:
             kernel_align = math.lcm(kernel_align, checkpoint_alignment or 1)
-        block = kernel_align * _cdiv(state_page, kernel_align * attn_page_1)
-        block = KERNEL_BLOCK * _cdiv(block, KERNEL_BLOCK)
+        block = kernel_align * cdiv(state_page, kernel_align * attn_page_1)
+        block = KERNEL_BLOCK * cdiv(block, KERNEL_BLOCK)
         bs = max(bs, block)
     page = bs * attn_page_1 if attn_page_1 else state_page
     # Mamba2 layers always declare a checkpoint block; GDN only when its FlashInfer
@@ -202,7 +197,6 @@ def mamba_setup(inputs: EngineInputs) -> MambaSetup | None:
         state_page_bytes=state_page,
         page_bytes=max(page, state_page),
         states_per_request=per_request,
-        align=align,
     )
 
 
@@ -246,22 +240,13 @@ def _layer_spec(
     bs = inputs.tokens_per_block
     per_token = layer.bytes_per_token(inputs.kv_dtype, inputs.tp)
     if isinstance(layer, AttentionLayer):
-        geometry = (layer.num_kv_heads, layer.head_dim, per_token)
-        if layer.sliding_window is not None:
-            return LayerSpec(
-                kind="sliding_window",
-                block_size=bs,
-                page_bytes=per_token * bs,
-                geometry=geometry,
-                sliding_window=layer.sliding_window,
-                draft=draft,
-                stage=stage,
-            )
+        window = layer.sliding_window
         return LayerSpec(
-            kind="full_attention",
+            kind="full_attention" if window is None else "sliding_window",
             block_size=bs,
             page_bytes=per_token * bs,
-            geometry=geometry,
+            geometry=(layer.num_kv_heads, layer.head_dim, per_token),
+            sliding_window=window,
             draft=draft,
             stage=stage,
         )
@@ -327,7 +312,7 @@ def kv_cache_groups(specs: list[LayerSpec]) -> tuple[list[LayerSpec], list[KvCac
         first = specs[0]
         return specs, [
             KvCacheGroup(
-                kind=first.kind if _all_equal(specs) or first.kind != "mla" else "mla",
+                kind=first.kind,
                 layers=everything,
                 padding_layers=0,
                 page_bytes=max(s.page_bytes for s in specs),
@@ -346,7 +331,7 @@ def kv_cache_groups(specs: list[LayerSpec]) -> tuple[list[LayerSpec], list[KvCac
         group_size = max(sizes)
     groups = []
     for members in buckets.values():
-        count = _cdiv(len(members), group_size)
+        count = cdiv(len(members), group_size)
         for g in range(count):
             layers = tuple(members[g::count])
             spec = unified[layers[0]]
@@ -372,10 +357,10 @@ def _group_blocks_per_request(
     if group.kind == "sliding_window":
         assert group.sliding_window is not None
         retained = group.sliding_window - 1 + _in_flight_tokens(inputs)
-        return _cdiv(min(retained, max_len), group.block_size) + 1
+        return cdiv(min(retained, max_len), group.block_size) + 1
     if group.kind == "mamba":
         return max(specs[i].states_per_request for i in group.layers)
-    return _cdiv(max_len, group.block_size)
+    return cdiv(max_len, group.block_size)
 
 
 def _in_flight_tokens(inputs: EngineInputs) -> int:
@@ -569,7 +554,6 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
 
 def render(plan: Plan, engine: EnginePlan) -> str:
     """The ``vllm serve`` command of ``engine.settings``, with comments."""
-    lines = header(plan, "#", "vLLM", engine.version)
-    lines += list(engine.notes) + log_comments(engine.log)
+    lines = comment_lines(plan, engine, "vLLM")
     lines.append(command_line(f"vllm serve {plan.target}", engine.settings))
     return "\n".join(lines) + "\n"
