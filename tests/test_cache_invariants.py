@@ -30,12 +30,12 @@ def healthy() -> SpecDecodeCache:
     return cache
 
 
-def target_gpu(cache: SpecDecodeCache) -> BlockPool:
-    return cache._managers[0].gpu
+def kv_gpu(cache: SpecDecodeCache) -> BlockPool:
+    return cache._kv.gpu  # the GPU kv pool every role shares
 
 
-def draft_gpu(cache: SpecDecodeCache) -> BlockPool:
-    return cache._managers[1].gpu
+def table(cache: SpecDecodeCache, rid: RequestId) -> list[BlockId]:
+    return cache._requests[rid].table  # one kv block table for every role
 
 
 def seq(cache: SpecDecodeCache, rid: RequestId, role: int = 0) -> SeqBlocks:
@@ -43,71 +43,57 @@ def seq(cache: SpecDecodeCache, rid: RequestId, role: int = 0) -> SeqBlocks:
 
 
 def lose_a_free_block(c: SpecDecodeCache) -> None:
-    target_gpu(c).free.pop()
+    kv_gpu(c).free.pop()
 
 
 def free_a_used_block(c: SpecDecodeCache) -> None:
-    target_gpu(c).free.append(BlockId(0))
+    kv_gpu(c).free.append(BlockId(0))
 
 
 def negative_refcount(c: SpecDecodeCache) -> None:
-    pool = target_gpu(c)
+    pool = kv_gpu(c)
     block = pool.free.pop()
     pool.refcount[block] = -1
 
 
 def own_a_block_twice(c: SpecDecodeCache) -> None:
-    pool = target_gpu(c)
-    s = seq(c, A)
-    s.table[2] = s.table[1]
-    pool.refcount[s.table[1]] += 1
+    pool = kv_gpu(c)
+    t = table(c, A)
+    t[2] = t[1]
+    pool.refcount[t[1]] += 1
     pool.refcount[2] -= 1
     pool.num_used -= 1
     pool.free.append(BlockId(2))
 
 
 def refcount_without_owner(c: SpecDecodeCache) -> None:
-    target_gpu(c).refcount[0] += 1
+    kv_gpu(c).refcount[0] += 1
 
 
-def draft_holds_fewer_tokens(c: SpecDecodeCache) -> None:
-    pool = draft_gpu(c)
-    block = seq(c, A, 1).table.pop()
+def hold_fewer_blocks_than_tokens(c: SpecDecodeCache) -> None:
+    pool = kv_gpu(c)
+    block = table(c, A).pop()
     pool.refcount[block] = 0
     pool.num_used -= 1
     pool.free.append(block)
 
 
-def draft_holds_other_tokens(c: SpecDecodeCache) -> None:
-    # the draft's block 1 swaps places with cached block 3 (B's first block)
-    pool = draft_gpu(c)
-    s = seq(c, A, 1)
+def hold_other_tokens(c: SpecDecodeCache) -> None:
+    # A's block 1 swaps places with cached block 3 (B's first block)
+    pool = kv_gpu(c)
+    t = table(c, A)
     del pool.cached[BlockId(3)]
-    pool.cached[s.table[1]] = None
-    pool.refcount[s.table[1]], pool.refcount[3] = 0, 1
-    s.table[1] = BlockId(3)
-
-
-def roles_cache_other_hashes(c: SpecDecodeCache) -> None:
-    pool = draft_gpu(c)
-    h = pool.block_hash[3]
-    assert h is not None
-    del pool.by_hash[h]
-    del pool.cached[BlockId(3)]
-    pool.block_hash[3] = None
-    pool.free.append(BlockId(3))
-
-
-def roles_evict_in_another_order(c: SpecDecodeCache) -> None:
-    draft_gpu(c).cached.move_to_end(BlockId(5))
+    pool.cached[t[1]] = None
+    pool.refcount[t[1]], pool.refcount[3] = 0, 1
+    t[1] = BlockId(3)
 
 
 def exceed_the_plan(c: SpecDecodeCache) -> None:
-    target_gpu(c).plan_blocks = 7
+    kv_gpu(c).plan_blocks = 7
 
 
 def forget_the_plan(c: SpecDecodeCache) -> None:
-    target_gpu(c).plan_blocks = 9
+    kv_gpu(c).plan_blocks = 9
 
 
 def reserve_past_the_limit(c: SpecDecodeCache) -> None:
@@ -115,7 +101,7 @@ def reserve_past_the_limit(c: SpecDecodeCache) -> None:
 
 
 def hash_index_points_elsewhere(c: SpecDecodeCache) -> None:
-    pool = target_gpu(c)
+    pool = kv_gpu(c)
     h = pool.block_hash[3]
     assert h is not None
     pool.by_hash[h] = BlockId(4)
@@ -125,12 +111,10 @@ CORRUPTIONS: dict[str, Callable[[SpecDecodeCache], None]] = {
     "cached 3 != total 8": lose_a_free_block,
     "owned blocks on free": free_a_used_block,
     "negative refcount": negative_refcount,
-    "lists a block twice": own_a_block_twice,
+    "lists a kv block twice": own_a_block_twice,
     "refcount 2, owners 1": refcount_without_owner,
-    "draft holds 2 blocks, want 3": draft_holds_fewer_tokens,
-    "foreign hash": draft_holds_other_tokens,
-    "caches different blocks": roles_cache_other_hashes,
-    "LRU order differs": roles_evict_in_another_order,
+    "holds 2 kv blocks, want 3": hold_fewer_blocks_than_tokens,
+    "kv block 1 holds a foreign hash": hold_other_tokens,
     "uses 8 blocks, plan gives 7": exceed_the_plan,
     "plan_blocks 9 is not the plan's": forget_the_plan,
     "reserved 5 out of range": reserve_past_the_limit,

@@ -112,7 +112,13 @@ def test_fixed_cost_models(model: str) -> None:
     managers = data["managers"]
     target = managers[0]
     assert target["fixed_bytes"] > 0
-    assert target["fixed_bytes"] == target["window_bytes"] + 8 * target["state_bytes_per_seq"]
+    # window pools + 8 running state slots + the cached states (8 by default: one per
+    # sequence of --max-batch-size, for prefix reuse; 0 for a model without state)
+    cached = target["cached_states"] * target["state_bytes_per_checkpoint"]
+    assert target["cached_states"] == (8 if target["state_bytes_per_seq"] else 0)
+    assert target["fixed_bytes"] == (
+        target["window_bytes"] + 8 * target["state_bytes_per_seq"] + cached
+    )
     # the fixed costs come off first; the common blocks are what the tightest manager's
     # remainder holds in whole blocks, and no manager is handed less than its blocks need
     room = [(m["gpu_bytes"] - m["fixed_bytes"]) // m["block_bytes"] for m in managers]

@@ -208,7 +208,21 @@ def test_qwen3_next_recurrent_state_is_a_fixed_cost() -> None:
     # 32 x 128)) x 2 B = 36 x (524288 + 49152) x 2 = 41287680 B; ngram keeps K=3 more for
     # rollback: (1 + 3) x 41287680 = 165150720 B per sequence; x 16 sequences = 2642411520
     assert target.state_bytes_per_seq == 165150720
-    assert target.fixed_bytes == 2642411520
+    # a cached state (prefix reuse) is one state with conv_kernel - 1 = 3 conv rows:
+    # 36 x (524288 + 3 x 8192) x 2 B = 39518208 B; 16 of them by default (max_batch_size)
+    assert (target.cached_states, target.state_bytes_per_checkpoint) == (16, 39518208)
+    # 2642411520 + 16 x 39518208 = 2642411520 + 632291328
+    assert target.fixed_bytes == 3274702848
+    off = plan(
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        spec="ngram",
+        kv_budget="40GiB",
+        host_budget=0,
+        max_batch_size=16,
+        max_seq_len=8192,
+        cached_states=0,
+    )
+    assert off.managers[0].fixed_bytes == 2642411520  # running slots only
 
 
 def test_nemotron_h_mamba_state_and_attention() -> None:
@@ -223,8 +237,10 @@ def test_nemotron_h_mamba_state_and_attention() -> None:
     # 4 attention layers x 2 x 8 x 128 x 2 B = 16384 B/token
     assert target.slope_bytes_per_token == 16384
     # 24 Mamba2 layers x (128 x 64 x 128 x 4 B (fp32 SSM state) + 3 x (128 x 64 + 2 x 8 x
-    # 128) x 2 B) = 24 x (4194304 + 61440) = 102137856 per sequence; x 8 = 817102848
-    assert target.fixed_bytes == 817102848
+    # 128) x 2 B) = 24 x (4194304 + 61440) = 102137856 per sequence; x 8 = 817102848;
+    # no lookahead, so a cached state is the same size: 8 more (prefix reuse) = 817102848
+    assert target.state_bytes_per_checkpoint == target.state_bytes_per_seq == 102137856
+    assert target.fixed_bytes == 817102848 + 817102848 == 1634205696
 
 
 def test_gemma3_fixed_cost_too_large_is_infeasible_with_advice() -> None:

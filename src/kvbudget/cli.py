@@ -163,6 +163,16 @@ def plan_command(
             metavar="N", help="Max concurrent sequences (sizes window pools and state slots)."
         ),
     ] = DEFAULT_MAX_BATCH_SIZE,
+    cached_states: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help=(
+                "Recurrent states kept at block boundaries for prefix reuse (kvbudget's "
+                "cache; default: --max-batch-size with prefix caching, 0 turns it off)."
+            ),
+        ),
+    ] = None,
     max_seq_len: Annotated[
         int | None,
         typer.Option(
@@ -284,6 +294,7 @@ def plan_command(
             max_num_batched_tokens=max_num_batched_tokens,
             async_scheduling=async_scheduling,
             enable_prefix_caching=prefix_caching,
+            cached_states=cached_states,
         )
     )
     if json_out:  # with --emit too: the JSON's "engine" object holds the settings

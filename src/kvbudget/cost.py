@@ -112,7 +112,9 @@ class CostDetail:
     window_groups: tuple[WindowGroup, ...]
     window_bytes: int
     state_bytes_per_seq: int  # recurrent state of one sequence, (1 + lookahead) copies
-    state_bytes: int
+    state_bytes: int  # running slots + cached states
+    state_bytes_per_checkpoint: int = 0  # one state at a block boundary (no lookahead)
+    cached_states: int = 0  # checkpoints kept for prefix reuse
 
 
 def pp_stage_layers(num_layers: int, pp: int) -> list[range]:
@@ -169,14 +171,21 @@ def cache_cost_detail(
     pp_stage: int | None = None,
     layers: LayerSelection = "model",
     lookahead_tokens: int = 0,
+    cached_states: int = 0,
 ) -> CostDetail:
-    """:func:`cache_cost` with its parts (window groups, state bytes, stage). Pure."""
+    """:func:`cache_cost` with its parts (window groups, state bytes, stage). Pure.
+
+    ``cached_states``: recurrent states kept at block boundaries for prefix reuse, one
+    state each (``state_bytes_per_checkpoint``: no lookahead copies, ``conv_kernel - 1``
+    conv rows), on top of the ``max_batch_size`` running slots; 0 for a model without
+    recurrent layers."""
     require_model("model", model)
     require_int("tokens_per_block", tokens_per_block, minimum=1)
     require_int("max_batch_size", max_batch_size, minimum=1)
     require_int("tp", tp, minimum=1)
     require_int("pp", pp, minimum=1)
     require_int("lookahead_tokens", lookahead_tokens)
+    require_int("cached_states", cached_states)
     seq_len = model.max_position_embeddings if max_seq_len is None else max_seq_len
     require_int("max_seq_len", seq_len, minimum=1)
     dtype = parse_dtype(kv_dtype, auto=model.dtype)
@@ -215,6 +224,7 @@ def cache_cost_detail(
             chosen += list(model.mtp_layers)
         slope = 0
         state_per_seq = 0
+        checkpoint = 0
         windows: dict[int, tuple[int, int]] = {}  # window -> (layers, bytes per token)
         counted = 0
         for layer in chosen:
@@ -223,6 +233,8 @@ def cache_cost_detail(
             if per_token or state:
                 counted += 1
             state_per_seq += state
+            if state:
+                checkpoint += layer.state_bytes(sdtype, tp, lookahead=0, ssm_dtype=ssm_dtype)
             window = layer.sliding_window
             if window is not None and window < seq_len:
                 n, b = windows.get(window, (0, 0))
@@ -249,7 +261,8 @@ def cache_cost_detail(
             g.blocks_per_seq * tokens_per_block * g.bytes_per_token for g in groups
         )
         state_per_seq *= 1 + lookahead_tokens  # one state per rollback point
-        state_bytes = max_batch_size * state_per_seq
+        checkpoints = cached_states if checkpoint else 0
+        state_bytes = max_batch_size * state_per_seq + checkpoints * checkpoint
         return CostDetail(
             cost=CacheCost(slope, window_bytes + state_bytes),
             pp_stage=stage,
@@ -258,6 +271,8 @@ def cache_cost_detail(
             window_bytes=window_bytes,
             state_bytes_per_seq=state_per_seq,
             state_bytes=state_bytes,
+            state_bytes_per_checkpoint=checkpoint,
+            cached_states=checkpoints,
         )
 
     if pp_stage is not None:

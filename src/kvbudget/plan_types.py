@@ -43,10 +43,13 @@ class ManagerPlan:
     * ``slope_bytes_per_token``: bytes per token of the layers whose cache grows;
       ``block_bytes = slope_bytes_per_token x tokens_per_block``.
     * ``fixed_bytes``: window pools + recurrent state, GPU-resident:
-      ``window_bytes + state_bytes_per_seq x max_batch_size``.
+      ``window_bytes + state_bytes_per_seq x max_batch_size
+      + state_bytes_per_checkpoint x cached_states``.
     * ``window_groups``: sliding-window layers by window size; each is a GPU pool of
       ``blocks_per_seq x max_batch_size`` blocks of ``bytes_per_token x tokens_per_block``.
     * ``state_bytes_per_seq``: one recurrent-state slot; ``max_batch_size`` slots.
+    * ``cached_states``: recurrent states kept at block boundaries for prefix reuse, of
+      ``state_bytes_per_checkpoint`` each (one state, no lookahead copies).
     """
 
     role: Role
@@ -64,6 +67,8 @@ class ManagerPlan:
     gpu: TierPlan
     host: TierPlan
     disk: TierPlan
+    cached_states: int = 0
+    state_bytes_per_checkpoint: int = 0
 
     @property
     def block_bytes(self) -> int:
@@ -279,6 +284,8 @@ def _manager_dict(m: ManagerPlan) -> dict[str, Any]:
         "fixed_bytes": m.fixed_bytes,
         "window_bytes": m.window_bytes,
         "state_bytes_per_seq": m.state_bytes_per_seq,
+        "cached_states": m.cached_states,
+        "state_bytes_per_checkpoint": m.state_bytes_per_checkpoint,
         "max_batch_size": m.max_batch_size,
         "window_groups": [asdict(g) for g in m.window_groups],
     }

@@ -93,6 +93,7 @@ class _Shape:
     tokens_per_block: int
     max_batch_size: int
     reserve_batch: int  # sequences whose fixed costs (windows, states) are reserved
+    cached_states: int  # recurrent states kept at block boundaries (prefix reuse)
     max_seq_len: int
     lookahead_tokens: int
     tp: int
@@ -113,6 +114,7 @@ class _Shape:
             pp_stage=stage,
             layers=layers,
             lookahead_tokens=self.lookahead_tokens,
+            cached_states=self.cached_states,
         )
 
 
@@ -205,6 +207,7 @@ def plan(
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
     async_scheduling: bool = True,
     enable_prefix_caching: bool = True,
+    cached_states: int | None = None,
 ) -> Plan:
     """Plan the KV caches of one rank of a speculative-decoding deployment.
 
@@ -227,6 +230,11 @@ def plan(
     ``async_scheduling`` and ``enable_prefix_caching`` are engine settings that change
     what the engine holds (vLLM charges each sliding-window group the tokens in flight).
 
+    ``cached_states`` (engine ``"kvbudget"``, models with recurrent layers): how many
+    recurrent states the cache keeps at block boundaries so that a prefix hit can restart
+    from one (one state each, on top of the running slots); default ``max_batch_size``
+    with prefix caching on, else 0. Other engines size their own.
+
     Raises:
         InvalidArgumentError: bad input (sizes, tp/pp, dtype, unknown GPU, spec/draft mix).
         ConfigError: a model cannot be loaded.
@@ -242,6 +250,13 @@ def plan(
     require_int("max_batch_size", max_batch_size, minimum=1)
     require_int("max_draft_len", max_draft_len, minimum=0)
     engine_name = _engine_name(engine)
+    if cached_states is not None:
+        require_int("cached_states", cached_states)
+        if engine_name != "kvbudget" and cached_states:
+            raise InvalidArgumentError(
+                f"cached_states sizes kvbudget's own cache; {engine_name} sizes its cached "
+                "states itself: drop --cached-states or use --engine kvbudget"
+            )
     require_int("max_num_batched_tokens", max_num_batched_tokens, minimum=1)
     for name, flag in (
         ("async_scheduling", async_scheduling),
@@ -286,6 +301,15 @@ def plan(
         # split reserves them for one sequence, the engine model sizes the rest
         max_batch_size=max_batch_size,
         reserve_batch=max_batch_size if engine_name == "kvbudget" else 1,
+        cached_states=(
+            0
+            if engine_name != "kvbudget"
+            else cached_states
+            if cached_states is not None
+            else max_batch_size
+            if enable_prefix_caching
+            else 0
+        ),
         max_seq_len=seq_len,
         lookahead_tokens=0 if spec == "none" else max_draft_len,
         tp=tp,
@@ -665,6 +689,8 @@ def _manager_plan(
         window_groups=detail.window_groups,
         state_bytes_per_seq=detail.state_bytes_per_seq,
         max_batch_size=shape.reserve_batch,
+        cached_states=detail.cached_states,
+        state_bytes_per_checkpoint=detail.state_bytes_per_checkpoint,
         gpu=tiers["gpu"],
         host=tiers["host"],
         disk=tiers["disk"],

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvbudget.cache.ids import BlockHash, BlockId, RequestId
-from kvbudget.cache.manager import GPU, HOST, RoleManager
+from kvbudget.cache.ids import BlockId, RequestId
+from kvbudget.cache.kv_tiers import GPU, HOST, KvTiers
+from kvbudget.cache.manager import RoleManager
 from kvbudget.cache.request import Request, SeqBlocks
 from kvbudget.split import TIERS
 
@@ -26,11 +27,12 @@ def _fail(message: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class CacheView:
-    """What the check reads of a cache: its settings, managers, requests and storage."""
+    """What the check reads of a cache: its settings, pools, requests and storage."""
 
     tokens_per_block: int
     max_reserve_tokens: int
     prefix_reuse: bool
+    kv: KvTiers
     managers: tuple[RoleManager, ...]
     requests: Mapping[RequestId, Request[RoleManager]]
     storage: CacheStorage | None
@@ -39,17 +41,17 @@ class CacheView:
 def check_cache(cache: CacheView) -> None:
     """Check every invariant listed in ``SpecDecodeCache.check_invariants``."""
     tpb = cache.tokens_per_block
-    managers, requests = cache.managers, cache.requests
-    for m in managers:
+    kv, managers, requests = cache.kv, cache.managers, cache.requests
+    for name, pool in zip(TIERS, kv.tiers, strict=True):
+        pool.check()  # holds num_blocks to plan_blocks; this holds that to every role's plan
+        want = min(m.plan.tier(name).blocks for m in managers)
+        if pool.plan_blocks != want:
+            _fail(f"{pool.name}: plan_blocks {pool.plan_blocks} is not the plan's {want}")
+    _check_kv_owners(kv, requests)
+    for r, m in enumerate(managers):
         for _, _, pool in m.named_pools():
             pool.check()
-        _check_owners(
-            m, [(rid, r.seqs[managers.index(m)], r.swapped) for rid, r in requests.items()]
-        )
-        for name, pool in zip(TIERS, m.tiers, strict=True):
-            # pool.check() holds num_blocks to plan_blocks; this holds that to the plan
-            if pool.plan_blocks != m.plan.tier(name).blocks:
-                _fail(f"{pool.name}: plan_blocks {pool.plan_blocks} is not the plan's")
+        _check_own(m, [(rid, req.seqs[r], req.swapped) for rid, req in requests.items()])
     for rid, req in requests.items():
         n = len(req.tokens)
         if req.num_reserved < 0 or req.num_reserved > cache.max_reserve_tokens:
@@ -59,30 +61,17 @@ def check_cache(cache: CacheView) -> None:
         want = -(-(n + req.num_reserved) // tpb)
         if cache.prefix_reuse and len(req.hashes) != n // tpb:
             _fail(f"request {rid!r}: {len(req.hashes)} hashes for {n} tokens")
-        tier = HOST if req.swapped else GPU
-        rows: list[list[BlockHash | None]] = []
+        if len(req.table) != want:
+            _fail(f"request {rid!r}: holds {len(req.table)} kv blocks, want {want}")
+        pool = kv.tiers[HOST if req.swapped else GPU]
+        for i, b in enumerate(req.table):
+            h = pool.hash_of(b)
+            if h is not None and (i >= len(req.hashes) or h != req.hashes[i]):
+                _fail(f"request {rid!r}: kv block {i} holds a foreign hash")
         for m, seq in zip(managers, req.seqs, strict=True):
-            if len(seq.table) != want:
-                _fail(f"request {rid!r}: {m.role} holds {len(seq.table)} blocks, want {want}")
-            pool = m.tiers[tier]
-            row = [pool.hash_of(b) for b in seq.table]
-            for i, h in enumerate(row):
-                if h is not None and (i >= len(req.hashes) or h != req.hashes[i]):
-                    _fail(f"request {rid!r}: {m.role} block {i} holds a foreign hash")
-            rows.append(row)
             _check_fixed(m, seq, rid, n, req.num_reserved, req.swapped)
-        if any(row != rows[0] for row in rows[1:]):
-            _fail(f"request {rid!r}: roles hold different tokens")
-    first = managers[0]
-    for m in managers[1:]:
-        for t, (a, b) in enumerate(zip(first.tiers, m.tiers, strict=True)):
-            if a.hashes.keys() != b.hashes.keys():
-                _fail(f"{TIERS[t]} tier caches different blocks in {first.role} and {m.role}")
-            # the same eviction order, or the next evictions would part the roles
-            if [a.hash_of(x) for x in a.cached_in_lru_order()] != [
-                b.hash_of(x) for x in b.cached_in_lru_order()
-            ]:
-                _fail(f"{TIERS[t]} tier LRU order differs in {first.role} and {m.role}")
+        if len(req.parts) != sum(m.has_fixed for m in managers):
+            _fail(f"request {rid!r}: its parts miss a role with windows or state")
     storage = cache.storage
     if storage is not None:
         for m, rs in zip(managers, storage.roles, strict=True):
@@ -91,21 +80,31 @@ def check_cache(cache: CacheView) -> None:
                     _fail(f"{m.role}: {name} storage exceeds the plan's bytes")
 
 
-def _check_owners(m: RoleManager, seqs: list[tuple[RequestId, SeqBlocks, bool]]) -> None:
-    """refcount of every block == number of request tables that list it, once each."""
+def _check_kv_owners(kv: KvTiers, requests: Mapping[RequestId, Request[RoleManager]]) -> None:
+    """refcount of every kv block == number of request tables that list it, once each."""
+    owners = [Counter[int]() for _ in kv.tiers]
+    for rid, req in requests.items():
+        if len(set(req.table)) != len(req.table):
+            _fail(f"request {rid!r} lists a kv block twice")
+        owners[HOST if req.swapped else GPU].update(req.table)
+    for pool, count in zip(kv.tiers, owners, strict=True):
+        for b in map(BlockId, range(pool.num_blocks)):
+            if pool.owners(b) != count.get(b, 0):
+                _fail(f"{pool.name}: block {b} refcount {pool.owners(b)}, owners {count[b]}")
+
+
+def _check_own(m: RoleManager, seqs: list[tuple[RequestId, SeqBlocks, bool]]) -> None:
+    """refcount of every window block and state slot == the tables that list it; no
+    request owns a cached state."""
     window_pools = m.windows.pools if m.windows is not None else ()
-    owners = [Counter[int]() for _ in m.tiers]
     window_owners = [Counter[int]() for _ in window_pools]
     slots = Counter[int]()
-    for rid, seq, swapped in seqs:
-        if len(set(seq.table)) != len(seq.table):
-            _fail(f"{m.role}: request {rid!r} lists a block twice")
-        owners[HOST if swapped else GPU].update(seq.table)
+    for _, seq, _ in seqs:
         for g, wt in enumerate(seq.window_tables):
             window_owners[g].update(wt)
         if seq.slot is not None:
             slots[seq.slot] += 1
-    for pool, count in zip((*m.tiers, *window_pools), (*owners, *window_owners), strict=True):
+    for pool, count in zip(window_pools, window_owners, strict=True):
         for b in map(BlockId, range(pool.num_blocks)):
             if pool.owners(b) != count.get(b, 0):
                 _fail(f"{pool.name}: block {b} refcount {pool.owners(b)}, owners {count[b]}")
@@ -113,6 +112,9 @@ def _check_owners(m: RoleManager, seqs: list[tuple[RequestId, SeqBlocks, bool]])
         for b in map(BlockId, range(m.state.num_blocks)):
             if m.state.owners(b) != slots.get(b, 0):
                 _fail(f"{m.state.name}: slot {b} owned {slots[b]} times")
+        cp = m.state.checkpoints
+        if cp.num_used:
+            _fail(f"{cp.name}: {cp.num_used} cached states are owned (none may be)")
 
 
 def _check_fixed(

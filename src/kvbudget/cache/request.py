@@ -1,10 +1,11 @@
 """Per-request state: what the coordinator keeps for each admitted request.
 
-* :class:`SeqBlocks`: one request's block ids in one role (kv table, window tables,
-  recurrent-state slot). Owned by the coordinator, mutated by that role's
+* :class:`SeqBlocks`: one request's own blocks in one role (window tables, recurrent-state
+  slot, the cached states to write). Owned by the coordinator, mutated by that role's
   :class:`~kvbudget.cache.manager.RoleManager`.
-* :class:`Request`: the request's verified tokens, their block hashes, its lookahead and
-  one :class:`SeqBlocks` per role.
+* :class:`Request`: the request's verified tokens, their block hashes, its lookahead, its
+  kv block table (one for every role, see :mod:`kvbudget.cache.kv_tiers`) and one
+  :class:`SeqBlocks` per role.
 """
 
 from __future__ import annotations
@@ -21,41 +22,57 @@ M = TypeVar("M")  # the role manager type (RoleManager); kept generic so this mo
 
 @dataclass(slots=True)
 class SeqBlocks:
-    """One request's blocks in one role. Owned by the coordinator, mutated by the manager.
+    """One request's own blocks in one role. Owned by the coordinator, mutated by the
+    role's manager.
 
-    ``table[i]`` holds tokens ``i*tpb .. (i+1)*tpb - 1`` (GPU blocks, or host blocks while
-    the request is swapped out). ``window_tables[g]`` holds the window group's blocks
-    ``window_first[g] ..``; ``slot`` is the recurrent-state slot.
+    ``window_tables[g]`` holds the window group's blocks ``window_first[g] ..``; ``slot``
+    is the recurrent-state slot; ``saves`` the ``(boundary tokens, checkpoint)`` pairs the
+    last admit or commit asked the engine to write (the state after that many tokens).
     """
 
-    table: list[BlockId] = field(default_factory=list)
     window_tables: list[list[BlockId]] = field(default_factory=list)
     window_first: list[int] = field(default_factory=list)
     slot: BlockId | None = None
+    saves: list[tuple[int, BlockId]] = field(default_factory=list)
 
 
 class Request(Generic[M]):
-    """A request's shared state: its verified tokens, lookahead and per-role blocks.
+    """A request's shared state: its verified tokens, lookahead and blocks.
 
     ``tokens`` are the verified tokens (prompt plus committed); ``hashes`` the chained
     hashes of their full blocks (kept only while prefix reuse is on); ``num_reserved``
-    the unverified lookahead tokens it holds room for; ``seqs[r]`` its blocks in role
-    ``r``; ``parts`` pairs each role's manager with those blocks for the hot loops;
-    ``swapped`` is True while its tables hold host blocks.
+    the unverified lookahead tokens it holds room for; ``table[i]`` the kv block of
+    tokens ``i*tpb .. (i+1)*tpb - 1`` in every role (GPU blocks, or host blocks while
+    ``swapped``); ``seqs[r]`` its own blocks in role ``r``; ``parts`` pairs each role's
+    manager with those blocks, for the roles that have windows or state only (``fixed``
+    managers; the hot loops skip the others).
     """
 
-    __slots__ = ("extra_keys", "hashes", "num_reserved", "parts", "seqs", "swapped", "tokens")
+    __slots__ = (
+        "extra_keys",
+        "hashes",
+        "num_reserved",
+        "parts",
+        "seqs",
+        "swapped",
+        "table",
+        "tokens",
+    )
 
     def __init__(
         self,
         tokens: list[int],
         extra_keys: tuple[Hashable, ...],
         managers: tuple[M, ...],
+        fixed: tuple[bool, ...],
     ) -> None:
         self.tokens = tokens
         self.extra_keys = extra_keys
         self.hashes: list[BlockHash] = []
         self.num_reserved = 0
+        self.table: list[BlockId] = []
         self.seqs: tuple[SeqBlocks, ...] = tuple(SeqBlocks() for _ in managers)
-        self.parts: tuple[tuple[M, SeqBlocks], ...] = tuple(zip(managers, self.seqs, strict=True))
+        self.parts: tuple[tuple[M, SeqBlocks], ...] = tuple(
+            (m, s) for m, s, f in zip(managers, self.seqs, fixed, strict=True) if f
+        )
         self.swapped = False

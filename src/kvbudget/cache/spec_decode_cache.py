@@ -1,11 +1,13 @@
 """``SpecDecodeCache``: the target and draft caches of one rank, in lockstep.
 
 Both roles always hold the same tokens of every request: each operation first asks every
-role whether it fits (reading only), then applies it to every role, so a refused operation
+pool whether it fits (reading only), then applies it to every pool, so a refused operation
 raises and changes nothing, and no request is ever held by one role only. The roles' kv
 pools use the same number of blocks per tier (the plan's ``capacity.<tier>_blocks``; the
-rest stays idle and is reported), so they evolve identically: the same tokens are cached, evicted,
-offloaded and onboarded together in every role.
+rest stays idle and is reported), so they would evolve identically; they share one set of
+block ids and one block table per request instead (:mod:`kvbudget.cache.kv_tiers`): the
+same tokens are cached, evicted, offloaded and onboarded together in every role, for the
+bookkeeping cost of one. Window and recurrent-state pools are each role's own.
 
 Request lifecycle::
 
@@ -20,16 +22,18 @@ role holds in some tier, leaving at least one prompt token to compute. With a dr
 KV depends on the next token (EAGLE3, MTP: policy ``"drop_last_block"``) the last hit block
 is recomputed. Sliding-window groups reuse a prefix when the blocks the window needs at the
 hit position are still cached (:mod:`kvbudget.cache.windows`); the longest prefix valid
-for every group of every role wins. Managers with recurrent layers cannot reuse a prefix
-(a hit would need the recurrent state *at that position*, which is not kept), so reuse is
-off for the whole cache when any manager has them.
+for every group of every role wins. Roles with recurrent layers reuse a prefix of ``n``
+blocks when one of their cached states holds the state after block ``n - 1``
+(:mod:`kvbudget.cache.recurrent_state`; the plan's ``cached_states``); with none planned,
+reuse is off for the whole cache.
 
 Lookahead: ``reserve`` adds room for at most ``max_reserve_tokens`` unverified tokens
 (default ``capacity.lookahead_tokens + 1``: the draft tokens plus the target's bonus
 token); ``commit`` keeps the accepted tokens and releases the rest, tail first.
 
 This module is the public facade and the lockstep hot paths (admit, reserve, commit,
-free); swapping lives in :mod:`kvbudget.cache.swap`, the stats snapshot in
+free); the shared kv tiers in :mod:`kvbudget.cache.kv_tiers`, swapping in
+:mod:`kvbudget.cache.swap`, the stats snapshot in
 :mod:`kvbudget.cache.stats`, the integrity check in :mod:`kvbudget.cache.invariants`.
 """
 
@@ -41,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 from kvbudget.cache.hashing import extend_block_hashes, valid_extra_keys
 from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
 from kvbudget.cache.invariants import CacheView, check_cache
-from kvbudget.cache.manager import GPU, HOST, RoleManager
+from kvbudget.cache.kv_tiers import GPU, HOST, KvTiers
+from kvbudget.cache.manager import RoleManager
 from kvbudget.cache.request import Request
 from kvbudget.cache.shortage import Shortage, refuse
 from kvbudget.cache.stats import CacheStats, RequestCounters, snapshot
@@ -168,13 +173,23 @@ class SpecDecodeCache:
                         f"{m.tier(tier).blocks} of its {m.role} manager; use a plan from "
                         "kvbudget.plan"
                     )
+        record = device is not None
+        self._kv = KvTiers(plan.managers, usable_blocks=(gpu, host, disk), record_copies=record)
+        boundaries = 2 if draft_prefix == "drop_last_block" else 1
         self._managers: tuple[RoleManager, ...] = tuple(
-            RoleManager(m, usable_blocks=(gpu, host, disk), record_copies=device is not None)
+            RoleManager(m, state_boundaries_at_admit=boundaries, record_copies=record)
             for m in plan.managers
         )
         self._roles: tuple[Role, ...] = tuple(m.role for m in plan.managers)
-        self._prefix_reuse = not any(m.state is not None for m in self._managers)
+        # roles with pools of their own (windows, state): the hot loops visit only these
+        self._fixed: tuple[bool, ...] = tuple(m.has_fixed for m in self._managers)
+        self._has_fixed = any(self._fixed)
         self._has_windows = any(m.windows is not None for m in self._managers)
+        self._has_state = any(m.state is not None for m in self._managers)
+        # a role with recurrent state reuses prefixes only from its cached states
+        self._prefix_reuse = not any(
+            m.state is not None and m.state.checkpoints.num_blocks == 0 for m in self._managers
+        )
         self._requests: dict[RequestId, Request[RoleManager]] = {}
         self._counters = RequestCounters()
         self._storage: CacheStorage | None = None
@@ -234,7 +249,8 @@ class SpecDecodeCache:
 
     @property
     def prefix_reuse(self) -> bool:
-        """Whether prompts reuse cached blocks (off when a role keeps recurrent state)."""
+        """Whether prompts reuse cached blocks (off when a role keeps recurrent state and
+        the plan gives it no cached states)."""
         return self._prefix_reuse
 
     # ------------------------------------------------------------------ queries
@@ -305,9 +321,12 @@ class SpecDecodeCache:
 
     def block_table(self, request_id: RequestId, role: Role) -> tuple[BlockId, ...]:
         """GPU block ids of a running request in ``role``; entry ``i`` holds tokens
-        ``i*tokens_per_block ..``. A new tuple; raises for unknown or swapped requests."""
+        ``i*tokens_per_block ..``. Every role has the same ids (rows of its own kv tensor,
+        see :mod:`kvbudget.cache.kv_tiers`). A new tuple; raises for unknown or swapped
+        requests."""
         req = self._running(request_id, "read the block table of")
-        return tuple(req.seqs[self._role_index(role)].table)
+        self._role_index(role)
+        return tuple(req.table)
 
     def window_tables(
         self, request_id: RequestId, role: Role
@@ -322,17 +341,29 @@ class SpecDecodeCache:
         for unknown or swapped requests."""
         return self._running(request_id, "read the state slot of").seqs[self._role_index(role)].slot
 
+    def state_saves(self, request_id: RequestId, role: Role) -> tuple[tuple[int, int], ...]:
+        """The cached states the last admit or commit of a request picked in ``role``, as
+        ``(tokens, checkpoint)``: write the recurrent state after that many tokens into
+        that checkpoint (:meth:`checkpoint_page`) in the same step. ``()`` for a role
+        without state. Raises for unknown or swapped requests."""
+        seq = self._running(request_id, "read the state saves of").seqs[self._role_index(role)]
+        return tuple(seq.saves)
+
     # ------------------------------------------------------------------ helpers
     def _flush(self) -> None:
         """Run the block copies the managers logged (real storage only), then clear them."""
         storage = self._storage
         if storage is None:
             return
+        copies = self._kv.copies
+        if copies:
+            storage.run_copies(copies)
+            copies.clear()
         for i, m in enumerate(self._managers):
-            copies = m.copies
-            if copies:
-                storage.run_copies(i, copies)
-                copies.clear()
+            restores = m.state.restores if m.state is not None else None
+            if restores:
+                storage.restore_states(i, restores)
+                restores.clear()
 
     # ------------------------------------------------------------------ operations
     def admit(
@@ -381,28 +412,29 @@ class SpecDecodeCache:
                 raise InvalidCacheOperationError(f"cache_salt must be a string, got {cache_salt!r}")
             keys = (("cache_salt", cache_salt), *keys)
         tpb = self._tokens_per_block
-        req = Request(tokens, keys, self._managers)
+        kv = self._kv
+        req = Request(tokens, keys, self._managers, self._fixed)
         hashes = req.hashes
         num_hit = 0
-        matches: list[list[tuple[int, BlockId]]] = [[] for _ in self._managers]
+        match: list[tuple[int, BlockId]] = []
         if self._prefix_reuse:
             extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
             max_hit = (num_tokens - 1) // tpb  # at least one token left to compute
-            matches = [m.match(hashes, max_hit) for m in self._managers]
-            num_hit = min(len(found) for found in matches)
+            match = kv.match(hashes, max_hit)
+            num_hit = len(match)
             if num_hit and self._draft_prefix == "drop_last_block":
                 num_hit -= 1
-            # the longest prefix whose window blocks every role still holds
-            while num_hit and self._has_windows:
-                if all(m.window_hit(hashes, num_hit) for m in self._managers):
+            # the longest prefix whose window blocks and cached state every role holds
+            while num_hit and self._has_fixed:
+                if all(m.hit(hashes, num_hit) for m, _ in req.parts):
                     break
                 num_hit -= 1
         num_blocks = -(-num_tokens // tpb)
 
         def shortages() -> list[Shortage | None]:
             return [
-                m.admit_shortage(hashes, found, num_hit, num_blocks, num_tokens)
-                for m, found in zip(self._managers, matches, strict=True)
+                kv.admit_shortage(match, num_hit, num_blocks),
+                *(m.admit_shortage(hashes, num_hit, num_tokens) for m, _ in req.parts),
             ]
 
         refusals = shortages()
@@ -412,8 +444,9 @@ class SpecDecodeCache:
             num_hit = 0
             refusals = shortages()
         refuse(f"cannot admit request {request_id!r} ({num_tokens} prompt tokens)", refusals)
-        for (m, seq), found in zip(req.parts, matches, strict=True):
-            m.admit(seq, hashes, found, num_hit, num_blocks, num_tokens)
+        kv.admit(req.table, hashes, match, num_hit, num_blocks)
+        for m, seq in req.parts:
+            m.admit(seq, hashes, num_hit, num_tokens)
         self._flush()
         self._requests[request_id] = req
         self._counters.prompt_tokens += num_tokens
@@ -452,23 +485,28 @@ class SpecDecodeCache:
             )
         committed = len(req.tokens)
         total = committed + reserved
-        num_blocks = -(-total // self._tokens_per_block)
-        parts = req.parts
-        extra = num_blocks - len(req.seqs[0].table)  # the same in every role
-        if extra > 0 or self._has_windows:
-            for m, seq in parts:
-                gpu = m.gpu
-                if extra > gpu.num_available or m.windows:
-                    shortage = m.grow_shortage(seq, num_blocks, committed, total)
+        table = req.table
+        extra = -(-total // self._tokens_per_block) - len(table)
+        if extra > 0:
+            kv = self._kv
+            available = kv.gpu.num_available
+            if extra > available:
+                raise kv.gpu_shortage(extra, available).error(
+                    f"cannot reserve {num_tokens} tokens for request {request_id!r}"
+                )
+        if self._has_windows:
+            for m, seq in req.parts:
+                if m.windows is not None:
+                    shortage = m.windows.shortage(seq, committed, total)
                     if shortage is not None:
                         raise shortage.error(
                             f"cannot reserve {num_tokens} tokens for request {request_id!r}"
                         )
-            for m, seq in parts:
+            for m, seq in req.parts:
                 if m.windows is not None:
-                    m.grow(seq, num_blocks, total)
-                elif extra > 0:  # RoleManager.grow without windows
-                    m.take_gpu(seq.table, extra)
+                    m.windows.grow(seq, total)
+        if extra > 0:
+            self._kv.take_gpu(table, extra)
             if self._storage is not None:
                 self._flush()
         req.num_reserved = reserved
@@ -500,25 +538,34 @@ class SpecDecodeCache:
         committed = len(tokens)
         tpb = self._tokens_per_block
         hashes = req.hashes
+        table = req.table
         if self._prefix_reuse and committed // tpb > len(hashes):
             start = len(hashes)
             extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
+            self._kv.gpu.register(table, hashes, start)
             for m, seq in req.parts:
-                m.register(seq.table, hashes, start)
                 if m.windows is not None:
                     m.windows.register(seq, hashes, start)
-        keep = -(-committed // tpb)
-        if len(req.seqs[0].table) > keep or self._has_windows:
+                if m.state is not None:
+                    m.state.commit(seq, hashes, start)
+        elif self._has_state:
+            for _, seq in req.parts:
+                seq.saves = []
+        surplus = len(table) + (-committed // tpb)  # blocks past ceil(committed / tpb)
+        if surplus > 0:
+            self._kv.gpu.release_tail(table, surplus)
+        if self._has_windows:
             for m, seq in req.parts:
-                m.shrink(seq, keep, committed)
+                if m.windows is not None:
+                    m.windows.shrink(seq, committed)
 
     def free(self, request_id: RequestId) -> None:
         """Release every block of a request in every role, tail first (its full blocks
         stay cached for reuse). Raises UnknownRequestError (e.g. a double free)."""
         req = self._get(request_id)
-        tier = HOST if req.swapped else GPU
+        self._kv.tiers[HOST if req.swapped else GPU].release_table(req.table)
         for m, seq in req.parts:
-            m.release_all(seq, tier)
+            m.release_all(seq)
         del self._requests[request_id]
 
     def preempt(self, request_id: RequestId, *, mode: PreemptMode) -> tuple[int, ...]:
@@ -544,7 +591,7 @@ class SpecDecodeCache:
             self.free(request_id)
             self._counters.recomputed += 1
             return tokens
-        swap_out(req, request_id, self._tokens_per_block)
+        swap_out(self._kv, req, request_id, self._tokens_per_block)
         self._flush()
         self._counters.swapped_out += 1
         return tokens
@@ -558,7 +605,7 @@ class SpecDecodeCache:
             InvalidCacheOperationError: the request is not swapped out.
             UnknownRequestError: no such request.
         """
-        swap_in(self._get(request_id), request_id)
+        swap_in(self._kv, self._get(request_id), request_id)
         self._flush()
 
     # ------------------------------------------------------------------ storage access
@@ -568,7 +615,7 @@ class SpecDecodeCache:
         if self._storage is None:
             raise InvalidCacheOperationError("this cache is metadata-only (device=None)")
         r = self._role_index(role)
-        table = self._running(request_id, "read a page of").seqs[r].table
+        table = self._running(request_id, "read a page of").table
         if type(index) is not int or not 0 <= index < len(table):
             raise InvalidCacheOperationError(
                 f"block index {index!r} is outside the table of request {request_id!r} in "
@@ -576,27 +623,54 @@ class SpecDecodeCache:
             )
         return self._storage.page(r, GPU, table[index])
 
+    def state_page(self, request_id: RequestId, role: Role) -> torch.Tensor:
+        """The bytes of a running request's recurrent-state slot in ``role`` (a view).
+        Raises InvalidCacheOperationError without storage or state."""
+        if self._storage is None:
+            raise InvalidCacheOperationError("this cache is metadata-only (device=None)")
+        r = self._role_index(role)
+        slot = self._running(request_id, "read the state of").seqs[r].slot
+        if slot is None:
+            raise InvalidCacheOperationError(f"role {role} of this cache keeps no recurrent state")
+        return self._storage.state_row(r, slot)
+
+    def checkpoint_page(self, role: Role, checkpoint: int) -> torch.Tensor:
+        """The bytes of cached state ``checkpoint`` of ``role`` (a view; write the state
+        :meth:`state_saves` names here). Raises InvalidCacheOperationError without storage
+        or for a checkpoint the role lacks."""
+        if self._storage is None:
+            raise InvalidCacheOperationError("this cache is metadata-only (device=None)")
+        r = self._role_index(role)
+        state = self._managers[r].state
+        count = 0 if state is None else state.checkpoints.num_blocks
+        if type(checkpoint) is not int or not 0 <= checkpoint < count:
+            raise InvalidCacheOperationError(
+                f"cached state {checkpoint!r} is outside role {role}'s {count} cached states"
+            )
+        return self._storage.checkpoint_row(r, BlockId(checkpoint))
+
     # ------------------------------------------------------------------ introspection
     def stats(self) -> CacheStats:
         """A snapshot of every pool and the request counters. Reads only."""
-        return snapshot(self._managers, self._requests.values(), self._counters)
+        return snapshot(self._kv, self._managers, self._requests.values(), self._counters)
 
     def check_invariants(self) -> None:
         """Raise AssertionError naming the first broken invariant. Reads only; O(size).
 
         Checked: every pool's free + used + cached == total and its internal indexes;
         every block's refcount equals its owners (no block owned twice by one request,
-        no unowned used block); every request holds ``ceil((tokens + reserved) /
-        tokens_per_block)`` blocks in every role, hashed alike at every position (the
-        draft holds exactly the target's tokens); every tier caches the same hashes in
-        every role, in the same LRU order; window tables hold exactly their window; no
-        role uses more blocks or bytes than its plan share in any tier.
+        no unowned used block, no owned cached state); every request holds
+        ``ceil((tokens + reserved) / tokens_per_block)`` kv blocks (one table, every
+        role's rows), each hashed as its tokens are; window tables hold exactly their
+        window; every stateful running request has its slot; no role uses more blocks
+        or bytes than its plan share in any tier.
         """
         check_cache(
             CacheView(
                 tokens_per_block=self._tokens_per_block,
                 max_reserve_tokens=self._max_reserve_tokens,
                 prefix_reuse=self._prefix_reuse,
+                kv=self._kv,
                 managers=self._managers,
                 requests=self._requests,
                 storage=self._storage,

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.plan_types import Role
-from kvbudget.split import Tier
+from kvbudget.split import TIERS, Tier
 
 if TYPE_CHECKING:
+    from kvbudget.cache.kv_tiers import KvTiers
     from kvbudget.cache.manager import RoleManager
     from kvbudget.cache.request import Request
 
@@ -25,12 +26,14 @@ if TYPE_CHECKING:
 class PoolStats:
     """One pool: ``free_blocks + used_blocks + cached_blocks == total_blocks``.
 
-    ``kind`` is ``"kv"`` (growing layers), ``"window<W>"`` (a sliding-window group) or
-    ``"state"`` (recurrent-state slots). ``plan_blocks - total_blocks`` blocks of the plan
-    stay idle (the other role could not hold their tokens). ``hit_blocks``: prefix-hit
-    blocks served from this pool; ``offloaded_blocks``: copied into it from the tier above;
-    ``onboarded_blocks``: copied out of it back to the GPU; ``evicted_blocks``: cached
-    blocks dropped from it with no lower tier to keep them.
+    ``kind`` is ``"kv"`` (growing layers; one pool shared by every role, reported in each
+    with the counts alike), ``"window<W>"`` (a sliding-window group), ``"state"``
+    (recurrent-state slots) or ``"state_cache"`` (cached states at block boundaries).
+    ``plan_blocks - total_blocks`` blocks of the plan stay idle (the other role could not
+    hold their tokens). ``hit_blocks``: prefix-hit blocks served from this pool;
+    ``offloaded_blocks``: copied into it from the tier above; ``onboarded_blocks``: copied
+    out of it back to the GPU; ``evicted_blocks``: cached blocks dropped from it with no
+    lower tier to keep them.
     """
 
     role: Role
@@ -83,18 +86,23 @@ class RequestCounters:
 
 
 def snapshot(
+    kv: KvTiers,
     managers: Iterable[RoleManager],
     requests: Collection[Request[RoleManager]],
     counters: RequestCounters,
 ) -> CacheStats:
-    """A :class:`CacheStats` of every pool of ``managers`` (in role order, then
-    :meth:`RoleManager.named_pools` order) and of ``requests``. Reads only."""
+    """A :class:`CacheStats` of every pool (in role order: the shared kv tiers, then
+    :meth:`RoleManager.named_pools`) and of ``requests``. Reads only."""
     pools: list[PoolStats] = []
     for m in managers:
-        for tier, kind, p in m.named_pools():
+        kv_pools = [
+            (t, "kv", p, m.plan.tier(t).blocks) for t, p in zip(TIERS, kv.tiers, strict=True)
+        ]
+        own = [(t, kind, p, p.plan_blocks) for t, kind, p in m.named_pools()]
+        for tier, kind, p, plan_blocks in kv_pools + own:
             pools.append(
                 PoolStats(
-                    role=m.role, tier=tier, kind=kind, plan_blocks=p.plan_blocks,
+                    role=m.role, tier=tier, kind=kind, plan_blocks=plan_blocks,
                     total_blocks=p.num_blocks, free_blocks=p.num_free, used_blocks=p.num_used,
                     cached_blocks=p.num_cached, hit_blocks=p.hit_blocks,
                     offloaded_blocks=p.offloaded_blocks, onboarded_blocks=p.onboarded_blocks,

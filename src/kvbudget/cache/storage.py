@@ -6,7 +6,12 @@ For each role the plan's bytes become tensors of ``uint8`` rows, one row per blo
   CUDA is available) host memory, or in a file-backed map for the disk tier;
 * ``windows[g]``: ``[blocks_per_seq x max_batch_size, bytes_per_token x tokens_per_block]``
   on the GPU tier's device;
-* ``state``: ``[max_batch_size, state_bytes_per_seq]`` on the GPU tier's device.
+* ``state``: ``[max_batch_size, state_bytes_per_seq]`` on the GPU tier's device;
+* ``checkpoints``: ``[cached_states, state_bytes_per_checkpoint]`` there too (cached
+  recurrent states, :mod:`kvbudget.cache.recurrent_state`).
+
+Block ``b`` of a kv tier is row ``b`` of *every* role's tensor in that tier (the roles
+share their block ids, :mod:`kvbudget.cache.kv_tiers`), so one copy log moves every role.
 
 Their bytes add up to the plan's bytes for that role and tier minus its padding, which
 :attr:`RoleStorage.padding_bytes` reports. An engine views a row with the dtype and
@@ -21,7 +26,7 @@ import tempfile
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.cache.ids import BlockId
-from kvbudget.cache.manager import Copy
+from kvbudget.cache.kv_tiers import Copy
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.plan_types import ManagerPlan
 from kvbudget.split import TIERS
@@ -74,6 +79,15 @@ class RoleStorage:
             if plan.state_bytes_per_seq > 0
             else None
         )
+        self.checkpoints: torch.Tensor | None = (
+            th.zeros(
+                (plan.cached_states, plan.state_bytes_per_checkpoint),
+                dtype=th.uint8,
+                device=device,
+            )
+            if plan.state_bytes_per_seq > 0
+            else None
+        )
         self.padding_bytes: dict[str, int] = {
             tier: plan.tier(tier).bytes - self.tier_bytes(tier) for tier in TIERS
         }
@@ -85,6 +99,7 @@ class RoleStorage:
         if tier == "gpu":
             total += sum(w.numel() for w in self.windows)
             total += 0 if self.state is None else self.state.numel()
+            total += 0 if self.checkpoints is None else self.checkpoints.numel()
         return int(total)
 
     def run_copies(self, copies: list[Copy], th: Any) -> None:
@@ -170,9 +185,33 @@ class CacheStorage:
                 "device=None (metadata only)"
             ) from None
 
-    def run_copies(self, role_index: int, copies: list[Copy]) -> None:
-        """Execute one role's logged copies (see :meth:`RoleStorage.run_copies`)."""
-        self.roles[role_index].run_copies(copies, self._torch)
+    def run_copies(self, copies: list[Copy]) -> None:
+        """Execute the logged kv copies in every role (see :meth:`RoleStorage.run_copies`)."""
+        for role in self.roles:
+            role.run_copies(copies, self._torch)
+
+    def restore_states(self, role_index: int, restores: list[tuple[BlockId, BlockId]]) -> None:
+        """Copy each cached state ``(checkpoint, slot)`` into the first
+        ``state_bytes_per_checkpoint`` bytes of that slot's row, in order."""
+        role = self.roles[role_index]
+        assert role.state is not None and role.checkpoints is not None
+        width = role.checkpoints.shape[1]
+        for checkpoint, slot in restores:
+            role.state[slot, :width].copy_(role.checkpoints[checkpoint])
+
+    def state_row(self, role_index: int, slot: BlockId) -> torch.Tensor:
+        """The bytes of one recurrent-state slot (a view)."""
+        state = self.roles[role_index].state
+        assert state is not None
+        row: torch.Tensor = state[slot]
+        return row
+
+    def checkpoint_row(self, role_index: int, checkpoint: BlockId) -> torch.Tensor:
+        """The bytes of one cached state (a view)."""
+        checkpoints = self.roles[role_index].checkpoints
+        assert checkpoints is not None
+        row: torch.Tensor = checkpoints[checkpoint]
+        return row
 
     def page(self, role_index: int, tier: int, block: BlockId) -> torch.Tensor:
         """The bytes of one block (a view; writing to it writes the cache)."""
