@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--followup-share", type=float, default=0.2)
     parser.add_argument("--followup-window", type=int, default=1024)
     parser.add_argument("--host-factor", type=int, default=4, help="host blocks / gpu blocks")
-    parser.add_argument("--repeat", type=int, default=3, help="best of N timed replays")
+    parser.add_argument("--repeat", type=int, default=5, help="best of N timed replays")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true", help="cProfile one cache replay")
     args = parser.parse_args(argv)

@@ -182,7 +182,8 @@ def test_out_of_blocks_on_reserve_keeps_the_request() -> None:
     cache.admit(A, range(8))  # blocks 0, 1
     cache.admit(B, range(100, 108))  # blocks 2, 3
     before = (cache.stats(), tables(cache, A))
-    with pytest.raises(OutOfBlocksError, match=r"kv pool of target and draft \(one block table\) needs 1 more GPU blocks"):
+    shared = r"kv pool of target and draft \(one block table\)"
+    with pytest.raises(OutOfBlocksError, match=shared + " needs 1 more GPU blocks"):
         cache.reserve(A, 1)
     assert (cache.stats(), tables(cache, A), cache.num_reserved(A)) == (*before, 0)
     cache.check_invariants()

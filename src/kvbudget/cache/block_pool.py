@@ -227,6 +227,43 @@ class BlockPool:
         self.offloaded_blocks += 1
         return dst, old
 
+    def receive_all(
+        self, incoming: list[tuple[BlockId, BlockHash]]
+    ) -> tuple[list[tuple[BlockId, BlockId]], int]:
+        """:meth:`receive` for a batch, in order, when this is the lowest tier (what it
+        evicts is lost). Each ``(src, hash)`` arriving from the tier above either finds
+        its hash here (that block becomes most recently used) or takes a free block, else
+        the least recently used cached one. Returns the ``(src, dst)`` copies to run and
+        how many arrivals found every block owned (not kept). Evicted cached blocks are
+        counted in ``evicted_blocks``."""
+        by_hash, block_hash, free, cached = self.by_hash, self.block_hash, self.free, self.cached
+        refcount = self.refcount
+        copies: list[tuple[BlockId, BlockId]] = []
+        lost = 0
+        for src, h in incoming:
+            b = by_hash.get(h)
+            if b is not None:
+                if refcount[b] == 0:
+                    cached.move_to_end(b)
+                continue
+            if free:
+                dst = free.pop()
+            elif cached:
+                dst, _ = cached.popitem(last=False)
+                old = block_hash[dst]
+                if old is not None:  # always, for a cached block
+                    del by_hash[old]
+                self.evicted_blocks += 1
+            else:
+                lost += 1
+                continue
+            by_hash[h] = dst
+            block_hash[dst] = h
+            cached[dst] = None
+            copies.append((src, dst))
+        self.offloaded_blocks += len(copies)
+        return copies, lost
+
     def find(self, block_hash: BlockHash) -> BlockId | None:
         """The block holding ``block_hash``, or None."""
         return self.by_hash.get(block_hash)
@@ -252,9 +289,9 @@ class BlockPool:
         """Count a block copied from this pool up to the GPU."""
         self.onboarded_blocks += 1
 
-    def note_evicted(self) -> None:
-        """Count a cached block whose content was lost (no tier below kept it)."""
-        self.evicted_blocks += 1
+    def note_evicted(self, count: int = 1) -> None:
+        """Count ``count`` cached blocks whose content was lost (no tier below kept it)."""
+        self.evicted_blocks += count
 
     def cached_in_lru_order(self) -> list[BlockId]:
         """The cached blocks, least recently used first. Reads only."""

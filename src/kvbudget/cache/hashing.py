@@ -72,11 +72,9 @@ def extend_block_hashes(
     step = 8 * tokens_per_block
     suffix = _suffix(extra_keys)
     sha256 = hashlib.sha256
-    for i in range(end - start):
-        digest = sha256(parent)
-        digest.update(packed[i * step : (i + 1) * step])
-        if suffix:
-            digest.update(suffix)
-        parent = BlockHash(digest.digest())
-        hashes.append(parent)
+    append = hashes.append
+    for i in range(0, (end - start) * step, step):
+        # one call per block: SHA-256(parent || tokens || suffix), as hash_block_tokens
+        parent = BlockHash(sha256(parent + packed[i : i + step] + suffix).digest())
+        append(parent)
     return end - start

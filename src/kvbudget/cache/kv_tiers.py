@@ -65,37 +65,48 @@ class KvTiers:
         Precondition: the tier has a block available."""
         block, old = self.tiers[tier].take()
         if old is not None:
-            self._evicted(tier, block, old)
+            self._evicted(tier, [(block, old)])
         return block
 
     def take_gpu(self, table: list[BlockId], count: int) -> None:
         """Append ``count`` new GPU blocks to ``table``; evicted cached blocks move down.
         Precondition: the GPU tier has ``count`` blocks available."""
         evicted = self.gpu.take_into(table, count)
-        for b, old in evicted:
-            self._evicted(GPU, b, old)
+        if evicted:
+            self._evicted(GPU, evicted)
 
-    def _evicted(self, tier: int, block: BlockId, block_hash: BlockHash) -> None:
-        """``block`` of ``tier`` (content still in place) lost ``block_hash``: keep a copy
-        as a cached block of the next tier when it has room, else count the loss."""
+    def _evicted(self, tier: int, evicted: list[tuple[BlockId, BlockHash]]) -> None:
+        """Each ``(block, hash)`` of ``tier`` (content still in place) lost its hash: keep
+        a copy as a cached block of the next tier when it has room, else count the loss.
+        Blocks that tier evicts in turn move further down first, in the same order."""
         low_index = self.next_tier[tier]
         if low_index is None:
-            self.tiers[tier].note_evicted()
+            self.tiers[tier].note_evicted(len(evicted))
             return
         low = self.tiers[low_index]
-        existing = low.find(block_hash)
-        if existing is not None:
-            low.touch(existing)
+        lowest = self.next_tier[low_index] is None  # what it evicts is lost
+        copies = self.copies
+        if lowest:  # the common case (gpu -> host): one batch, nothing moves further
+            moved, lost = low.receive_all(evicted)
+            if lost:
+                self.tiers[tier].note_evicted(lost)
+            if copies is not None:
+                copies.extend((tier, src, low_index, dst) for src, dst in moved)
             return
-        got = low.receive(block_hash)
-        if got is None:  # every block of that tier is pinned (swapped-out requests)
-            self.tiers[tier].note_evicted()
-            return
-        dst, old = got
-        if old is not None:  # that tier's LRU block moved further down first
-            self._evicted(low_index, dst, old)
-        if self.copies is not None:
-            self.copies.append((tier, block, low_index, dst))
+        for block, block_hash in evicted:
+            existing = low.find(block_hash)
+            if existing is not None:
+                low.touch(existing)
+                continue
+            got = low.receive(block_hash)
+            if got is None:  # every block of that tier is pinned (swapped-out requests)
+                self.tiers[tier].note_evicted(1)
+                continue
+            dst, old = got
+            if old is not None:  # that tier's LRU block moves further down first
+                self._evicted(low_index, [(dst, old)])
+            if copies is not None:
+                copies.append((tier, block, low_index, dst))
 
     # ----------------------------------------------------------------- prefix lookup
     def match(self, hashes: list[BlockHash], max_blocks: int) -> list[tuple[int, BlockId]]:

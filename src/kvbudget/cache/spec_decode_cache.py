@@ -65,6 +65,9 @@ if TYPE_CHECKING:
     from kvbudget.cache.storage import CacheStorage
 
 
+_INT_ONLY = frozenset({int})
+
+
 def _checked_tokens(
     token_ids: Any, what: str, request_id: object, vocab_size: int
 ) -> Sequence[int]:
@@ -72,11 +75,24 @@ def _checked_tokens(
     ``[0, vocab_size)``; raises InvalidCacheOperationError otherwise. Returns it as is
     (a list, tuple or range) or as a new list; the caller copies before keeping it.
 
-    On the per-token path: lists, tuples and ranges skip the abstract-class check, and
-    the message is only formatted on failure.
+    Lists, tuples and ranges take a fast path (C-level type and range checks) and fall
+    back to the element-by-element loop only to name the bad element.
     """
     kind = type(token_ids)
-    if kind is not list and kind is not tuple and kind is not range:
+    if kind is list or kind is tuple:
+        # C-speed fast path (prompts are long): every element an int, all in range
+        if not token_ids or (
+            set(map(type, token_ids)) == _INT_ONLY
+            and min(token_ids) >= 0
+            and max(token_ids) < vocab_size
+        ):
+            fast: Sequence[int] = token_ids
+            return fast
+    elif kind is range:
+        if not token_ids or (min(token_ids) >= 0 and max(token_ids) < vocab_size):
+            whole: Sequence[int] = token_ids
+            return whole
+    else:
         if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
             raise InvalidCacheOperationError(
                 f"{what} of request {request_id!r} must be a sequence of int token ids, "
@@ -96,16 +112,6 @@ def _checked_tokens(
             )
     checked: Sequence[int] = token_ids
     return checked
-
-
-def _lookup(
-    requests: dict[RequestId, Request[RoleManager]], request_id: Any
-) -> Request[RoleManager] | None:
-    """The request under ``request_id``; None when absent or the id is unhashable."""
-    try:
-        return requests.get(request_id)
-    except TypeError:
-        return None
 
 
 class SpecDecodeCache:
@@ -162,6 +168,7 @@ class SpecDecodeCache:
         if max_reserve_tokens < 1:
             raise InvalidArgumentError(f"max_reserve_tokens must be >= 1, got {max_reserve_tokens}")
         self._max_reserve_tokens = max_reserve_tokens
+        self._max_seq_len = plan.capacity.max_seq_len
         # the plan's common blocks per tier: every role holds the same tokens
         cap = plan.capacity
         gpu, host, disk = cap.gpu_blocks, cap.host_blocks, cap.disk_blocks
@@ -467,15 +474,20 @@ class SpecDecodeCache:
                 than ``max_reserve_tokens`` unverified tokens.
             UnknownRequestError: no such request.
         """
-        req = _lookup(self._requests, request_id)
+        try:
+            req = self._requests.get(request_id)
+        except TypeError:  # an unhashable id
+            req = None
         if req is None or req.swapped:
             req = self._running(request_id, "reserve for")
         if type(num_tokens) is not int or num_tokens < 0:
             raise InvalidCacheOperationError(
                 f"num_tokens must be a non-negative int, got {num_tokens!r}"
             )
-        room = max(0, self._plan.capacity.max_seq_len - len(req.tokens) - req.num_reserved)
-        num_tokens = min(num_tokens, room)
+        committed = len(req.tokens)
+        room = self._max_seq_len - committed - req.num_reserved
+        if num_tokens > room:
+            num_tokens = max(0, room)
         reserved = req.num_reserved + num_tokens
         if reserved > self._max_reserve_tokens:
             raise InvalidCacheOperationError(
@@ -483,7 +495,6 @@ class SpecDecodeCache:
                 f"{req.num_reserved} of at most max_reserve_tokens={self._max_reserve_tokens} "
                 "unverified tokens; commit first, or plan a larger max_draft_len"
             )
-        committed = len(req.tokens)
         total = committed + reserved
         table = req.table
         extra = -(-total // self._tokens_per_block) - len(table)
@@ -520,12 +531,21 @@ class SpecDecodeCache:
                 int token ids; nothing changes.
             UnknownRequestError: no such request.
         """
-        req = _lookup(self._requests, request_id)
+        try:
+            req = self._requests.get(request_id)
+        except TypeError:  # an unhashable id
+            req = None
         if req is None or req.swapped:
             req = self._running(request_id, "commit to")
-        accepted_token_ids = _checked_tokens(
-            accepted_token_ids, "the accepted tokens", request_id, self._vocab_size
-        )
+        kind = type(accepted_token_ids)
+        vocab = self._vocab_size
+        what = "the accepted tokens"
+        if kind is list or kind is tuple:  # the per-token path: checked inline
+            for t in accepted_token_ids:
+                if type(t) is not int or not 0 <= t < vocab:
+                    _checked_tokens(accepted_token_ids, what, request_id, vocab)  # raises
+        else:
+            accepted_token_ids = _checked_tokens(accepted_token_ids, what, request_id, vocab)
         accepted = len(accepted_token_ids)
         if accepted > req.num_reserved:
             raise InvalidCacheOperationError(
