@@ -271,6 +271,24 @@ class WindowsWithReuse(CacheMachine):
     can_swap = False
 
 
+class StateReuse(CacheMachine):
+    """Recurrent state with cached states: hits restart from a state at their boundary."""
+
+    plan = tiny_plan(
+        gpu_blocks=10,
+        host_blocks=4,
+        max_batch_size=3,
+        spec="eagle3",
+        target_window_groups=(
+            WindowGroup(window_tokens=6, num_layers=1, bytes_per_token=2, blocks_per_seq=4),
+        ),
+        target_state_bytes_per_seq=16,
+        target_cached_states=2,
+        target_state_bytes_per_checkpoint=4,
+    )
+    can_swap = False
+
+
 class TargetOnly(CacheMachine):
     plan = tiny_plan(gpu_blocks=5, host_blocks=3, draft=False, spec="ngram")
 
@@ -293,6 +311,8 @@ TestWindowAndState = WindowAndState.TestCase
 TestWindowAndState.settings = SETTINGS
 TestWindowsWithReuse = WindowsWithReuse.TestCase
 TestWindowsWithReuse.settings = SETTINGS
+TestStateReuse = StateReuse.TestCase
+TestStateReuse.settings = SETTINGS
 TestTargetOnly = TargetOnly.TestCase
 TestTargetOnly.settings = settings(SETTINGS, max_examples=20)
 

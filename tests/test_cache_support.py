@@ -34,12 +34,18 @@ def tiny_manager(
     max_batch_size: int = 4,
     window_groups: tuple[WindowGroup, ...] = (),
     state_bytes_per_seq: int = 0,
+    cached_states: int = 0,
+    state_bytes_per_checkpoint: int = 0,
 ) -> ManagerPlan:
     block_bytes = slope * tokens_per_block
     window_bytes = max_batch_size * sum(
         g.blocks_per_seq * tokens_per_block * g.bytes_per_token for g in window_groups
     )
-    fixed = window_bytes + state_bytes_per_seq * max_batch_size
+    fixed = (
+        window_bytes
+        + state_bytes_per_seq * max_batch_size
+        + cached_states * state_bytes_per_checkpoint
+    )
     return ManagerPlan(
         role=role,
         model=f"tiny-{role}",
@@ -53,6 +59,8 @@ def tiny_manager(
         window_groups=window_groups,
         state_bytes_per_seq=state_bytes_per_seq,
         max_batch_size=max_batch_size,
+        cached_states=cached_states,
+        state_bytes_per_checkpoint=state_bytes_per_checkpoint,
         gpu=_tier("gpu", gpu_blocks, block_bytes, tokens_per_block, fixed),
         host=_tier("host", host_blocks, block_bytes, tokens_per_block),
         disk=_tier("disk", disk_blocks, block_bytes, tokens_per_block),
@@ -73,6 +81,8 @@ def tiny_plan(
     draft_host_blocks: int | None = None,
     target_window_groups: tuple[WindowGroup, ...] = (),
     target_state_bytes_per_seq: int = 0,
+    target_cached_states: int = 0,
+    target_state_bytes_per_checkpoint: int = 0,
 ) -> Plan:
     """A plan with a target (8 bytes/token) and optionally a draft (2 bytes/token)."""
     managers = [
@@ -86,6 +96,8 @@ def tiny_plan(
             max_batch_size=max_batch_size,
             window_groups=target_window_groups,
             state_bytes_per_seq=target_state_bytes_per_seq,
+            cached_states=target_cached_states,
+            state_bytes_per_checkpoint=target_state_bytes_per_checkpoint,
         )
     ]
     if draft:
