@@ -57,24 +57,35 @@ def extend_block_hashes(
     token_ids: Sequence[int],
     tokens_per_block: int,
     extra_keys: tuple[Hashable, ...] = (),
+    packed: bytes | None = None,
 ) -> int:
     """Append the hashes of the full blocks of ``token_ids`` not yet in ``hashes``.
 
     Mutates ``hashes`` (a prefix of the chain of ``token_ids``); returns how many were
-    appended. Partial trailing blocks are never hashed.
+    appended. Partial trailing blocks are never hashed. ``packed``, when given, is all of
+    ``token_ids`` as int64 bytes (``array("q", token_ids).tobytes()``), saving the packing.
     """
     start = len(hashes)
     end = len(token_ids) // tokens_per_block
     if end <= start:
         return 0
-    parent = hashes[-1] if hashes else ROOT_HASH
-    packed = array("q", token_ids[start * tokens_per_block : end * tokens_per_block]).tobytes()
     step = 8 * tokens_per_block
+    if packed is None:
+        packed = array("q", token_ids[start * tokens_per_block : end * tokens_per_block]).tobytes()
+        offset = 0
+    else:
+        offset = start * step
+    parent = hashes[-1] if hashes else ROOT_HASH
     suffix = _suffix(extra_keys)
     sha256 = hashlib.sha256
     append = hashes.append
-    for i in range(0, (end - start) * step, step):
-        # one call per block: SHA-256(parent || tokens || suffix), as hash_block_tokens
-        parent = BlockHash(sha256(parent + packed[i : i + step] + suffix).digest())
-        append(parent)
+    # one call per block: SHA-256(parent || tokens || suffix), as hash_block_tokens
+    if suffix:
+        for i in range(offset, offset + (end - start) * step, step):
+            parent = BlockHash(sha256(parent + packed[i : i + step] + suffix).digest())
+            append(parent)
+    else:
+        for i in range(offset, offset + (end - start) * step, step):
+            parent = sha256(parent + packed[i : i + step]).digest()  # type: ignore[assignment]
+            append(parent)
     return end - start

@@ -40,7 +40,7 @@ free); the shared kv tiers in :mod:`kvbudget.cache.kv_tiers`, swapping in
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvbudget.cache.hashing import extend_block_hashes, valid_extra_keys
 from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
@@ -51,6 +51,7 @@ from kvbudget.cache.request import Request
 from kvbudget.cache.shortage import Shortage, refuse
 from kvbudget.cache.stats import CacheStats, RequestCounters, snapshot
 from kvbudget.cache.swap import swap_in, swap_out
+from kvbudget.cache.tokens import checked_prompt, checked_tokens
 from kvbudget.errors import (
     InvalidArgumentError,
     InvalidCacheOperationError,
@@ -63,55 +64,6 @@ if TYPE_CHECKING:
     import torch
 
     from kvbudget.cache.storage import CacheStorage
-
-
-_INT_ONLY = frozenset({int})
-
-
-def _checked_tokens(
-    token_ids: Any, what: str, request_id: object, vocab_size: int
-) -> Sequence[int]:
-    """``token_ids`` checked to be a sequence (not a string) of ints in
-    ``[0, vocab_size)``; raises InvalidCacheOperationError otherwise. Returns it as is
-    (a list, tuple or range) or as a new list; the caller copies before keeping it.
-
-    Lists, tuples and ranges take a fast path (C-level type and range checks) and fall
-    back to the element-by-element loop only to name the bad element.
-    """
-    kind = type(token_ids)
-    if kind is list or kind is tuple:
-        # C-speed fast path (prompts are long): every element an int, all in range
-        if not token_ids or (
-            set(map(type, token_ids)) == _INT_ONLY
-            and min(token_ids) >= 0
-            and max(token_ids) < vocab_size
-        ):
-            fast: Sequence[int] = token_ids
-            return fast
-    elif kind is range:
-        if not token_ids or (min(token_ids) >= 0 and max(token_ids) < vocab_size):
-            whole: Sequence[int] = token_ids
-            return whole
-    else:
-        if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
-            raise InvalidCacheOperationError(
-                f"{what} of request {request_id!r} must be a sequence of int token ids, "
-                f"got {token_ids!r}"
-            )
-        token_ids = list(token_ids)
-    for t in token_ids:
-        if type(t) is not int or not 0 <= t < vocab_size:
-            if type(t) is not int:
-                raise InvalidCacheOperationError(
-                    f"{what} of request {request_id!r} must be int token ids; got {t!r} of "
-                    f"type {type(t).__name__}"
-                )
-            raise InvalidCacheOperationError(
-                f"{what} of request {request_id!r} must be token ids in [0, {vocab_size}) "
-                f"(the target's vocabulary); got {t}"
-            )
-    checked: Sequence[int] = token_ids
-    return checked
 
 
 class SpecDecodeCache:
@@ -404,7 +356,7 @@ class SpecDecodeCache:
             raise InvalidCacheOperationError(
                 f"request {request_id!r} is already admitted; free() it or use a new id"
             )
-        tokens = list(_checked_tokens(token_ids, "the prompt", request_id, self._vocab_size))
+        tokens, packed = checked_prompt(token_ids, request_id, self._vocab_size)
         num_tokens = len(tokens)
         if num_tokens == 0:
             raise InvalidCacheOperationError(f"request {request_id!r} has an empty prompt")
@@ -425,7 +377,7 @@ class SpecDecodeCache:
         num_hit = 0
         match: list[tuple[int, BlockId]] = []
         if self._prefix_reuse:
-            extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
+            extend_block_hashes(hashes, tokens, tpb, req.extra_keys, packed)
             max_hit = (num_tokens - 1) // tpb  # at least one token left to compute
             match = kv.match(hashes, max_hit)
             num_hit = len(match)
@@ -475,11 +427,11 @@ class SpecDecodeCache:
             UnknownRequestError: no such request.
         """
         try:
-            req = self._requests.get(request_id)
-        except TypeError:  # an unhashable id
-            req = None
-        if req is None or req.swapped:
-            req = self._running(request_id, "reserve for")
+            req = self._requests[request_id]
+        except (KeyError, TypeError):  # TypeError: an unhashable id
+            req = self._running(request_id, "reserve for")  # raises
+        if req.swapped:
+            req = self._running(request_id, "reserve for")  # raises
         if type(num_tokens) is not int or num_tokens < 0:
             raise InvalidCacheOperationError(
                 f"num_tokens must be a non-negative int, got {num_tokens!r}"
@@ -497,8 +449,9 @@ class SpecDecodeCache:
             )
         total = committed + reserved
         table = req.table
-        extra = -(-total // self._tokens_per_block) - len(table)
-        if extra > 0:
+        tpb = self._tokens_per_block
+        extra = 0 if total <= len(table) * tpb else -(-total // tpb) - len(table)
+        if extra:
             kv = self._kv
             available = kv.gpu.num_available
             if extra > available:
@@ -516,7 +469,7 @@ class SpecDecodeCache:
             for m, seq in req.parts:
                 if m.windows is not None:
                     m.windows.grow(seq, total)
-        if extra > 0:
+        if extra:
             self._kv.take_gpu(table, extra)
             if self._storage is not None:
                 self._flush()
@@ -532,20 +485,24 @@ class SpecDecodeCache:
             UnknownRequestError: no such request.
         """
         try:
-            req = self._requests.get(request_id)
-        except TypeError:  # an unhashable id
-            req = None
-        if req is None or req.swapped:
-            req = self._running(request_id, "commit to")
+            req = self._requests[request_id]
+        except (KeyError, TypeError):  # TypeError: an unhashable id
+            req = self._running(request_id, "commit to")  # raises
+        if req.swapped:
+            req = self._running(request_id, "commit to")  # raises
         kind = type(accepted_token_ids)
         vocab = self._vocab_size
-        what = "the accepted tokens"
-        if kind is list or kind is tuple:  # the per-token path: checked inline
+        if kind is list or kind is tuple:  # the per-token path: ints in range pass as is
             for t in accepted_token_ids:
                 if type(t) is not int or not 0 <= t < vocab:
-                    _checked_tokens(accepted_token_ids, what, request_id, vocab)  # raises
+                    accepted_token_ids = checked_tokens(
+                        accepted_token_ids, "the accepted tokens", request_id, vocab
+                    )
+                    break
         else:
-            accepted_token_ids = _checked_tokens(accepted_token_ids, what, request_id, vocab)
+            accepted_token_ids = checked_tokens(
+                accepted_token_ids, "the accepted tokens", request_id, vocab
+            )
         accepted = len(accepted_token_ids)
         if accepted > req.num_reserved:
             raise InvalidCacheOperationError(
@@ -571,9 +528,8 @@ class SpecDecodeCache:
         elif self._has_state:
             for _, seq in req.parts:
                 seq.saves = []
-        surplus = len(table) + (-committed // tpb)  # blocks past ceil(committed / tpb)
-        if surplus > 0:
-            self._kv.gpu.release_tail(table, surplus)
+        if len(table) * tpb - committed >= tpb:  # blocks past ceil(committed / tpb)
+            self._kv.gpu.release_tail(table, len(table) + (-committed // tpb))
         if self._has_windows:
             for m, seq in req.parts:
                 if m.windows is not None:

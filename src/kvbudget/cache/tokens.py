@@ -1,0 +1,61 @@
+"""Token ids entering the cache: checked once, stored as plain ints.
+
+A token id is an int (or an int-like value such as a numpy integer, converted with
+``__index__``) in ``[0, vocab_size)`` of the plan's target. A prompt is packed to int64
+bytes on the way in, which checks int-ness at C speed and is exactly what the block
+hashes read (:mod:`kvbudget.cache.hashing`), so a prompt is converted once.
+"""
+
+from __future__ import annotations
+
+import operator
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+from kvbudget.errors import InvalidCacheOperationError
+
+
+def checked_tokens(token_ids: Any, what: str, request_id: object, vocab_size: int) -> list[int]:
+    """``token_ids`` as a new list of ints, each in ``[0, vocab_size)``; raises
+    InvalidCacheOperationError naming the first bad element (or a non-sequence)."""
+    if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Sequence):
+        raise InvalidCacheOperationError(
+            f"{what} of request {request_id!r} must be a sequence of int token ids, "
+            f"got {token_ids!r}"
+        )
+    out: list[int] = []
+    for t in token_ids:
+        if type(t) is not int:
+            try:
+                t = operator.index(t)
+            except TypeError:
+                raise InvalidCacheOperationError(
+                    f"{what} of request {request_id!r} must be int token ids; got {t!r} of "
+                    f"type {type(t).__name__}"
+                ) from None
+        if not 0 <= t < vocab_size:
+            raise InvalidCacheOperationError(
+                f"{what} of request {request_id!r} must be token ids in [0, {vocab_size}) "
+                f"(the target's vocabulary); got {t}"
+            )
+        out.append(t)
+    return out
+
+
+def checked_prompt(token_ids: Any, request_id: object, vocab_size: int) -> tuple[list[int], bytes]:
+    """A prompt as (a new list of int token ids, their int64 bytes); see
+    :func:`checked_tokens` for the rules and errors. Lists, tuples and ranges take a
+    C-speed path (pack, then min/max) and fall back to the element loop only to name a
+    bad element."""
+    if type(token_ids) in (list, tuple, range):
+        try:
+            packed = array("q", token_ids)
+        except (TypeError, OverflowError):
+            packed = None
+        if packed is not None:
+            tokens = packed.tolist()
+            if not tokens or (min(tokens) >= 0 and max(tokens) < vocab_size):
+                return tokens, packed.tobytes()
+    tokens = checked_tokens(token_ids, "the prompt", request_id, vocab_size)
+    return tokens, array("q", tokens).tobytes()
