@@ -65,3 +65,22 @@ def test_a_hit_pins_a_cached_block_and_counts_it() -> None:
     with pytest.raises(TypeError):
         pool.hashes[H[6]] = BlockId(1)  # type: ignore[index]  # a read-only view
     pool.check()
+
+
+def test_receive_all_keeps_arrivals_in_order_and_loses_only_what_cannot_fit() -> None:
+    host = BlockPool("host", 2)
+    # three blocks arrive from the GPU (src ids 7, 8, 9): free 0 then free 1 take the
+    # first two; the third evicts the least recently used arrival (block 0, H[0])
+    moved, lost = host.receive_all([(BlockId(7), H[0]), (BlockId(8), H[1]), (BlockId(9), H[2])])
+    assert (moved, lost) == ([(7, 0), (8, 1), (9, 0)], 0)
+    assert host.find(H[0]) is None and host.find(H[2]) == 0
+    assert (host.offloaded_blocks, host.evicted_blocks) == (3, 1)
+    assert host.cached_in_lru_order() == [1, 0]
+    # an arrival whose hash is held already only refreshes it: H[1] becomes most recent
+    assert host.receive_all([(BlockId(5), H[1])]) == ([], 0)
+    assert host.cached_in_lru_order() == [0, 1]
+    # every block owned (pinned by a swapped-out request): nothing can be kept
+    table: list[BlockId] = []
+    host.take_into(table, 2)
+    assert host.receive_all([(BlockId(6), H[3])]) == ([], 1)
+    host.check()
