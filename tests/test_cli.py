@@ -67,12 +67,12 @@ def check_golden(name: str, text: str) -> None:
     ],
 )
 def test_json_for_every_spec_mode(args: tuple[str, ...], roles: list[str]) -> None:
-    data = plan_json(*FIXED, *args)
+    data = plan_json(*FIXED, "--host-budget", "64GiB", *args)
     assert data["schema"] == 2
     assert [m["role"] for m in data["managers"]] == roles
     # the GPU budget is split exactly: 40 GiB = 42949672960 bytes
     assert sum(m["gpu_bytes"] for m in data["managers"]) == 42949672960
-    # the host budget (default 64 GiB = 68719476736 bytes) too
+    # the host budget (64 GiB = 68719476736 bytes) too
     assert sum(m["host_bytes"] for m in data["managers"]) == 68719476736
     # lockstep: every manager holds the same tokens
     assert len({m["gpu_tokens"] for m in data["managers"]}) == 1
@@ -231,7 +231,7 @@ def test_default_command_plans_the_embedded_default() -> None:
     assert data["target"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert data["draft"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
     assert data["budget"]["gpu_name"] == "NVIDIA H200 SXM 141GB"
-    assert data["budget"]["host_bytes"] == 64 * 1024**3
+    assert data["budget"]["host_bytes"] == 0  # no engine offloads unless asked
     b = data["budget"]
     # derived: floor((GPU memory - weights - reserve) x 0.9)
     assert (
@@ -240,6 +240,9 @@ def test_default_command_plans_the_embedded_default() -> None:
     )
     table = run("plan")
     assert table.exit_code == 0 and "Capacity" in table.stdout
+    # the README's main command passes the host budget, so the split shows
+    data = plan_json("--host-budget", "64GiB")
+    assert data["budget"]["host_bytes"] == 64 * 1024**3
 
 
 def test_models_and_gpus_list() -> None:

@@ -479,6 +479,7 @@ def test_host_capacity_with_pp_is_the_smallest_stages() -> None:
         spec="none",
         pp=3,
         kv_budget="40GiB",
+        host_budget="64GiB",
         max_seq_len=8192,
     )
     # 80 layers over 3 stages: 27, 27, 26; 64 GiB of host per rank at 27 x 4,096 B/token
@@ -499,3 +500,10 @@ def test_a_pp_stage_without_attention_layers_does_not_bind() -> None:
     # some of the 8 stages hold only Mamba2 / MLP layers: they cache no token
     assert p.capacity.max_concurrency == 8
     assert p.capacity.gpu_blocks > 0
+
+
+def test_a_size_copied_from_a_log_is_rounded_down_with_a_warning() -> None:
+    p = plan(kv_budget="23.58 GiB", spec="none", max_seq_len=8192)
+    # 23.58 x 2^30 = 25318832209.92 -> 25318832209 bytes
+    assert p.budget.gpu_bytes == 25318832209
+    assert any("kv_budget '23.58 GiB'" in w and "rounded down" in w for w in p.warnings)

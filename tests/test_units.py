@@ -26,7 +26,7 @@ def test_parse_bytes(text: str | int, expected: int) -> None:
     assert parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["-1", "-3GiB", "lots", "12 parsecs", "1.5", "0.1KiB", True, -5])
+@pytest.mark.parametrize("bad", ["-1", "-3GiB", "lots", "12 parsecs", True, -5])
 def test_parse_bytes_rejects(bad: str | int) -> None:
     with pytest.raises(InvalidArgumentError):
         parse_bytes(bad)
@@ -66,14 +66,13 @@ def test_unknown_gpu() -> None:
     ("value", "match"),
     [
         ("10000000000000000000000000001", "more than 16 EiB"),  # exact, not rounded
-        ("1.0000000000000000000000000001GiB", "not a whole number of bytes"),
         ("1" * 400, "too long to be a byte size"),
         (10**400, "more than 16 EiB"),
         (10**5000, "more than 16 EiB"),  # past Python's int-to-string limit
         (1.5e9, "an int, or a string"),  # floats print differently by size: refused
         (1e16, "an int, or a string"),
     ],
-    ids=["29 digits", "28 decimals", "400 digits", "10**400", "10**5000", "1.5e9", "1e16"],
+    ids=["29 digits", "400 digits", "10**400", "10**5000", "1.5e9", "1e16"],
 )
 def test_sizes_are_exact_and_bounded(value: object, match: str) -> None:
     with pytest.raises(InvalidArgumentError, match=match):
@@ -83,3 +82,20 @@ def test_sizes_are_exact_and_bounded(value: object, match: str) -> None:
 def test_huge_sizes_format_without_overflow() -> None:
     assert format_bytes(2**64) == "16,777,216 TiB"  # 2^64 / 2^40
     assert parse_bytes("16TiB") == 16 * 1024**4
+
+
+def test_sizes_copied_from_logs_round_down_and_say_so() -> None:
+    from kvbudget.units import rounding_note
+
+    # 3.81 x 2^30 = 4090956349.44 -> 4090956349
+    assert parse_bytes("3.81GiB") == 4090956349
+    assert rounding_note("3.81GiB", name="kv_budget") == (
+        "kv_budget '3.81GiB' is 4,090,956,349.44 bytes; rounded down to 4,090,956,349 (whole bytes)"
+    )
+    # 23.58 x 2^30 = 25318832209.92 -> 25318832209 (a space before the unit, as vLLM logs)
+    assert parse_bytes("23.58 GiB") == 25318832209
+    # exact values need no note: 0.5 x 10^12, 1.5 x 2^30
+    assert parse_bytes("0.5TB") == 500000000000 and rounding_note("0.5TB", name="x") is None
+    assert rounding_note("1.5GiB", name="x") is None and rounding_note(7, name="x") is None
+    # 28 decimals: exact arithmetic, 2^30 + 2^30 x 10^-28 rounds down to 2^30
+    assert parse_bytes("1.0000000000000000000000000001GiB") == 1073741824

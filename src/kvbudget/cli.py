@@ -120,8 +120,9 @@ def plan_command(
         ),
     ] = None,
     host_budget: Annotated[
-        str, typer.Option(metavar="BYTES", help="Host (pinned CPU) KV budget per rank.")
-    ] = DEFAULT_HOST_BUDGET,
+        str,
+        typer.Option(metavar="BYTES", help="Host (pinned CPU) KV budget per rank (0: no offload)."),
+    ] = str(DEFAULT_HOST_BUDGET),
     disk_budget: Annotated[
         str, typer.Option(metavar="BYTES", help="Disk KV budget per rank.")
     ] = "0",

@@ -43,7 +43,7 @@ from kvbudget.plan_types import (
     TierPlan,
 )
 from kvbudget.split import BudgetSplit, Tier, split_budget
-from kvbudget.units import count_of, format_bytes, parse_bytes
+from kvbudget.units import count_of, format_bytes, parse_bytes, rounding_note
 from kvbudget.weights import weights_bytes as rank_weights
 
 SpecMode = Literal["eagle3", "mtp", "draft-target", "ngram", "none"]
@@ -51,7 +51,7 @@ SPEC_MODES: tuple[str, ...] = get_args(SpecMode)
 
 DEFAULT_TARGET = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_GPU = "H200"
-DEFAULT_HOST_BUDGET = "64GiB"
+DEFAULT_HOST_BUDGET = 0  # no engine offloads to host memory unless asked
 DEFAULT_RESERVE = "4GiB"
 DEFAULT_MEMORY_FRACTION = 0.9
 DEFAULT_MAX_BATCH_SIZE = 256
@@ -213,7 +213,8 @@ def plan(
 
     Arguments mirror the ``kvbudget plan`` flags. Byte arguments accept integers or
     strings with units (``"40GiB"``, ``"64GB"``). With no arguments: Llama-3.1-8B-Instruct
-    with its EAGLE3 head on one H200 with 64 GiB of host KV budget.
+    with its EAGLE3 head on one H200, no host tier (``host_budget`` 0: no engine offloads
+    unless asked).
 
     The GPU budget per rank is ``kv_budget`` when given; otherwise
     ``floor((gpu memory - weights on the rank - reserve) x memory_fraction)`` (the
@@ -388,7 +389,19 @@ def plan(
     if not growing:  # only windows and states: 0-byte blocks for every sequence
         blocks = max_batch_size * -(-seq_len // tokens_per_block)
     splits["gpu"], tier_blocks["gpu"] = report.split, blocks
-    warnings: list[str] = []
+    warnings: list[str] = [
+        note
+        for name, value in (
+            ("kv_budget", kv_budget),
+            ("host_budget", host_budget),
+            ("disk_budget", disk_budget),
+            ("gpu_memory", gpu_memory),
+            ("reserve", reserve),
+            ("weights_bytes", weights_bytes),
+            ("host_memory", host_memory),
+        )
+        if (note := rounding_note(value, name=name)) is not None
+    ]
     if engine_name == "kvbudget":
         capacity = _capacity(shape, managers, stages[binding], tier_blocks, warnings)
     else:  # the engine model decides what fits; the ledger's own checks do not apply

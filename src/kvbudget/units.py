@@ -1,7 +1,9 @@
 """Byte sizes as people write them: ``10GiB``, ``64GB``, ``512MiB``, ``1_000``, ``123``.
 
 Binary units (KiB, MiB, GiB, TiB) are powers of 1024; decimal units (KB, MB, GB, TB)
-powers of 1000, as engines and vendors use them. Results are whole bytes.
+powers of 1000, as engines and vendors use them. Results are whole bytes: a size copied
+from an engine's log (``3.81GiB``, ``23.58 GiB``) is rounded down to the byte below, and
+:func:`rounding_note` says so.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ _MAX_TEXT = 64  # characters of a size string read at all
 
 
 def parse_bytes(value: str | int, *, name: str = "size") -> int:
-    """Whole bytes of ``value`` (an int, or a string with an optional unit).
+    """Whole bytes of ``value`` (an int, or a string with an optional unit), a fraction
+    of a byte rounded down (:func:`rounding_note` words it).
 
-    Raises InvalidArgumentError for negative, garbled or fractional-byte values.
+    Raises InvalidArgumentError for negative or garbled values.
     """
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise InvalidArgumentError(
@@ -63,9 +66,25 @@ def parse_bytes(value: str | int, *, name: str = "size") -> int:
     except ValueError:
         raise InvalidArgumentError(f"{name}: cannot read {value!r} as a number") from None
     exact = number * _UNITS[match.group(2).lower()]
-    if exact.denominator != 1:
-        raise InvalidArgumentError(f"{name}: {value!r} is not a whole number of bytes")
-    return _bounded(int(exact), name)
+    return _bounded(exact.numerator // exact.denominator, name)
+
+
+def rounding_note(value: str | int | None, *, name: str) -> str | None:
+    """A sentence when :func:`parse_bytes` rounds ``value`` down (a fraction of a byte,
+    as sizes copied from logs have), else None. Call after ``value`` parsed."""
+    if not isinstance(value, str):
+        return None
+    match = _SIZE.match(value)
+    if match is None:
+        return None
+    exact = Fraction(match.group(1).replace("_", "")) * _UNITS[match.group(2).lower()]
+    if exact.denominator == 1:
+        return None
+    whole = exact.numerator // exact.denominator
+    return (
+        f"{name} {value.strip()!r} is {float(exact):,.2f} bytes; rounded down to {whole:,} "
+        "(whole bytes)"
+    )
 
 
 def _bounded(num_bytes: int, name: str) -> int:
