@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+import kvbudget
 from kvbudget import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.cli import app
 from kvbudget.dtypes import KV_DTYPE_NAMES
@@ -445,3 +446,24 @@ def test_trtllm_max_tokens_with_pp_is_the_binding_stages() -> None:
     assert p.engine is not None
     assert p.engine.settings["kv_cache_config.max_tokens"] == 388_352
     assert p.capacity.tokens == 388_352
+
+
+def test_a_local_config_folder_is_launched_by_its_full_path(tmp_path: Any) -> None:
+    import shutil
+
+    from kvbudget.model import _preset_dir
+
+    folder = tmp_path / "my model"  # a space: the launch line quotes it
+    folder.mkdir()
+    shutil.copy(_preset_dir() / "meta-llama--Llama-3.1-8B-Instruct.json", folder / "config.json")
+
+    def planned(engine: str) -> Any:
+        return kvbudget.plan(
+            str(folder), spec="none", kv_budget="40GiB", max_seq_len=8192, engine=engine
+        )
+
+    p = planned("vllm")
+    assert p.target == "my model" and p.target_path == str(folder.resolve())
+    assert f"vllm serve '{folder.resolve()}'" in kvbudget.emit(p, "vllm")
+    assert f"--model-path '{folder.resolve()}'" in kvbudget.emit(planned("sglang"), "sglang")
+    assert json.loads(p.to_json())["target_path"] == str(folder.resolve())

@@ -34,7 +34,7 @@ import builtins
 import difflib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -100,6 +100,7 @@ class ModelSpec:
     mtp_layers: tuple[Layer, ...] = ()
     is_eagle3: bool = False
     ssm_state_dtype: str | None = None
+    location: str | None = None  # absolute folder of a local config; None for a preset
     config: Mapping[str, Any] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
     )
@@ -192,7 +193,9 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         except OSError as exc:
             raise ConfigError(f"cannot be read: {exc.strerror or exc}", source=source) from None
         name = path.parent.name if path.name == "config.json" else path.stem
-        return parse_config(_parse_json(raw, source), source=source, name=name)
+        spec = parse_config(_parse_json(raw, source), source=source, name=name)
+        # an engine loads the checkpoint from the config's folder: its full path
+        return replace(spec, location=str(path.resolve().parent))
     preset = _find_preset(text)
     if preset is None:
         close = difflib.get_close_matches(text, list_presets(), n=3, cutoff=0.5)

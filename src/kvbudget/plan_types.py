@@ -206,6 +206,18 @@ class Plan:
     engine: EnginePlan | None = None
     vocab_size: int | None = None  # the target's: token ids are in [0, vocab_size)
     spec_reason: str | None = None  # why spec="auto" chose ``spec``; None when given
+    target_path: str | None = None  # absolute folder of a local target config
+    draft_path: str | None = None  # absolute folder of a local draft config
+
+    @property
+    def target_source(self) -> str:
+        """What an engine loads the target from: the local folder, else the preset id."""
+        return self.target_path or self.target
+
+    @property
+    def draft_source(self) -> str | None:
+        """What an engine loads the draft from (None without a draft model)."""
+        return self.draft_path or self.draft
 
     @property
     def min_stage_gpu_bytes(self) -> int:
@@ -231,6 +243,8 @@ class Plan:
             "schema": SCHEMA_VERSION,
             "target": self.target,
             "draft": self.draft,
+            "target_path": self.target_path,
+            "draft_path": self.draft_path,
             "spec": self.spec,
             "spec_reason": self.spec_reason,
             "tp": self.tp,

@@ -446,6 +446,8 @@ def plan(
     ledger = Plan(
         target=target_model.name,
         draft=draft_model.name if draft_model else None,
+        target_path=target_model.location,
+        draft_path=draft_model.location if draft_model else None,
         spec=spec,
         tp=tp,
         pp=pp,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -105,9 +106,9 @@ def command_line(head: str, settings: Mapping[str, Any]) -> str:
         if value is True:
             args.append(flag)
         elif isinstance(value, Mapping):
-            args.append(f"{flag} '{json.dumps(dict(value))}'")
+            args.append(f"{flag} {shlex.quote(json.dumps(dict(value)))}")
         else:
-            args.append(f"{flag} {value}")
+            args.append(f"{flag} {shlex.quote(str(value))}")
     return " \\\n  ".join(args)
 
 

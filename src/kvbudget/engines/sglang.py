@@ -33,6 +33,7 @@ another commit is named (files under ``python/sglang/srt/``):
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
@@ -328,8 +329,8 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
         settings[facts.host_knob] = gb
     if plan.spec in facts.spec_names:
         settings[facts.spec_knob] = facts.spec_names[plan.spec]
-        if plan.draft:
-            settings[facts.draft_model_knob] = plan.draft
+        if plan.draft_source:
+            settings[facts.draft_model_knob] = plan.draft_source
         k = inputs.max_draft_len
         if plan.spec != "ngram":
             settings[facts.draft_len_knob] = k
@@ -454,7 +455,7 @@ def _pool_list(lay: Layout, full: int, swa: int, page: int) -> list[dict[str, An
 def render(plan: Plan, engine: EnginePlan) -> str:
     """The ``sglang.launch_server`` command of ``engine.settings``, with comments."""
     lines = comment_lines(plan, engine, "SGLang")
-    head = f"python -m sglang.launch_server --model-path {plan.target}"
+    head = f"python -m sglang.launch_server --model-path {shlex.quote(plan.target_source)}"
     lines.append(command_line(head, engine.settings))
     return "\n".join(lines) + "\n"
 

@@ -36,6 +36,7 @@ otherwise:
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -298,8 +299,8 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
     if plan.spec in facts.spec_names:
         settings[facts.spec_knob] = facts.spec_names[plan.spec]
         settings[f"speculative_config.{facts.draft_len_knob}"] = inputs.max_draft_len
-        if plan.draft:
-            settings[f"speculative_config.{facts.draft_model_knob}"] = plan.draft
+        if plan.draft_source:
+            settings[f"speculative_config.{facts.draft_model_knob}"] = plan.draft_source
     predicted: dict[str, Any] = {
         "kv_cache_manager": "V1",
         "max_tokens": pools.max_tokens,
@@ -339,8 +340,8 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
             f"cache ({sum(b[0] for b in pools.blocks[m.role].values()) * tpb}).  ({m.role})"
         )
     notes = [
-        f"# use: trtllm-serve {plan.target} --extra_llm_api_options <this file> "
-        "(newer releases: --config)",
+        f"# use: trtllm-serve {shlex.quote(plan.target_source)} "
+        "--extra_llm_api_options <this file> (newer releases: --config)",
         "# V1 manager (use_kv_cache_manager_v2 auto picks V1 for this model): max_tokens sizes "
         "every manager alike, each at its own bytes per token",
     ]

@@ -49,6 +49,7 @@ TP x PP ranks) is one budget for every layer.
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -462,8 +463,8 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
             "method": facts.spec_names[plan.spec],
             facts.draft_len_knob: inputs.max_draft_len,
         }
-        if plan.draft:
-            config[facts.draft_model_knob] = plan.draft
+        if plan.draft_source:
+            config[facts.draft_model_knob] = plan.draft_source
         config.update(facts.spec_extra.get(plan.spec, {}))
         settings["--speculative-config"] = config
     groups = [
@@ -555,5 +556,5 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
 def render(plan: Plan, engine: EnginePlan) -> str:
     """The ``vllm serve`` command of ``engine.settings``, with comments."""
     lines = comment_lines(plan, engine, "vLLM")
-    lines.append(command_line(f"vllm serve {plan.target}", engine.settings))
+    lines.append(command_line(f"vllm serve {shlex.quote(plan.target_source)}", engine.settings))
     return "\n".join(lines) + "\n"
