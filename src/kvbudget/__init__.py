@@ -4,16 +4,8 @@ Plan, split and enforce the KV cache of a target model and its draft (EAGLE3 hea
 layers or a small model) across GPU, host and disk tiers, per rank.
 """
 
-from kvbudget.cache import (
-    BlockHash,
-    BlockId,
-    CacheStats,
-    DraftPrefixPolicy,
-    PoolStats,
-    PreemptMode,
-    RequestId,
-    SpecDecodeCache,
-)
+from typing import TYPE_CHECKING, Any
+
 from kvbudget.cost import CacheCost, CostDetail, WindowGroup, cache_cost, cache_cost_detail
 from kvbudget.dtypes import DType, parse_dtype
 from kvbudget.engines import ENGINES, emit
@@ -45,7 +37,44 @@ from kvbudget.split import BudgetSplit, split_budget
 from kvbudget.units import format_bytes, parse_bytes
 from kvbudget.weights import ParamCounts, WeightsBytes, count_params, weights_bytes
 
+if TYPE_CHECKING:
+    from kvbudget.cache import (
+        BlockHash,
+        BlockId,
+        CacheStats,
+        DraftPrefixPolicy,
+        PoolStats,
+        PreemptMode,
+        RequestId,
+        SpecDecodeCache,
+    )
+
 __version__ = "0.1.0"
+
+# The paged cache is imported when first used, not by `import kvbudget`: planning (the
+# CLI's main job) never loads it.
+_CACHE_NAMES = frozenset(
+    {
+        "BlockHash",
+        "BlockId",
+        "CacheStats",
+        "DraftPrefixPolicy",
+        "PoolStats",
+        "PreemptMode",
+        "RequestId",
+        "SpecDecodeCache",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    """``kvbudget.SpecDecodeCache`` and the other cache names, imported on first use."""
+    if name in _CACHE_NAMES:
+        import kvbudget.cache
+
+        return getattr(kvbudget.cache, name)
+    raise AttributeError(f"module 'kvbudget' has no attribute {name!r}")
+
 
 __all__ = [
     "ENGINES",

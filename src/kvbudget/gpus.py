@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 
 from kvbudget.errors import InvalidArgumentError
 
@@ -90,7 +90,7 @@ def _first_int(cell: str) -> int | None:
 
 
 def _rows() -> dict[str, dict[str, str]]:
-    text = (resources.files("kvbudget") / "data" / "gpus.csv").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parent / "data" / "gpus.csv").read_text(encoding="utf-8")
     return {row["name"]: row for row in csv.DictReader(io.StringIO(text))}
 
 

@@ -4,16 +4,17 @@ plan, and the settings that make each engine allocate it.
 One module per engine (:mod:`~kvbudget.engines.vllm`, :mod:`~kvbudget.engines.sglang`,
 :mod:`~kvbudget.engines.trtllm`), each with its facts cited to the engine's code, the engine
 version it is for, a ``build(plan, inputs)`` that predicts the engine's pools and start-up
-lines, and a ``render(plan, engine_plan)`` that writes the settings.
+lines, and a ``render(plan, engine_plan)`` that writes the settings. An engine's module
+is imported when a plan for that engine is made or emitted, so planning for kvbudget's
+own cache loads none of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import importlib
 from dataclasses import replace
-from types import MappingProxyType
+from types import ModuleType
 
-from kvbudget.engines import sglang, trtllm, vllm
 from kvbudget.engines.facts import ENGINES, EngineFacts
 from kvbudget.engines.inputs import EngineInputs
 from kvbudget.errors import InvalidArgumentError
@@ -21,12 +22,12 @@ from kvbudget.plan_types import EnginePlan, Plan
 
 ENGINE_NAMES: tuple[str, ...] = ("kvbudget", "vllm", "sglang", "trtllm")
 
-_BUILDERS: Mapping[str, Callable[[Plan, EngineInputs], EnginePlan]] = MappingProxyType(
-    {"vllm": vllm.build, "sglang": sglang.build, "trtllm": trtllm.build}
-)
-_RENDERERS: Mapping[str, Callable[[Plan, EnginePlan], str]] = MappingProxyType(
-    {"vllm": vllm.render, "sglang": sglang.render, "trtllm": trtllm.render}
-)
+_MODELLED: tuple[str, ...] = ("vllm", "sglang", "trtllm")  # one module each
+
+
+def _module(engine: str) -> ModuleType:
+    """The engine's module (``build`` and ``render``), imported on first use."""
+    return importlib.import_module(f"kvbudget.engines.{engine}")
 
 
 def with_engine(ledger: Plan, inputs: EngineInputs, engine: str) -> Plan:
@@ -49,7 +50,7 @@ def with_engine(ledger: Plan, inputs: EngineInputs, engine: str) -> Plan:
             max_concurrency=cap.max_concurrency,
         )
         return replace(ledger, engine=own)
-    planned = _BUILDERS[engine](ledger, inputs)
+    planned: EnginePlan = _module(engine).build(ledger, inputs)
     capacity = replace(
         ledger.capacity,
         tokens=planned.gpu_tokens,
@@ -74,9 +75,9 @@ def emit(plan: Plan, engine: str) -> str:
     if not isinstance(plan, Plan):
         raise InvalidArgumentError(f"plan must be a Plan (from kvbudget.plan), got {plan!r}")
     name = engine.lower() if isinstance(engine, str) else None
-    if name not in _RENDERERS:
+    if name not in _MODELLED:
         raise InvalidArgumentError(
-            f"unknown engine {engine!r}; choose one of {', '.join(_RENDERERS)}"
+            f"unknown engine {engine!r}; choose one of {', '.join(_MODELLED)}"
         )
     planned = plan.engine
     if planned is None or planned.name != name:
@@ -85,7 +86,8 @@ def emit(plan: Plan, engine: str) -> str:
             f"this plan was made for engine {made_for}; plan with engine={name!r} "
             f"(kvbudget plan --engine {name}, or --emit {name}) to emit its settings"
         )
-    return _RENDERERS[name](plan, planned)
+    text: str = _module(name).render(plan, planned)
+    return text
 
 
 __all__ = ["ENGINES", "ENGINE_NAMES", "EngineFacts", "EngineInputs", "emit", "with_engine"]
