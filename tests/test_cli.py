@@ -245,6 +245,20 @@ def test_default_command_plans_the_embedded_default() -> None:
     assert data["budget"]["host_bytes"] == 64 * 1024**3
 
 
+def test_narrow_tables_wrap_model_ids_instead_of_cutting_them() -> None:
+    from kvbudget.model import list_presets
+
+    narrow = CliRunner().invoke(app, ["models"], env={"COLUMNS": "60"}, terminal_width=60)
+    assert narrow.exit_code == 0
+    assert "…" not in narrow.stdout
+    # the first column, its wrapped pieces rejoined in order, holds every id whole
+    first = "".join(
+        line.split("│")[1].strip() for line in narrow.stdout.splitlines() if "│" in line
+    )
+    for preset in list_presets():
+        assert preset in first, preset
+
+
 def test_models_and_gpus_list() -> None:
     models = run("models")
     assert models.exit_code == 0 and "deepseek-ai/DeepSeek-V3" in models.stdout

@@ -336,7 +336,9 @@ def models_command(
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table("preset", "layers", "spec auto")
+    table = Table()
+    for col in ("preset", "layers", "spec auto"):
+        table.add_column(col, overflow="fold")  # wrap ids, never cut them
     for row in rows:
         auto = str(row["default_spec"] or "(EAGLE3 head)")
         if row["default_draft"]:
@@ -367,7 +369,9 @@ def gpus_command(
             )
         )
         return
-    table = Table("preset", "GPU", "bytes", "source")
+    table = Table()
+    for col in ("preset", "GPU", "bytes", "source"):
+        table.add_column(col, overflow="fold", justify="right" if col == "bytes" else "left")
     for short, g in zip(list_gpus(), gpus, strict=True):
         table.add_row(short, g.name, format_bytes(g.memory_bytes), g.memory_source)
     Console().print(table)
