@@ -188,8 +188,37 @@ def plan_command(
     ] = 3,
     tp: Annotated[int, typer.Option(metavar="N", help="Tensor parallel size.")] = 1,
     pp: Annotated[int, typer.Option(metavar="N", help="Pipeline parallel size.")] = 1,
+    draft_tp: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Draft tensor parallel size, dividing --tp (vLLM draft_tensor_parallel_size; "
+            "default --tp). The draft's ranks and the others are planned apart.",
+        ),
+    ] = None,
+    dp: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            help="Data-parallel groups, each holding its own sequences: replicas of tp x pp "
+            "ranks, or with --dp-attention the attention groups inside --tp.",
+        ),
+    ] = 1,
+    dp_attention: Annotated[
+        bool,
+        typer.Option(
+            "--dp-attention",
+            help="DeepSeek-style data-parallel attention: --dp groups of --tp/--dp ranks "
+            "each keep only their own sequences' KV (SGLang --enable-dp-attention).",
+        ),
+    ] = False,
+    ep: Annotated[
+        int,
+        typer.Option(metavar="N", help="Expert parallel size: routed experts whole, 1/N each."),
+    ] = 1,
     gpus_per_node: Annotated[
-        int | None, typer.Option(metavar="N", help="Ranks per node (default: min(tp*pp, 8)).")
+        int | None,
+        typer.Option(metavar="N", help="Ranks per node (default: all ranks, at most 8)."),
     ] = None,
     host_memory: Annotated[
         str | None,
@@ -288,6 +317,10 @@ def plan_command(
             max_draft_len=max_draft_len,
             tp=tp,
             pp=pp,
+            draft_tp=draft_tp,
+            dp=dp,
+            dp_attention=dp_attention,
+            ep=ep,
             gpus_per_node=gpus_per_node,
             host_memory=host_memory,
             separate_draft_cache=separate_draft_cache,

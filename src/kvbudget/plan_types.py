@@ -125,6 +125,17 @@ class Capacity:
     max_batch_size: int
     max_concurrency: int  # sequences of max_seq_len (+ lookahead) that fit on the GPU
     max_seq_len_at_batch: int  # longest sequence that fits at max_batch_size
+    kv_groups: int = 1  # data-parallel groups, each holding its own sequences (--dp)
+
+    @property
+    def total_tokens(self) -> int:
+        """GPU tokens of the whole deployment: ``tokens`` in each of ``kv_groups``."""
+        return self.tokens * self.kv_groups
+
+    @property
+    def total_concurrency(self) -> int:
+        """Sequences of the whole deployment: ``max_concurrency`` per DP group."""
+        return self.max_concurrency * self.kv_groups
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +147,7 @@ class StagePlan:
     weights_bytes: int | None
     fixed_bytes: int
     blocks: int
+    tp_ranks: str = "all"  # which TP ranks of the stage: "all", or e.g. "0" and "1-3"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,6 +220,10 @@ class Plan:
     spec_reason: str | None = None  # why spec="auto" chose ``spec``; None when given
     target_path: str | None = None  # absolute folder of a local target config
     draft_path: str | None = None  # absolute folder of a local draft config
+    draft_tp: int | None = None  # the draft's TP size when not ``tp``
+    dp: int = 1  # data-parallel groups (each its own sequences)
+    dp_attention: bool = False  # the dp groups split the tp ranks' attention
+    ep: int = 1  # expert-parallel size
 
     @property
     def target_source(self) -> str:
@@ -249,6 +265,10 @@ class Plan:
             "spec_reason": self.spec_reason,
             "tp": self.tp,
             "pp": self.pp,
+            "draft_tp": self.draft_tp if self.draft_tp is not None else self.tp,
+            "dp": self.dp,
+            "dp_attention": self.dp_attention,
+            "ep": self.ep,
             "pp_stage": self.pp_stage,
             "binding_pp_stage": self.binding_pp_stage,
             "kv_dtype": self.kv_dtype,
@@ -271,7 +291,11 @@ class Plan:
                 "host_memory_bytes": b.host_memory_bytes,
             },
             "managers": [_manager_dict(m) for m in self.managers],
-            "capacity": asdict(self.capacity),
+            "capacity": {
+                **asdict(self.capacity),
+                "total_tokens": self.capacity.total_tokens,
+                "total_concurrency": self.capacity.total_concurrency,
+            },
             "stages": [asdict(stage) for stage in self.stages],
             "warnings": list(self.warnings),
             "engine": None if self.engine is None else self.engine.to_dict(),

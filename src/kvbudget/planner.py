@@ -22,7 +22,7 @@ the last stage (where both managers live) and caps capacity at the binding stage
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 from kvbudget._validate import require_int
@@ -100,7 +100,12 @@ class _Shape:
     pp: int
 
     def detail(
-        self, model: ModelSpec, layers: Literal["model", "mtp", "all"], stage: int, stages: int
+        self,
+        model: ModelSpec,
+        layers: Literal["model", "mtp", "all"],
+        stage: int,
+        stages: int,
+        tp: int | None = None,
     ) -> CostDetail:
         return cache_cost_detail(
             model,
@@ -109,7 +114,7 @@ class _Shape:
             tokens_per_block=self.tokens_per_block,
             max_batch_size=self.reserve_batch,
             max_seq_len=self.max_seq_len,
-            tp=self.tp,
+            tp=self.tp if tp is None else tp,
             pp=stages,
             pp_stage=stage,
             layers=layers,
@@ -200,6 +205,10 @@ def plan(
     max_draft_len: int = 3,
     tp: int = 1,
     pp: int = 1,
+    draft_tp: int | None = None,
+    dp: int = 1,
+    dp_attention: bool = False,
+    ep: int = 1,
     gpus_per_node: int | None = None,
     host_memory: int | str | None = None,
     separate_draft_cache: bool = False,
@@ -247,6 +256,8 @@ def plan(
         )
     require_int("tp", tp, minimum=1)
     require_int("pp", pp, minimum=1)
+    layout = _layout(tp, draft_tp, dp, dp_attention, ep)
+    dtp = layout.draft_tp
     require_int("tokens_per_block", tokens_per_block, minimum=1)
     require_int("max_batch_size", max_batch_size, minimum=1)
     require_int("max_draft_len", max_draft_len, minimum=0)
@@ -313,14 +324,15 @@ def plan(
         ),
         max_seq_len=seq_len,
         lookahead_tokens=0 if spec == "none" else max_draft_len,
-        tp=tp,
+        tp=layout.attention_tp,  # the ranks one sequence's KV is split over
         pp=pp,
     )
     tier_bytes = {
         "host": parse_bytes(host_budget, name="host_budget"),
         "disk": parse_bytes(disk_budget, name="disk_budget"),
     }
-    node_gpus = min(tp * pp, 8) if gpus_per_node is None else gpus_per_node
+    ranks_total = tp * pp * (1 if dp_attention else dp)
+    node_gpus = min(ranks_total, 8) if gpus_per_node is None else gpus_per_node
     require_int("gpus_per_node", node_gpus, minimum=1)
     host_memory_bytes = (
         None if host_memory is None else parse_bytes(host_memory, name="host_memory")
@@ -336,28 +348,61 @@ def plan(
         None if weights_bytes is None else parse_bytes(weights_bytes, name="weights_bytes")
     )
 
-    managers = _managers(shape, spec, target_model, draft_model, separate_draft_cache)
+    if layout.draft_tp != tp and draft_model is None:
+        raise InvalidArgumentError(
+            f"draft_tp applies to a separate draft (an EAGLE3 head or a draft model); "
+            f"--spec {spec} has none (MTP layers run at the target's tp): drop --draft-tp"
+        )
+    if layout.draft_tp != tp and engine_name != "kvbudget":
+        raise InvalidArgumentError(
+            f"--engine {engine_name} is modelled with the draft at the target's tp; plan a "
+            "different draft_tp with --engine kvbudget"
+        )
+    # the draft's KV is split like the target's attention, or over its own draft_tp ranks
+    draft_kv_tp = layout.attention_tp if layout.draft_tp == tp else layout.draft_tp
+    managers = _managers(shape, spec, target_model, draft_model, separate_draft_cache, draft_kv_tp)
     last = pp - 1
 
-    def stage_weights(stage: int) -> int:
+    def stage_weights(stage: int, with_draft: bool = True) -> int:
         if weights_override is not None:
             return weights_override
         total = rank_weights(
-            target_model, tp=tp, pp=pp, pp_stage=stage, include_mtp=spec == "mtp"
+            target_model,
+            tp=tp,
+            pp=pp,
+            pp_stage=stage,
+            include_mtp=spec == "mtp",
+            ep=ep,
+            attention_tp=layout.attention_tp,
         ).total_bytes
-        if draft_model is not None and stage == last:
-            total += rank_weights(draft_model, tp=tp, pp=1, pp_stage=0).total_bytes
+        if draft_model is not None and stage == last and with_draft:
+            total += rank_weights(draft_model, tp=layout.draft_tp, pp=1, pp_stage=0).total_bytes
         return total
 
     stages = [
         _plan_stage(shape, managers, rule, None if not rule.derived else stage_weights(s), s)
         for s in range(pp)
     ]
+    # a draft on fewer TP ranks than the target (draft_tp < tp): the last stage's other
+    # ranks hold the target's shard only; every rank must hold the same tokens
+    target_only: _Stage | None = None
+    if layout.draft_tp != tp:
+        target_only = _plan_stage(
+            shape,
+            managers[:1],
+            rule,
+            None if not rule.derived else stage_weights(last, with_draft=False),
+            last,
+        )
     # a stage with no growing layer (only windows or recurrent state) holds any number
     # of 0-byte blocks: it never binds
     growing_stages = [s for s in range(pp) if any(_cost(m, s).slope for m in managers)]
     binding = min(growing_stages or [last], key=lambda s: (stages[s].blocks, -s))
     blocks = stages[binding].blocks
+    binding_stage = stages[binding]
+    if target_only is not None and target_only.blocks < blocks:
+        binding_stage = target_only  # unusual: the draft-free ranks have less room
+        blocks = target_only.blocks
     report = stages[last]
 
     def tier_split(tier: Tier, stage: int) -> BudgetSplit:
@@ -403,12 +448,15 @@ def plan(
         if (note := rounding_note(value, name=name)) is not None
     ]
     if engine_name == "kvbudget":
-        capacity = _capacity(shape, managers, stages[binding], tier_blocks, warnings)
+        capacity = _capacity(shape, managers, binding_stage, tier_blocks, warnings)
     else:  # the engine model decides what fits; the ledger's own checks do not apply
         try:
-            capacity = _capacity(shape, managers, stages[binding], tier_blocks, [])
+            capacity = _capacity(shape, managers, binding_stage, tier_blocks, [])
         except InfeasibleBudgetError:
-            capacity = _ledger_capacity(shape, stages[binding], tier_blocks)
+            capacity = _ledger_capacity(shape, binding_stage, tier_blocks)
+    capacity = replace(capacity, kv_groups=layout.kv_groups)
+    if ep > 1 and not _has_routed_experts(target_model):
+        warnings.append(f"--ep {ep} changes nothing: {target_model.name} has no routed experts")
     if binding != last:
         warnings.append(
             f"PP stage {binding} binds capacity ({blocks} blocks vs "
@@ -451,6 +499,10 @@ def plan(
         spec=spec,
         tp=tp,
         pp=pp,
+        draft_tp=layout.draft_tp if layout.draft_tp != tp else None,
+        dp=dp,
+        dp_attention=dp_attention,
+        ep=ep,
         pp_stage=last,
         binding_pp_stage=binding,
         kv_dtype=shape.kv_dtype,
@@ -467,8 +519,23 @@ def plan(
                 weights_bytes=st.weights_bytes,
                 fixed_bytes=st.split.fixed_bytes,
                 blocks=st.blocks,
+                tp_ranks="all" if target_only is None or i != last else _ranks_text(0, dtp),
             )
             for i, st in enumerate(stages)
+        )
+        + (
+            ()
+            if target_only is None
+            else (
+                StagePlan(
+                    pp_stage=last,
+                    gpu_bytes=target_only.gpu_bytes,
+                    weights_bytes=target_only.weights_bytes,
+                    fixed_bytes=target_only.split.fixed_bytes,
+                    blocks=target_only.blocks,
+                    tp_ranks=_ranks_text(dtp, tp),
+                ),
+            )
         ),
         warnings=tuple(warnings),
         vocab_size=target_model.vocab_size,
@@ -479,7 +546,7 @@ def plan(
         draft=draft_model,
         spec=spec,
         max_draft_len=shape.lookahead_tokens,
-        tp=tp,
+        tp=layout.attention_tp,  # the engines split one sequence's KV over these ranks
         pp=pp,
         kv_dtype=parse_dtype(shape.kv_dtype),
         state_dtype=parse_dtype(state_dtype, auto=target_model.dtype or "bf16", what="state_dtype"),
@@ -508,8 +575,10 @@ def _managers(
     target: ModelSpec,
     draft: ModelSpec | None,
     separate_draft_cache: bool,
+    draft_tp: int,
 ) -> list[_Manager]:
-    """The managers of ``spec`` with their per-stage costs; draft layers on the last stage."""
+    """The managers of ``spec`` with their per-stage costs; draft layers on the last stage
+    (a draft model's KV split over ``draft_tp`` ranks)."""
     last = shape.pp - 1
     target_layers: Literal["model", "all"] = (
         "all" if spec == "mtp" and not separate_draft_cache else "model"
@@ -525,7 +594,7 @@ def _managers(
         )
     ]
     if draft is not None:
-        draft_detail = shape.detail(draft, "model", 0, 1)
+        draft_detail = shape.detail(draft, "model", 0, 1, tp=draft_tp)
         managers.append(
             _Manager(
                 role="draft",
@@ -656,6 +725,71 @@ def _ledger_capacity(shape: _Shape, binding: _Stage, tier_blocks: dict[str, int]
         max_concurrency=0,
         max_seq_len_at_batch=0,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Layout:
+    """Parallelism of one deployment, checked (see :func:`plan`'s docstring)."""
+
+    tp: int
+    draft_tp: int
+    dp: int
+    dp_attention: bool
+    ep: int
+
+    @property
+    def attention_tp(self) -> int:
+        """Ranks one attention layer (and its KV) is split over."""
+        return self.tp // self.dp if self.dp_attention else self.tp
+
+    @property
+    def kv_groups(self) -> int:
+        """Groups of ranks that each hold their own sequences: the DP size."""
+        return self.dp
+
+
+def _layout(tp: int, draft_tp: int | None, dp: int, dp_attention: bool, ep: int) -> _Layout:
+    require_int("dp", dp, minimum=1)
+    require_int("ep", ep, minimum=1)
+    if not isinstance(dp_attention, bool):
+        raise InvalidArgumentError(f"dp_attention must be True or False, got {dp_attention!r}")
+    dtp = tp if draft_tp is None else require_int("draft_tp", draft_tp, minimum=1)
+    if dtp > tp or tp % dtp:
+        raise InvalidArgumentError(
+            f"draft_tp={dtp} must divide tp={tp} (a draft runs on a subset of the target's "
+            "TP ranks, e.g. draft_tp=1, as vLLM's draft_tensor_parallel_size)"
+        )
+    if dp_attention:
+        if dp < 2 or tp % dp:
+            raise InvalidArgumentError(
+                f"dp_attention splits the tp={tp} ranks into dp attention groups: dp={dp} "
+                f"must be > 1 and divide tp (e.g. --tp 8 --dp 8)"
+            )
+        if dtp != tp:
+            raise InvalidArgumentError(
+                "draft_tp with dp_attention is not modelled: the draft's attention is data "
+                "parallel like the target's; drop --draft-tp"
+            )
+    ranks = tp * (1 if dp_attention else dp)
+    if ep > ranks or ranks % ep:
+        raise InvalidArgumentError(
+            f"ep={ep} must divide the {ranks} ranks one expert group spans (tp"
+            f"{'' if dp_attention else ' x dp'}); e.g. ep={ranks}"
+        )
+    return _Layout(tp=tp, draft_tp=dtp, dp=dp, dp_attention=dp_attention, ep=ep)
+
+
+def _has_routed_experts(model: ModelSpec) -> bool:
+    """Whether ``model`` has routed-expert weights (False when they cannot be counted)."""
+    try:
+        return rank_weights(model).routed_experts_bytes > 0
+    except ConfigError:
+        return False
+
+
+def _ranks_text(start: int, end: int) -> str:
+    """TP ranks ``start .. end - 1`` as text: ``"0"``, ``"1-3"``."""
+    return str(start) if end - start == 1 else f"{start}-{end - 1}"
 
 
 def _engine_name(engine: object) -> str:

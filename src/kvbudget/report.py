@@ -17,8 +17,7 @@ def render_plan(plan: Plan) -> Group:
         ("kvbudget plan: ", "bold"),
         plan.target,
         f"\n  draft: {_draft(plan)}",
-        f"\n  tp={plan.tp} pp={plan.pp}  kv={plan.kv_dtype}  "
-        f"{plan.tokens_per_block} tokens per block",
+        f"\n  {_layout(plan)}  kv={plan.kv_dtype}  {plan.tokens_per_block} tokens per block",
     )
     if plan.pp > 1:
         title.append(f"  (PP stage {plan.pp_stage} shown)")
@@ -36,6 +35,8 @@ def render_plan(plan: Plan) -> Group:
     budget.add_row("KV budget, host", format_bytes(b.host_bytes))
     budget.add_row("KV budget, disk", format_bytes(b.disk_bytes))
     if b.gpus_per_node > 1:
+        node_gpu = format_bytes(b.gpu_bytes * b.gpus_per_node)
+        budget.add_row(f"GPU KV per node ({b.gpus_per_node} ranks)", node_gpu)
         budget.add_row(
             f"host pinned per node ({b.gpus_per_node} ranks)", format_bytes(b.node_host_bytes)
         )
@@ -98,8 +99,25 @@ def render_plan(plan: Plan) -> Group:
             f"tokens per sequence at the full batch of {c.max_batch_size:,}",
             f"{c.max_seq_len_at_batch:,}",
         )
+    if c.kv_groups > 1:
+        cap.add_row(f"tokens on GPU, all {c.kv_groups} DP groups", f"{c.total_tokens:,}")
+        cap.add_row(f"sequences at once, all {c.kv_groups} DP groups", f"{c.total_concurrency:,}")
+    ranks = [st for st in plan.stages if st.tp_ranks != "all"]
+    if ranks:
+        per_rank = Table(title="TP ranks of the last stage", title_justify="left")
+        for col in ("TP ranks", "weights", "KV budget", "blocks"):
+            per_rank.add_column(col, justify="left" if col == "TP ranks" else "right")
+        for st in ranks:
+            per_rank.add_row(
+                st.tp_ranks,
+                "-" if st.weights_bytes is None else format_bytes(st.weights_bytes),
+                format_bytes(st.gpu_bytes),
+                f"{st.blocks:,}",
+            )
 
     parts: list[Table | Text] = [title, budget, source, managers, tiers, cap]
+    if ranks:
+        parts.append(per_rank)
     engine = plan.engine
     if engine is not None and engine.name != "kvbudget":
         parts.append(
@@ -114,6 +132,19 @@ def render_plan(plan: Plan) -> Group:
     for w in plan.warnings:
         parts.append(Text(f"warning: {w}", style="yellow"))
     return Group(*parts)
+
+
+def _layout(plan: Plan) -> str:
+    """``tp=4 pp=1``, with the draft's TP, DP groups and EP when they are set."""
+    parts = [f"tp={plan.tp}", f"pp={plan.pp}"]
+    if plan.draft_tp is not None:
+        parts.append(f"draft_tp={plan.draft_tp}")
+    if plan.dp > 1:
+        attention = f" (attention tp={plan.tp // plan.dp})" if plan.dp_attention else ""
+        parts.append(f"dp={plan.dp}{' dp-attention' if plan.dp_attention else ''}{attention}")
+    if plan.ep > 1:
+        parts.append(f"ep={plan.ep}")
+    return " ".join(parts)
 
 
 def _draft(plan: Plan) -> str:

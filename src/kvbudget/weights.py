@@ -20,7 +20,11 @@ Sharding (vLLM's layers; SGLang and TensorRT-LLM shard the same way):
 * row-parallel linears (o_proj, down_proj, out_proj) split their input columns the same
   way; their biases are replicated;
 * routed experts split each expert's intermediate size: ``ceil(moe_intermediate / tp)``
-  (tensor parallel, no expert parallelism);
+  (tensor parallel); with expert parallelism (``ep > 1``) each rank holds
+  ``ceil(num_experts / ep)`` whole experts instead (vLLM's ``FusedMoE`` with
+  ``enable_expert_parallel``, SGLang's ``--ep-size``);
+* with data-parallel attention (``attention_tp < tp``) the attention weights are split
+  over ``attention_tp`` ranks only (each attention-DP group holds a full copy);
 * vocab-parallel embeddings and lm_head hold ``ceil(pad64(vocab) / tp)`` rows per rank,
   where ``pad64`` rounds the vocabulary up to a multiple of 64 (vLLM's
   ``DEFAULT_VOCAB_PADDING_SIZE``; every preset's vocabulary already is one);
@@ -997,6 +1001,8 @@ def weights_bytes(
     pp_stage: int | None = None,
     include_mtp: bool = False,
     weights_dtype: str = "auto",
+    ep: int = 1,
+    attention_tp: int | None = None,
 ) -> WeightsBytes:
     """Bytes of weights held by one rank, as engines shard them. Pure.
 
@@ -1010,6 +1016,9 @@ def weights_bytes(
             (the config's ``torch_dtype``; gpt-oss's mxfp4 checkpoints, which carry
             none, are bf16 per the openai/gpt-oss README), ``bf16``, ``fp16`` or
             ``fp32``.
+        ep: expert-parallel size: routed experts whole, ``ceil(experts / ep)`` per rank.
+        attention_tp: the tensor-parallel size of attention (``tp / dp`` under
+            data-parallel attention); default ``tp``.
 
     Returns:
         A :class:`WeightsBytes`; the caller owns it. ``total_bytes`` is the figure to
@@ -1025,6 +1034,8 @@ def weights_bytes(
     require_model("model", model)
     require_int("tp", tp, minimum=1)
     require_int("pp", pp, minimum=1)
+    require_int("ep", ep, minimum=1)
+    attn_tp = tp if attention_tp is None else require_int("attention_tp", attention_tp, minimum=1)
     if not isinstance(include_mtp, bool):
         raise InvalidArgumentError(f"include_mtp must be true or false, got {include_mtp!r}")
     if pp_stage is not None:
@@ -1047,13 +1058,18 @@ def weights_bytes(
         stage = _stage_of(model, w.place, stages, pp, include_mtp)
         if stage is None:
             continue
-        rows, cols = w.rank_shape(tp)
+        copies = w.copies
+        if w.expert and ep > 1:  # whole experts, spread over the EP ranks
+            rows, cols = w.rank_shape(1)
+            copies = -(-copies // ep)
+        else:
+            rows, cols = w.rank_shape(attn_tp if w.component == "attention" else tp)
         if quant.converts(w):
             one = quant.bytes_for(rows, cols)
         else:
             one = rows * cols * (_FIXED_BYTES[w.fixed] if w.fixed else plain_bytes)
         key = f"{w.component}_bytes"
-        per_stage[stage][key] = per_stage[stage].get(key, 0) + w.copies * one
+        per_stage[stage][key] = per_stage[stage].get(key, 0) + copies * one
         if tied_copy and w.component == "embeddings":
             last = per_stage[pp - 1]
             last["lm_head_bytes"] = last.get("lm_head_bytes", 0) + w.copies * one
