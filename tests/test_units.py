@@ -99,3 +99,14 @@ def test_sizes_copied_from_logs_round_down_and_say_so() -> None:
     assert rounding_note("1.5GiB", name="x") is None and rounding_note(7, name="x") is None
     # 28 decimals: exact arithmetic, 2^30 + 2^30 x 10^-28 rounds down to 2^30
     assert parse_bytes("1.0000000000000000000000000001GiB") == 1073741824
+
+
+def test_consumer_and_inference_gpus_are_presets() -> None:
+    # deviceQuery CUDA total (GPUS.md, GLS capture, driver 560.35.03)
+    assert get_gpu("rtx-3090").memory_bytes == 25327697920
+    # no measured CUDA total: (46068 MiB - 1024 MiB) x 2^20 = 45044 x 1048576 (ECC on)
+    assert get_gpu("l20").memory_bytes == 47232057344
+    # (12288 - 1024) x 1048576 = 11811160064
+    assert get_gpu("rtx-3060").memory_bytes == 11811160064
+    for name in ("a10", "a40", "rtx-a6000", "h20", "gh200", "gh200-144gb", "a100-pcie-40gb"):
+        assert name in list_gpus()

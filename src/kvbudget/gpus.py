@@ -38,6 +38,12 @@ _MEASURED_CUDA_TOTAL_BYTES: dict[str, int] = {
     "NVIDIA GeForce RTX 4090": 25386352640,
     "NVIDIA GeForce RTX 5090": 33680457728,
     "NVIDIA RTX 6000 Ada Generation": 51002867712,
+    # deviceQuery totals of the rows added from GPUS.md's "Added rows" section
+    "NVIDIA GeForce RTX 3090": 25327697920,
+    "NVIDIA A10": 23595909120,
+    "NVIDIA A40": 47608692736,  # ECC on
+    "NVIDIA RTX A6000": 47834660864,  # ECC on
+    "NVIDIA GH200 96GB HBM3": 101468602368,
 }
 
 # Short preset names (case-insensitive) -> gpus.csv row name.
@@ -65,6 +71,16 @@ _SHORT_NAMES: dict[str, str] = {
     "rtx-5090": "NVIDIA GeForce RTX 5090",
     "rtx-6000-ada": "NVIDIA RTX 6000 Ada Generation",
     "rtx-pro-6000": "NVIDIA RTX PRO 6000 Blackwell",
+    "rtx-3060": "NVIDIA GeForce RTX 3060 12GB",
+    "rtx-3090": "NVIDIA GeForce RTX 3090",
+    "a10": "NVIDIA A10",
+    "a40": "NVIDIA A40",
+    "rtx-a6000": "NVIDIA RTX A6000",
+    "l20": "NVIDIA L20",
+    "h20": "NVIDIA H20 96GB",
+    "gh200": "NVIDIA GH200 96GB HBM3",
+    "gh200-144gb": "NVIDIA GH200 144GB HBM3e",
+    "a100-pcie-40gb": "NVIDIA A100 PCIe 40GB",
     "mi300x": "AMD Instinct MI300X",
     "mi325x": "AMD Instinct MI325X",
     "mi355x": "AMD Instinct MI355X",
