@@ -392,10 +392,10 @@ def test_window_model_concurrency_never_exceeds_its_window_pools() -> None:
 def test_given_kv_budget_larger_than_the_gpu_warns() -> None:
     p = plan(kv_budget="200GiB", gpu="H200", max_seq_len=8192)
     # 200 GiB + weights (8030261248 + 424817664 EAGLE3 params) x 2 B = 16910157824 B
-    # + 4 GiB reserve = 235953489920 B > H200's 150021734400 B
+    # + the non-KV estimate (1.96 GiB) = 217.71 GiB > H200's 150021734400 B (139.72 GiB)
     (warning,) = [w for w in p.warnings if "--kv-budget" in w]
-    assert "219.75 GiB per rank" in warning and "139.72 GiB" in warning
-    # 40 GiB + 15.75 GiB + 4 GiB fits in 139.72 GiB: no warning
+    assert "217.71 GiB per rank" in warning and "139.72 GiB" in warning
+    # 40 GiB + 15.75 GiB + 1.96 GiB fits in 139.72 GiB: no warning
     assert not any("--kv-budget" in w for w in plan(kv_budget="40GiB", gpu="H200").warnings)
 
 

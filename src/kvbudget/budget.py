@@ -1,12 +1,22 @@
 """The GPU KV budget of one rank: given, or derived from device memory and weights.
 
-Two semantics, and a plan says which one it used:
+A plan says which way it went:
 
 * **given**: ``--kv-budget`` bytes per rank, taken as is;
-* **derived**: ``floor((device memory - weights on the rank - reserve) x fraction)``.
-  The fraction applies to what is free after weights and the runtime reserve, as
-  TensorRT-LLM's ``free_gpu_memory_fraction`` does (vLLM's ``gpu_memory_utilization`` is
-  instead a fraction of *total* memory; see :mod:`kvbudget.engines`).
+* **derived**, from the device's memory ``M``, the weights on the rank ``W`` and the
+  memory that is neither (``N``: activations, CUDA graphs, runtime;
+  :mod:`kvbudget.memory`, or ``--reserve`` for all of it), with one engine's knob and
+  its semantics:
+
+  - ``memory_fraction F`` (TensorRT-LLM's ``free_gpu_memory_fraction``, the default,
+    0.9): ``floor((M - W - N) x F)``, a share of what is free after weights and a
+    forward pass;
+  - ``gpu_memory_utilization F`` (vLLM): ``floor(F x M) - W - N``, a share of the
+    total for everything (vLLM subtracts its measured peak activation, non-torch memory
+    and, since 0.21, its CUDA-graph estimate);
+  - ``mem_fraction_static F`` (SGLang): ``floor(F x (M - runtime)) - W``, a share of the
+    memory free before weights load for weights and KV pools; activations and CUDA
+    graphs must fit in the rest, and a warning says when they would not.
 
 The budget knows devices and ledgers, not blocks.
 """
@@ -15,20 +25,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Literal
 
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.gpus import get_gpu
+from kvbudget.memory import NonKvMemory
 from kvbudget.units import format_bytes, parse_bytes
 
+MemoryRule = Literal["memory_fraction", "gpu_memory_utilization", "mem_fraction_static"]
 
-def parse_fraction(value: float | str) -> Fraction:
+
+def parse_fraction(value: float | str, name: str = "memory_fraction") -> Fraction:
     """``value`` as an exact fraction in (0, 1]; raises InvalidArgumentError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InvalidArgumentError(f"{name} must be a number in (0, 1], got {value!r}")
     try:
         frac = Fraction(str(value))
     except (ValueError, ZeroDivisionError):
-        raise InvalidArgumentError(f"memory_fraction must be a number, got {value!r}") from None
+        raise InvalidArgumentError(f"{name} must be a number, got {value!r}") from None
     if not 0 < frac <= 1:
-        raise InvalidArgumentError(f"memory_fraction must be in (0, 1], got {value}")
+        raise InvalidArgumentError(f"{name} must be in (0, 1], got {value}")
     return frac
 
 
@@ -39,9 +55,10 @@ class GpuBudgetRule:
     given_bytes: int | None
     memory_bytes: int | None
     gpu_name: str | None
-    reserve_bytes: int
+    reserve_bytes: int | None  # --reserve: all non-KV memory, instead of the estimate
     fraction: Fraction
     fraction_text: str
+    rule: MemoryRule = "memory_fraction"
 
     @property
     def derived(self) -> bool:
@@ -52,29 +69,54 @@ class GpuBudgetRule:
         """The semantics in words, for reports."""
         if self.given_bytes is not None:
             return "given (--kv-budget), per rank"
-        return (
-            f"(GPU memory - weights - reserve) x {self.fraction_text}: the fraction of memory "
-            "free after weights and runtime reserve (TensorRT-LLM free_gpu_memory_fraction "
-            "semantics), per rank"
+        f = self.fraction_text
+        return {
+            "memory_fraction": f"(GPU memory - weights - non-KV memory) x {f}: the share of "
+            "memory free after weights and a forward pass (TensorRT-LLM "
+            "free_gpu_memory_fraction semantics), per rank",
+            "gpu_memory_utilization": f"GPU memory x {f} - weights - non-KV memory (vLLM "
+            "--gpu-memory-utilization semantics), per rank",
+            "mem_fraction_static": f"(GPU memory - runtime) x {f} - weights (SGLang "
+            "--mem-fraction-static semantics: weights and KV pools), per rank",
+        }[self.rule]
+
+    def non_kv(self, estimate: NonKvMemory) -> NonKvMemory:
+        """``estimate``, or ``--reserve`` as the whole of it when given."""
+        if self.reserve_bytes is None:
+            return estimate
+        return NonKvMemory(
+            activation_bytes=self.reserve_bytes,
+            draft_activation_bytes=0,
+            cuda_graph_bytes=0,
+            runtime_bytes=0,
+            source="given (--reserve): all non-KV memory",
         )
 
-    def kv_bytes(self, weights_bytes: int, *, pp_stage: int = 0) -> int:
-        """KV bytes for a rank holding ``weights_bytes`` of weights.
+    def kv_bytes(self, weights_bytes: int, non_kv: NonKvMemory, *, pp_stage: int = 0) -> int:
+        """KV bytes for a rank holding ``weights_bytes`` of weights and ``non_kv`` (as
+        :meth:`non_kv` returned it).
 
-        Raises InfeasibleBudgetError when weights and reserve fill the device.
+        Raises InfeasibleBudgetError when weights and the rest fill the device.
         """
         if self.given_bytes is not None:
             return self.given_bytes
         assert self.memory_bytes is not None
-        free = self.memory_bytes - weights_bytes - self.reserve_bytes
-        if free <= 0:
+        memory, frac = self.memory_bytes, self.fraction
+        if self.rule == "gpu_memory_utilization":
+            kv = int(memory * frac) - weights_bytes - non_kv.total_bytes
+        elif self.rule == "mem_fraction_static":
+            kv = int((memory - non_kv.runtime_bytes) * frac) - weights_bytes
+        else:
+            kv = int(max(0, memory - weights_bytes - non_kv.total_bytes) * frac)
+        if kv <= 0:
             raise InfeasibleBudgetError(
-                f"weights {format_bytes(weights_bytes)} + reserve "
-                f"{format_bytes(self.reserve_bytes)} on PP stage {pp_stage} leave nothing of "
-                f"the GPU's {format_bytes(self.memory_bytes)} for the KV cache; raise "
-                "--tp/--pp, use a quantized checkpoint, a larger --gpu, or lower --reserve"
+                f"weights {format_bytes(weights_bytes)} + non-KV memory "
+                f"{format_bytes(non_kv.total_bytes)} on PP stage {pp_stage} leave nothing of "
+                f"the GPU's {format_bytes(memory)} for the KV cache under "
+                f"{self.rule}={self.fraction_text}; raise --tp/--pp or the fraction, use a "
+                "quantized checkpoint, a larger --gpu, or lower --max-num-batched-tokens"
             )
-        return int(free * self.fraction)
+        return kv
 
 
 def gpu_budget_rule(
@@ -82,14 +124,18 @@ def gpu_budget_rule(
     kv_budget: int | str | None,
     gpu: str | None,
     gpu_memory: int | str | None,
-    reserve: int | str,
-    memory_fraction: float | str,
+    reserve: int | str | None,
+    memory_fraction: float | str | None,
+    gpu_memory_utilization: float | str | None = None,
+    mem_fraction_static: float | str | None = None,
 ) -> GpuBudgetRule:
     """Resolve the GPU budget arguments of :func:`kvbudget.plan` into a rule.
 
     ``gpu_memory`` wins over ``gpu``; ``kv_budget`` wins over both for the budget (the
-    device is still reported). Raises InvalidArgumentError for bad sizes, an unknown GPU,
-    or no way to obtain a budget.
+    device is still reported). At most one of ``memory_fraction``,
+    ``gpu_memory_utilization`` and ``mem_fraction_static`` is given (default:
+    ``memory_fraction=0.9``). Raises InvalidArgumentError for bad sizes, an unknown GPU,
+    two fractions, or no way to obtain a budget.
     """
     given = None if kv_budget is None else parse_bytes(kv_budget, name="kv_budget")
     memory: int | None = None
@@ -103,11 +149,27 @@ def gpu_budget_rule(
         raise InvalidArgumentError(
             "give a GPU budget: --kv-budget BYTES, --gpu NAME or --gpu-memory BYTES"
         )
+    chosen = [
+        (rule, value)
+        for rule, value in (
+            ("memory_fraction", memory_fraction),
+            ("gpu_memory_utilization", gpu_memory_utilization),
+            ("mem_fraction_static", mem_fraction_static),
+        )
+        if value is not None
+    ]
+    if len(chosen) > 1:
+        names = " and ".join(f"--{r.replace('_', '-')}" for r, _ in chosen)
+        raise InvalidArgumentError(
+            f"{names} are different engines' ways to size the KV cache; give one of them"
+        )
+    rule, value = chosen[0] if chosen else ("memory_fraction", 0.9)
     return GpuBudgetRule(
         given_bytes=given,
         memory_bytes=memory,
         gpu_name=name,
-        reserve_bytes=parse_bytes(reserve, name="reserve"),
-        fraction=parse_fraction(memory_fraction),
-        fraction_text=str(memory_fraction),
+        reserve_bytes=None if reserve is None else parse_bytes(reserve, name="reserve"),
+        fraction=parse_fraction(value, rule),
+        fraction_text=str(value),
+        rule=rule,  # type: ignore[arg-type]
     )

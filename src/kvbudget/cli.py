@@ -25,8 +25,6 @@ from kvbudget.planner import (
     DEFAULT_GPU,
     DEFAULT_HOST_BUDGET,
     DEFAULT_MAX_BATCH_SIZE,
-    DEFAULT_MEMORY_FRACTION,
-    DEFAULT_RESERVE,
     DEFAULT_TARGET,
     EAGLE3_DRAFTS,
     SPEC_MODES,
@@ -73,11 +71,24 @@ def _run(action: Callable[[], T]) -> T:
     try:
         return action()
     except KvBudgetError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {_as_flags(str(exc))}", err=True)
         raise typer.Exit(2) from None
     except OSError as exc:
         typer.echo(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
         raise typer.Exit(2) from None
+
+
+def _as_flags(message: str) -> str:
+    """A library message with its parameter names (``memory_fraction must be ...``) as
+    the flags a CLI user types (``--memory-fraction must be ...``)."""
+    import inspect
+    import re
+
+    from kvbudget.planner import plan
+
+    names = [n for n in inspect.signature(plan).parameters if "_" in n]
+    pattern = re.compile(r"(?<![\w\-.'])(" + "|".join(names) + r")(?=[ =:])")
+    return pattern.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
 
 
 def _raise(exc: Exception) -> Callable[[], None]:
@@ -116,7 +127,7 @@ def plan_command(
         typer.Option(
             metavar="BYTES",
             help="GPU KV budget per rank (e.g. 40GiB), taken as is instead of deriving it "
-            "from --gpu memory - weights - reserve.",
+            "from --gpu memory, weights and the non-KV memory estimate.",
         ),
     ] = None,
     host_budget: Annotated[
@@ -133,16 +144,51 @@ def plan_command(
         str | None, typer.Option(metavar="BYTES", help="GPU memory per device; overrides --gpu.")
     ] = None,
     memory_fraction: Annotated[
-        float,
+        str | None,
         typer.Option(
             metavar="FRACTION",
-            help="Share of the memory left after weights and --reserve that goes to KV "
-            "(TensorRT-LLM free_gpu_memory_fraction semantics).",
+            help="Share of the memory free after weights and non-KV memory that goes to KV "
+            "(TensorRT-LLM free_gpu_memory_fraction semantics; the default, 0.9).",
         ),
-    ] = DEFAULT_MEMORY_FRACTION,
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FRACTION",
+            help="vLLM's knob: share of total GPU memory for everything; KV gets what "
+            "weights and non-KV memory leave of it.",
+        ),
+    ] = None,
+    mem_fraction_static: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FRACTION",
+            help="SGLang's knob: share of the memory free before loading that holds weights "
+            "and KV pools.",
+        ),
+    ] = None,
     reserve: Annotated[
-        str, typer.Option(metavar="BYTES", help="Activation/runtime reserve per rank.")
-    ] = DEFAULT_RESERVE,
+        str | None,
+        typer.Option(metavar="BYTES", help="All non-KV memory per rank, instead of the estimate."),
+    ] = None,
+    activation_bytes: Annotated[
+        str | None,
+        typer.Option(
+            metavar="BYTES",
+            help="Peak activations of a forward pass (default: estimated from the model "
+            "and --max-num-batched-tokens).",
+        ),
+    ] = None,
+    cuda_graph_bytes: Annotated[
+        str | None,
+        typer.Option(metavar="BYTES", help="CUDA graph pool (default: estimated; 0: eager)."),
+    ] = None,
+    runtime_bytes: Annotated[
+        str | None,
+        typer.Option(
+            metavar="BYTES", help="Memory outside PyTorch: NCCL, workspaces (default: estimated)."
+        ),
+    ] = None,
     weights_bytes: Annotated[
         str | None,
         typer.Option(metavar="BYTES", help="Weight bytes per rank; overrides the estimate."),
@@ -307,7 +353,12 @@ def plan_command(
             gpu=gpu,
             gpu_memory=gpu_memory,
             memory_fraction=memory_fraction,
+            gpu_memory_utilization=gpu_memory_utilization,
+            mem_fraction_static=mem_fraction_static,
             reserve=reserve,
+            activation_bytes=activation_bytes,
+            cuda_graph_bytes=cuda_graph_bytes,
+            runtime_bytes=runtime_bytes,
             weights_bytes=weights_bytes,
             kv_dtype=kv_dtype,
             state_dtype=state_dtype,

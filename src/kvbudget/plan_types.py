@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from kvbudget.cost import WindowGroup
+from kvbudget.memory import NonKvMemory
 from kvbudget.split import Tier
 
 Role = Literal["target", "draft"]
@@ -95,6 +96,8 @@ class Budget:
     memory_fraction: float | None = None
     gpus_per_node: int = 1
     host_memory_bytes: int | None = None
+    memory_rule: str | None = None  # memory_fraction / gpu_memory_utilization / ...
+    non_kv: NonKvMemory | None = None  # the parts a derived budget left out
 
     @property
     def node_host_bytes(self) -> int:
@@ -280,7 +283,18 @@ class Plan:
                 "disk_bytes": b.disk_bytes,
                 "weights_bytes": b.weights_bytes,
                 "reserve_bytes": b.reserve_bytes,
+                "memory_rule": b.memory_rule,
                 "memory_fraction": b.memory_fraction,
+                "non_kv": None
+                if b.non_kv is None
+                else {
+                    "activation_bytes": b.non_kv.activation_bytes,
+                    "draft_activation_bytes": b.non_kv.draft_activation_bytes,
+                    "cuda_graph_bytes": b.non_kv.cuda_graph_bytes,
+                    "runtime_bytes": b.non_kv.runtime_bytes,
+                    "total_bytes": b.non_kv.total_bytes,
+                    "source": b.non_kv.source,
+                },
                 "gpu_name": b.gpu_name,
                 "gpu_memory_bytes": b.gpu_memory_bytes,
                 "gpu_source": b.gpu_source,

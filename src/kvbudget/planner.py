@@ -27,11 +27,12 @@ from typing import Literal, get_args
 
 from kvbudget._validate import require_int
 from kvbudget.budget import GpuBudgetRule, gpu_budget_rule
-from kvbudget.cost import CacheCost, CostDetail, cache_cost_detail
+from kvbudget.cost import CacheCost, CostDetail, cache_cost_detail, pp_stage_layers
 from kvbudget.dtypes import parse_dtype
 from kvbudget.engines import ENGINE_NAMES, with_engine
 from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS, EngineInputs
 from kvbudget.errors import ConfigError, InfeasibleBudgetError, InvalidArgumentError
+from kvbudget.memory import NonKvMemory, estimate_non_kv
 from kvbudget.model import ModelSpec, load_model
 from kvbudget.plan_types import (
     Budget,
@@ -82,6 +83,7 @@ class _Stage:
     weights_bytes: int | None
     split: BudgetSplit
     blocks: int  # common GPU blocks of the growing layers on this stage
+    non_kv: NonKvMemory | None = None  # what the derived budget left out (None: given)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,8 +196,13 @@ def plan(
     disk_budget: int | str = 0,
     gpu: str | None = DEFAULT_GPU,
     gpu_memory: int | str | None = None,
-    memory_fraction: float | str = DEFAULT_MEMORY_FRACTION,
-    reserve: int | str = DEFAULT_RESERVE,
+    memory_fraction: float | str | None = None,
+    gpu_memory_utilization: float | str | None = None,
+    mem_fraction_static: float | str | None = None,
+    reserve: int | str | None = None,
+    activation_bytes: int | str | None = None,
+    cuda_graph_bytes: int | str | None = None,
+    runtime_bytes: int | str | None = None,
     weights_bytes: int | str | None = None,
     kv_dtype: str = "auto",
     state_dtype: str = "auto",
@@ -343,7 +350,34 @@ def plan(
         gpu_memory=gpu_memory,
         reserve=reserve,
         memory_fraction=memory_fraction,
+        gpu_memory_utilization=gpu_memory_utilization,
+        mem_fraction_static=mem_fraction_static,
     )
+    overrides = {
+        name: None if value is None else parse_bytes(value, name=name)
+        for name, value in (
+            ("activation_bytes", activation_bytes),
+            ("cuda_graph_bytes", cuda_graph_bytes),
+            ("runtime_bytes", runtime_bytes),
+        )
+    }
+    stage_layers = pp_stage_layers(target_model.num_layers, pp)
+
+    def stage_non_kv(stage: int, with_draft: bool = True) -> NonKvMemory:
+        estimate = estimate_non_kv(
+            target_model,
+            draft_model if with_draft and stage == pp - 1 else None,
+            eagle3=spec == "eagle3",
+            tp=layout.attention_tp,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_batch_size=max_batch_size,
+            num_layers=len(stage_layers[stage]),
+        )
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if given:
+            estimate = replace(estimate, **given, source="estimate, parts given")
+        return rule.non_kv(estimate)
+
     weights_override = (
         None if weights_bytes is None else parse_bytes(weights_bytes, name="weights_bytes")
     )
@@ -380,7 +414,14 @@ def plan(
         return total
 
     stages = [
-        _plan_stage(shape, managers, rule, None if not rule.derived else stage_weights(s), s)
+        _plan_stage(
+            shape,
+            managers,
+            rule,
+            None if not rule.derived else stage_weights(s),
+            stage_non_kv(s),
+            s,
+        )
         for s in range(pp)
     ]
     # a draft on fewer TP ranks than the target (draft_tp < tp): the last stage's other
@@ -392,6 +433,7 @@ def plan(
             managers[:1],
             rule,
             None if not rule.derived else stage_weights(last, with_draft=False),
+            stage_non_kv(last, with_draft=False),
             last,
         )
     # a stage with no growing layer (only windows or recurrent state) holds any number
@@ -467,7 +509,18 @@ def plan(
     except ConfigError:
         weights = None  # a config too sparse to count weights: a given budget still plans
     if not rule.derived and rule.memory_bytes is not None and weights is not None:
-        _check_given_budget(rule, weights, warnings)
+        _check_given_budget(rule, weights, stage_non_kv(last).total_bytes, warnings)
+    if rule.derived and rule.rule == "mem_fraction_static" and report.non_kv is not None:
+        assert rule.memory_bytes is not None and report.weights_bytes is not None
+        slack = rule.memory_bytes - report.weights_bytes - report.gpu_bytes
+        need = report.non_kv.total_bytes
+        if need > slack:
+            warnings.append(
+                f"--mem-fraction-static {rule.fraction_text} leaves {format_bytes(slack)} "
+                f"outside weights and KV, less than the {format_bytes(need)} of activations, "
+                "CUDA graphs and runtime estimated: lower the fraction or "
+                "--max-num-batched-tokens"
+            )
     if tier_bytes["host"] and not growing:
         warnings.append("the host tier holds growing-layer blocks only; this model has none")
     if host_memory_bytes is not None and tier_bytes["host"] * node_gpus > host_memory_bytes:
@@ -486,8 +539,10 @@ def plan(
         gpu_name=rule.gpu_name,
         gpu_memory_bytes=rule.memory_bytes,
         weights_bytes=report.weights_bytes,
-        reserve_bytes=rule.reserve_bytes if rule.derived else None,
+        reserve_bytes=None if report.non_kv is None else report.non_kv.total_bytes,
         memory_fraction=float(rule.fraction) if rule.derived else None,
+        memory_rule=rule.rule if rule.derived else None,
+        non_kv=report.non_kv,
         gpus_per_node=node_gpus,
         host_memory_bytes=host_memory_bytes,
     )
@@ -621,10 +676,11 @@ def _plan_stage(
     managers: list[_Manager],
     rule: GpuBudgetRule,
     weights: int | None,
+    non_kv: NonKvMemory,
     stage: int,
 ) -> _Stage:
     """Split one stage's GPU budget and count the whole blocks every manager holds."""
-    budget = rule.kv_bytes(weights or 0, pp_stage=stage)
+    budget = rule.kv_bytes(weights or 0, non_kv, pp_stage=stage)
     target = _cost(managers[0], stage)
     draft = _cost(managers[1], stage) if len(managers) > 1 else CacheCost(0)
     try:
@@ -632,7 +688,13 @@ def _plan_stage(
     except InfeasibleBudgetError:
         raise _infeasible_fixed(budget, managers, stage, shape) from None
     blocks = _common_blocks(managers, stage, (split.target, split.draft), shape.tokens_per_block)
-    return _Stage(gpu_bytes=budget, weights_bytes=weights, split=split, blocks=blocks)
+    return _Stage(
+        gpu_bytes=budget,
+        weights_bytes=weights,
+        split=split,
+        blocks=blocks,
+        non_kv=non_kv if rule.derived else None,
+    )
 
 
 def _capacity(
@@ -898,14 +960,16 @@ def _infeasible_fixed(
     )
 
 
-def _check_given_budget(rule: GpuBudgetRule, weights: int, warnings: list[str]) -> None:
-    """Warn when a given --kv-budget plus weights and reserve overflow the named GPU."""
+def _check_given_budget(
+    rule: GpuBudgetRule, weights: int, non_kv: int, warnings: list[str]
+) -> None:
+    """Warn when a given --kv-budget plus weights and non-KV memory overflow the GPU."""
     assert rule.given_bytes is not None and rule.memory_bytes is not None
-    need = rule.given_bytes + weights + rule.reserve_bytes
+    need = rule.given_bytes + weights + non_kv
     if need > rule.memory_bytes:
         warnings.append(
             f"--kv-budget {format_bytes(rule.given_bytes)} + weights {format_bytes(weights)} + "
-            f"reserve {format_bytes(rule.reserve_bytes)} = {format_bytes(need)} per rank is more "
+            f"non-KV memory {format_bytes(non_kv)} = {format_bytes(need)} per rank is more "
             f"than the {format_bytes(rule.memory_bytes)} of {rule.gpu_name} (--gpu/--gpu-memory); "
             "lower --kv-budget, or name the GPU you run on"
         )

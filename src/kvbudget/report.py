@@ -29,8 +29,15 @@ def render_plan(plan: Plan) -> Group:
     if b.gpu_memory_bytes is not None and b.weights_bytes is not None:
         budget.add_row(f"GPU memory ({b.gpu_name})", format_bytes(b.gpu_memory_bytes))
         budget.add_row("weights on this rank", format_bytes(b.weights_bytes))
-        if b.reserve_bytes is not None:
-            budget.add_row("activation/runtime reserve", format_bytes(b.reserve_bytes))
+        nk = b.non_kv
+        if nk is not None and nk.source.startswith("given (--reserve)"):
+            budget.add_row("non-KV memory (--reserve)", format_bytes(nk.total_bytes))
+        elif nk is not None:
+            budget.add_row("activations (one forward pass)", format_bytes(nk.activation_bytes))
+            if nk.draft_activation_bytes:
+                budget.add_row("draft activations", format_bytes(nk.draft_activation_bytes))
+            budget.add_row("CUDA graphs", format_bytes(nk.cuda_graph_bytes))
+            budget.add_row("runtime (NCCL, workspaces)", format_bytes(nk.runtime_bytes))
     budget.add_row("KV budget, GPU", format_bytes(b.gpu_bytes))
     budget.add_row("KV budget, host", format_bytes(b.host_bytes))
     budget.add_row("KV budget, disk", format_bytes(b.disk_bytes))
