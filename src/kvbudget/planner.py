@@ -53,8 +53,6 @@ SPEC_MODES: tuple[str, ...] = get_args(SpecMode)
 DEFAULT_TARGET = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_GPU = "H200"
 DEFAULT_HOST_BUDGET = 0  # no engine offloads to host memory unless asked
-DEFAULT_RESERVE = "4GiB"
-DEFAULT_MEMORY_FRACTION = 0.9
 DEFAULT_MAX_BATCH_SIZE = 256
 
 # EAGLE3 heads shipped as presets, by the target they were trained for.
@@ -232,10 +230,19 @@ def plan(
     with its EAGLE3 head on one H200, no host tier (``host_budget`` 0: no engine offloads
     unless asked).
 
-    The GPU budget per rank is ``kv_budget`` when given; otherwise
-    ``floor((gpu memory - weights on the rank - reserve) x memory_fraction)`` (the
-    fraction applies to what is free after weights and the runtime reserve, as
-    TensorRT-LLM's ``free_gpu_memory_fraction``).
+    The GPU budget per rank is ``kv_budget`` when given; otherwise it is derived from the
+    GPU's memory, the weights on the rank and the memory that is neither (activations at
+    ``max_num_batched_tokens``, CUDA graphs, runtime: :mod:`kvbudget.memory`; each part
+    can be given as ``activation_bytes``, ``cuda_graph_bytes``, ``runtime_bytes``, or all
+    of it as ``reserve``), under one engine's knob: ``memory_fraction`` (TensorRT-LLM's
+    ``free_gpu_memory_fraction``, the default 0.9), ``gpu_memory_utilization`` (vLLM) or
+    ``mem_fraction_static`` (SGLang); :mod:`kvbudget.budget` gives their formulas.
+
+    Parallelism: ``tp``, ``pp``; ``draft_tp`` (a draft on fewer TP ranks: each kind of
+    rank is planned, the tighter sets capacity); ``dp`` data-parallel groups, with
+    ``dp_attention`` inside the ``tp`` ranks (attention split ``tp / dp`` ways); ``ep``
+    routed experts whole over ``ep`` ranks. ``capacity`` is per rank;
+    ``capacity.total_tokens`` adds up the DP groups.
 
     ``engine`` picks whose cache is planned: ``"kvbudget"`` (the project's own
     :class:`~kvbudget.SpecDecodeCache`: window pools and recurrent states reserved for
