@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -507,3 +508,26 @@ def test_a_size_copied_from_a_log_is_rounded_down_with_a_warning() -> None:
     # 23.58 x 2^30 = 25318832209.92 -> 25318832209 bytes
     assert p.budget.gpu_bytes == 25318832209
     assert any("kv_budget '23.58 GiB'" in w and "rounded down" in w for w in p.warnings)
+
+
+def test_a_draft_with_a_shorter_context_warns_with_the_number() -> None:
+    p = plan(kv_budget="40GiB", max_seq_len=8192)  # the Llama-3.1-8B EAGLE3 head
+    (warning,) = [w for w in p.warnings if "trained on" in w]
+    assert "2,048 positions" in warning and "max_seq_len 8,192" in warning
+    assert not any("trained on" in w for w in plan(kv_budget="40GiB", max_seq_len=2048).warnings)
+
+
+def test_a_draft_with_another_vocabulary_warns(tmp_path: Any) -> None:
+    import json
+
+    from kvbudget.model import _preset_dir
+
+    config = json.loads((_preset_dir() / "meta-llama--Llama-3.2-1B-Instruct.json").read_text())
+    config["vocab_size"] = 128000  # a padded (or another) tokenizer's table
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    p = plan(
+        "meta-llama/Llama-3.1-8B-Instruct", str(tmp_path), spec="draft-target",
+        kv_budget="40GiB", max_seq_len=8192,
+    )  # fmt: skip
+    (warning,) = [w for w in p.warnings if "vocab_size" in w]
+    assert "128,000" in warning and "128,256" in warning

@@ -168,12 +168,6 @@ def _resolve_draft(spec: str, target: ModelSpec, draft: str | ModelSpec | None) 
             raise InvalidArgumentError(
                 f"{model.name} is an EAGLE3 head, not a draft model; use --spec eagle3 with it"
             )
-        if model.vocab_size != target.vocab_size:
-            raise InvalidArgumentError(
-                f"draft {model.name} has vocab_size {model.vocab_size} but target "
-                f"{target.name} has {target.vocab_size}; draft-target needs the same "
-                "vocabulary (pick a draft from the target's family)"
-            )
         return model
     if draft is not None:
         raise InvalidArgumentError(f"spec {spec} uses no draft model; drop --draft")
@@ -182,6 +176,27 @@ def _resolve_draft(spec: str, target: ModelSpec, draft: str | ModelSpec | None) 
             f"{target.name} has no MTP layers (num_nextn_predict_layers); choose another --spec"
         )
     return None
+
+
+def _draft_warnings(target: ModelSpec, draft: ModelSpec | None, seq_len: int) -> list[str]:
+    """What to know about a draft next to ``target`` at ``seq_len`` tokens. Pure."""
+    if draft is None:
+        return []
+    warnings = []
+    if not draft.is_eagle3 and draft.vocab_size != target.vocab_size:
+        warnings.append(
+            f"draft {draft.name} has vocab_size {draft.vocab_size:,}, target {target.name} "
+            f"{target.vocab_size:,}: the target reads the draft's token ids as its own, "
+            "right when both pad one tokenizer (Qwen2.5-0.5B's 151,936 next to Qwen2.5-7B's "
+            "152,064), wrong for another family's tokenizer"
+        )
+    if draft.max_position_embeddings < seq_len:
+        warnings.append(
+            f"draft {draft.name} was trained on {draft.max_position_embeddings:,} positions, "
+            f"fewer than max_seq_len {seq_len:,}: past them its proposals (and acceptance) "
+            "may degrade; its KV is planned for the full length"
+        )
+    return warnings
 
 
 def plan(
@@ -496,6 +511,7 @@ def plan(
         )
         if (note := rounding_note(value, name=name)) is not None
     ]
+    warnings += _draft_warnings(target_model, draft_model, seq_len)
     if engine_name == "kvbudget":
         capacity = _capacity(shape, managers, binding_stage, tier_blocks, warnings)
     else:  # the engine model decides what fits; the ledger's own checks do not apply
