@@ -147,14 +147,7 @@ def test_infeasible_plan_exits_nonzero_with_one_line() -> None:
         ("--target", "no/such-model"),
         ("--gpu", "H900"),
         ("--kv-dtype", "fp6"),
-        (
-            "--spec",
-            "draft-target",
-            "--target",
-            "Qwen/Qwen3-8B",
-            "--draft",
-            "meta-llama/Llama-3.2-1B-Instruct",
-        ),
+        ("--spec", "draft-target", "--draft", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
         ("--emit", "tgi"),
         ("--target", "/no/such/config.json"),
     ],
@@ -165,6 +158,14 @@ def test_bad_input_is_one_line_and_nonzero(args: tuple[str, ...]) -> None:
     assert result.stderr.startswith("error: ")
     assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.output
+
+
+def test_a_draft_of_another_family_plans_with_a_warning() -> None:
+    data = plan_json(
+        "--kv-budget", "40GiB", "--spec", "draft-target", "--target", "Qwen/Qwen3-8B",
+        "--draft", "meta-llama/Llama-3.2-1B-Instruct", "--max-seq-len", "8192",
+    )  # fmt: skip
+    assert any("vocab_size 128,256" in w and "151,936" in w for w in data["warnings"])
 
 
 def test_malformed_config_file_names_the_file(tmp_path: Path) -> None:
