@@ -138,9 +138,10 @@ def test_draft_target_uses_the_drafts_own_geometry() -> None:
     assert p.capacity.tokens == 8192 * 32
 
 
-def test_draft_target_rejects_a_different_vocabulary() -> None:
-    with pytest.raises(InvalidArgumentError, match="vocab_size"):
-        plan("Qwen/Qwen3-8B", LLAMA1B, spec="draft-target", kv_budget="40GiB")
+def test_draft_target_with_a_different_vocabulary_warns() -> None:
+    # another family's tokenizer: planned (the bytes are right), with a warning
+    p = plan("Qwen/Qwen3-8B", LLAMA1B, spec="draft-target", kv_budget="40GiB")
+    assert any("vocab_size 128,256" in w for w in p.warnings)
 
 
 def test_tp8_shards_kv_heads() -> None:
