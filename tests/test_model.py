@@ -548,7 +548,10 @@ def test_head_dim_not_derivable(tmp_path: Path) -> None:
 
 
 def test_unknown_model_type(tmp_path: Path) -> None:
-    path = write_config(tmp_path, tiny_llama(model_type="rwkv"))
+    # RWKV's config has no attention heads: not readable as a generic decoder
+    cfg = tiny_llama(model_type="rwkv")
+    del cfg["num_attention_heads"]
+    path = write_config(tmp_path, cfg)
     with pytest.raises(UnsupportedArchitectureError) as info:
         load_model(path)
     assert_typed(info.value)
@@ -656,3 +659,49 @@ def test_raw_config_keeps_the_top_level_of_multimodal_configs() -> None:
 def test_model_type_of_the_wrong_type_says_so() -> None:
     with pytest.raises(ConfigError, match="expected a string, got 3"):
         kvbudget.parse_config({"model_type": 3}, source="x.json", name="x")
+
+
+def _llama_with(**changes: object) -> dict[str, object]:
+    import json
+
+    from kvbudget.model import _preset_dir
+
+    cfg: dict[str, object] = json.loads(
+        (_preset_dir() / "meta-llama--Llama-3.1-8B-Instruct.json").read_text()
+    )
+    cfg.update(changes)
+    return cfg
+
+
+def test_an_unknown_model_type_with_standard_fields_is_a_generic_decoder() -> None:
+    from kvbudget.model import parse_config
+
+    spec = parse_config(_llama_with(model_type="olmo2"), source="test", name="olmo-like")
+    # 32 layers x 2 (K, V) x 8 kv heads x (4096 / 32 = 128) x 2 B = 131,072 B/token, as the
+    # Llama it copies
+    assert kvbudget.cache_cost(spec).slope == 131072
+    (note,) = spec.assumed
+    assert "'olmo2' is not one kvbudget models" in note and "head_dim missing: 128" in note
+    p = kvbudget.plan(spec, spec="none", kv_budget="40GiB", max_seq_len=8192)
+    assert note in p.warnings
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        (dict(kv_lora_rank=512), "kv_lora_rank"),
+        (dict(linear_num_value_heads=32), "linear_num_value_heads"),
+        (dict(text_config={}), "text_config"),
+        (dict(num_attention_heads=None), "num_attention_heads"),
+    ],
+)
+def test_a_generic_decoder_refuses_what_it_cannot_read(
+    changes: dict[str, object], field: str
+) -> None:
+    from kvbudget.errors import UnsupportedArchitectureError
+    from kvbudget.model import parse_config
+
+    cfg = _llama_with(model_type="mystery", **changes)
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    with pytest.raises(UnsupportedArchitectureError, match=repr(field)):
+        parse_config(cfg, source="test", name="mystery")

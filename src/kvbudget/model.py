@@ -100,6 +100,7 @@ class ModelSpec:
     is_eagle3: bool = False
     ssm_state_dtype: str | None = None
     location: str | None = None  # absolute folder of a local config; None for a preset
+    assumed: tuple[str, ...] = ()  # what was assumed to read an unknown model_type
     config: Mapping[str, Any] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
     )
@@ -308,6 +309,7 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         text_cfg = {**_GEMMA3_TEXT_DEFAULTS, **cfg}
     f = _Fields(text_cfg, source, prefix)
 
+    assumed: tuple[str, ...] = ()
     if model_type in _LLAMA_LIKE or model_type in _GEMMA:
         layers = _attention_layers(f, model_type)
     elif model_type in _MLA:
@@ -317,12 +319,7 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
     elif model_type == "nemotron_h":
         layers = _nemotron_h_layers(f)
     else:
-        raise UnsupportedArchitectureError(
-            f"model_type {model_type!r} is not supported; supported: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)}",
-            source=source,
-            field="model_type",
-        )
+        layers, assumed = _generic_layers(f, model_type, source)
 
     mtp_layers = _mtp_layers(f, model_type, len(layers))
 
@@ -354,8 +351,66 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         mtp_layers=mtp_layers,
         is_eagle3=is_eagle3,
         ssm_state_dtype=ssm_dtype,
+        assumed=assumed,
         config=MappingProxyType(dict(text_cfg)),
         raw_config=MappingProxyType(dict(cfg)),
+    )
+
+
+# fields that say a decoder is not plain attention: the generic reader refuses them
+_NON_STANDARD_FIELDS = (
+    ("kv_lora_rank", "multi-head latent attention (MLA)"),
+    ("linear_num_value_heads", "gated delta-net (linear attention) layers"),
+    ("mamba_num_heads", "Mamba layers"),
+    ("ssm_state_size", "state-space (Mamba) layers"),
+    ("hybrid_override_pattern", "a hybrid layer pattern"),
+    ("attention_chunk_size", "chunked local attention"),
+    ("text_config", "a nested text model (a multimodal wrapper)"),
+)
+
+
+def _generic_layers(
+    f: _Fields, model_type: str, source: str
+) -> tuple[list[Layer], tuple[str, ...]]:
+    """An unknown ``model_type`` read as a plain decoder from the standard fields, with
+    what was assumed; a field the standard reading cannot honour is an error naming it."""
+    for key, what in _NON_STANDARD_FIELDS:
+        if f.has(key):
+            raise UnsupportedArchitectureError(
+                f"model_type {model_type!r} is not one kvbudget models, and its config has "
+                f"{key!r} ({what}), which a generic decoder cannot read; supported: "
+                f"{', '.join(SUPPORTED_MODEL_TYPES)}",
+                source=source,
+                field=key,
+            )
+    if not f.has("num_hidden_layers") or not f.has("num_attention_heads"):
+        missing = "num_hidden_layers" if not f.has("num_hidden_layers") else "num_attention_heads"
+        raise UnsupportedArchitectureError(
+            f"model_type {model_type!r} is not supported (supported: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}), and without {missing!r} it cannot be read "
+            "as a generic decoder",
+            source=source,
+            field=missing,
+        )
+    layers = _attention_layers(f, model_type)
+    first = layers[0]
+    assert isinstance(first, AttentionLayer)
+    kv_note = (
+        f"num_key_value_heads {first.num_kv_heads}"
+        if f.has("num_key_value_heads")
+        else f"num_key_value_heads missing: {first.num_kv_heads} (= num_attention_heads)"
+    )
+    head_note = (
+        f"head_dim {first.head_dim}"
+        if f.has("head_dim")
+        else f"head_dim missing: {first.head_dim} (= hidden_size / num_attention_heads)"
+    )
+    windows = sum(1 for x in layers if isinstance(x, AttentionLayer) and x.sliding_window)
+    window_note = f"{windows} sliding-window layers" if windows else "no sliding window"
+    return layers, (
+        f"model_type {model_type!r} is not one kvbudget models: read as a generic decoder, "
+        f"{len(layers)} attention layers ({kv_note}, {head_note}, {window_note}); check "
+        "them against the model's code",
     )
 
 

@@ -512,6 +512,7 @@ def plan(
         if (note := rounding_note(value, name=name)) is not None
     ]
     warnings += _draft_warnings(target_model, draft_model, seq_len)
+    warnings += [*target_model.assumed, *(draft_model.assumed if draft_model else ())]
     if engine_name == "kvbudget":
         capacity = _capacity(shape, managers, binding_stage, tier_blocks, warnings)
     else:  # the engine model decides what fits; the ledger's own checks do not apply

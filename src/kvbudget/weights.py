@@ -809,6 +809,10 @@ def _inventory(model: ModelSpec) -> tuple[_Weight, ...]:
         _qwen3_next(inv, c)
     elif model_type == "nemotron_h":
         _nemotron_h(inv, c)
+    elif model.assumed and not any(
+        k in model.config for k in ("num_experts", "n_routed_experts", "num_local_experts")
+    ):  # an unknown model_type read as a generic decoder: Llama's tensors
+        _llama_family(inv, c)
     else:
         raise UnsupportedArchitectureError(
             f"cannot count the weights of {model.name}: model_type {model_type!r} is not modelled",
