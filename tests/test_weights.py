@@ -468,3 +468,23 @@ def test_sharding_never_loses_weights(name: str) -> None:
         per_rank = weights_bytes(model, tp=tp, weights_dtype="bf16")
         assert isinstance(per_rank, WeightsBytes)
         assert whole / tp <= per_rank.total_bytes <= whole
+
+
+def test_a_multi_layer_eagle3_head() -> None:
+    import json
+
+    from kvbudget.model import _preset_dir, parse_config
+    from kvbudget.weights import count_params
+
+    cfg = json.loads((_preset_dir() / "yuhuili--EAGLE3-LLaMA3.1-Instruct-8B.json").read_text())
+    one = parse_config(cfg, source="test", name="one")
+    three = parse_config({**cfg, "num_hidden_layers": 3}, source="test", name="three")
+    # each layer past the first reads hidden (not 2 x hidden): attention (4096 + 1024 + 1024
+    # + 4096) x 4096 = 41,943,040, MLP 3 x 4096 x 14336 = 176,160,768, 3 norms of 4096:
+    # 218,116,096 params each (vLLM llama_eagle3.py builds num_hidden_layers layers)
+    assert count_params(three).total - count_params(one).total == 2 * 218116096
+    # KV: 3 layers x 2 x 8 kv heads x 128 x 2 B
+    from kvbudget import cache_cost
+
+    assert cache_cost(three).slope == 12288
+    assert three.is_eagle3

@@ -675,7 +675,7 @@ def _nemotron_h(inv: _Inventory, c: _Cfg) -> None:
 
 
 def _eagle3(inv: _Inventory, c: _Cfg) -> None:
-    """An EAGLE3 head, everything on the last PP stage.
+    """An EAGLE3 head (one decoder layer or more), everything on the last PP stage.
 
     The tensors the published heads ship (SafeAILab/EAGLE issue #265 lists them:
     ``midlayer.*``, ``fc``, ``norm``, ``lm_head``, ``d2t``, ``t2d``): one Llama decoder
@@ -693,12 +693,19 @@ def _eagle3(inv: _Inventory, c: _Cfg) -> None:
     lm_head and embed_tokens from the verifier).
     """
     hidden = c.num("hidden_size")
-    layer = inv.at("midlayer", "last", "norms")
-    _attention(layer.sub("self_attn", "attention"), c, in_features=2 * hidden)
-    mlp = layer.sub("mlp", "dense_mlp")
-    _gated_mlp(mlp, hidden, c.num("intermediate_size"), bias=c.flag("mlp_bias", False))
-    for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
-        layer.norm(norm, hidden)
+    count = c.num("num_hidden_layers", 1)
+    for i in range(count):
+        # vLLM builds num_hidden_layers decoder layers; the first reads 2 x hidden, the
+        # others hidden, and each has a hidden_norm (llama_eagle3.py @00bd1493; a
+        # one-layer head's ``midlayer.*`` is loaded as ``layers.0.*``)
+        layer = inv.at("midlayer" if count == 1 else f"layers.{i}", "last", "norms")
+        _attention(
+            layer.sub("self_attn", "attention"), c, in_features=hidden * (2 if i == 0 else 1)
+        )
+        mlp = layer.sub("mlp", "dense_mlp")
+        _gated_mlp(mlp, hidden, c.num("intermediate_size"), bias=c.flag("mlp_bias", False))
+        for norm in ("input_layernorm", "hidden_norm", "post_attention_layernorm"):
+            layer.norm(norm, hidden)
     top = inv.at("", "last", "norms")
     eagle = c.cfg.get("eagle_config")
     if not isinstance(eagle, Mapping) or eagle.get("use_aux_hidden_state", True):
