@@ -532,3 +532,14 @@ def test_a_draft_with_another_vocabulary_warns(tmp_path: Any) -> None:
     )  # fmt: skip
     (warning,) = [w for w in p.warnings if "vocab_size" in w]
     assert "128,000" in warning and "128,256" in warning
+
+
+def test_mtp_with_two_layers() -> None:
+    from kvbudget.model import _preset_dir, parse_config
+
+    cfg = json.loads((_preset_dir() / "deepseek-ai--DeepSeek-V3.json").read_text())
+    model = parse_config({**cfg, "num_nextn_predict_layers": 2}, source="test", name="ds-mtp2")
+    assert len(model.mtp_layers) == 2
+    p = plan(model, spec="mtp", kv_budget="40GiB", max_seq_len=8192)
+    # (61 + 2 MTP) MLA layers x (512 + 64) x 2 B = 72,576 B/token in the target's cache
+    assert p.managers[0].slope_bytes_per_token == 72576 and p.managers[0].num_layers == 63
