@@ -705,3 +705,21 @@ def test_a_generic_decoder_refuses_what_it_cannot_read(
     cfg = {k: v for k, v in cfg.items() if v is not None}
     with pytest.raises(UnsupportedArchitectureError, match=repr(field)):
         parse_config(cfg, source="test", name="mystery")
+
+
+def test_a_multimodal_wrapper_plans_its_text_model() -> None:
+    from kvbudget.model import parse_config
+
+    text = _llama_with()
+    wrapper = {
+        "model_type": "llava",
+        "architectures": ["LlavaForConditionalGeneration"],
+        "torch_dtype": "bfloat16",
+        "text_config": {k: v for k, v in text.items() if k != "torch_dtype"},
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024},
+    }
+    spec = parse_config(wrapper, source="test", name="llava-like")
+    # the text model's layers: 32 x 2 x 8 x 128 x 2 B, bf16 from the wrapper
+    assert kvbudget.cache_cost(spec).slope == 131072 and spec.dtype == "bf16"
+    (note,) = spec.assumed
+    assert "wraps a llama text model" in note and "vision tower keeps no KV" in note

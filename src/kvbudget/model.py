@@ -296,6 +296,13 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
     if not isinstance(architectures, list):
         raise outer.error("architectures", f"expected a list, got {architectures!r}")
     dtype_raw = cfg.get("torch_dtype", cfg.get("dtype"))
+    inner_cfg = cfg.get("text_config")
+    if (
+        model_type not in SUPPORTED_MODEL_TYPES
+        and isinstance(inner_cfg, Mapping)
+        and inner_cfg.get("model_type") in SUPPORTED_MODEL_TYPES
+    ):
+        return _wrapped(cfg, inner_cfg, model_type, source=source, name=name)
     text_cfg: Mapping[str, Any] = cfg
     prefix = ""
     if model_type == "gemma3":
@@ -355,6 +362,26 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         config=MappingProxyType(dict(text_cfg)),
         raw_config=MappingProxyType(dict(cfg)),
     )
+
+
+def _wrapped(
+    cfg: Mapping[str, Any], inner: Mapping[str, Any], model_type: str, *, source: str, name: str
+) -> ModelSpec:
+    """A multimodal wrapper (``llava``, ``mistral3``, ...) whose ``text_config`` is a
+    model kvbudget reads: its text model, with a note. Vision towers and projectors keep
+    no KV cache; their weights are not counted."""
+    text = dict(inner)
+    for key in ("torch_dtype", "dtype", "quantization_config"):
+        if key not in text and key in cfg:
+            text[key] = cfg[key]
+    spec = parse_config(text, source=f"{source} (text_config)", name=name)
+    note = (
+        f"model_type {model_type!r} wraps a {inner['model_type']} text model: planned from "
+        "text_config (the vision tower keeps no KV cache); its vision weights are not "
+        "counted: add them with --weights-bytes for an exact budget"
+    )
+    # the text model's type stays: layers, weights and engines follow it
+    return replace(spec, source=source, assumed=(*spec.assumed, note))
 
 
 # fields that say a decoder is not plain attention: the generic reader refuses them
