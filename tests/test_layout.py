@@ -103,3 +103,23 @@ def test_bad_layouts_are_refused(kwargs: dict[str, object], message: str) -> Non
 def test_ep_on_a_dense_model_warns() -> None:
     p = kvbudget.plan(TARGET, spec="none", tp=8, ep=8, kv_budget="40GiB", max_seq_len=8192)
     assert any("--ep 8 changes nothing" in w for w in p.warnings)
+
+
+@pytest.mark.parametrize(
+    ("engine", "flags"),
+    [
+        # vLLM: 8 engines of 1 rank each, experts over all 8
+        ("vllm", ["--tensor-parallel-size 1", "--data-parallel-size 8",
+                  "--enable-expert-parallel"]),
+        # SGLang: one TP group of 8 whose attention runs as 8 DP groups
+        ("sglang", ["--tp-size 8", "--dp-size 8", "--enable-dp-attention", "--ep-size 8"]),
+        ("trtllm", ["tensor_parallel_size: 8", "enable_attention_dp: true",
+                    "moe_expert_parallel_size: 8"]),
+    ],
+)  # fmt: skip
+def test_dp_attention_is_emitted_in_each_engines_words(engine: str, flags: list[str]) -> None:
+    p = kvbudget.plan("deepseek-ai/DeepSeek-V3", spec="mtp", tp=8, dp=8, dp_attention=True,
+                      ep=8, gpu="H200", max_seq_len=32768, engine=engine)  # fmt: skip
+    text = kvbudget.emit(p, engine)
+    for flag in flags:
+        assert flag in text, flag

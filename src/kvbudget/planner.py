@@ -644,6 +644,10 @@ def plan(
         max_num_batched_tokens=max_num_batched_tokens,
         async_scheduling=async_scheduling,
         enable_prefix_caching=enable_prefix_caching,
+        launch_tp=tp,
+        dp=dp,
+        dp_attention=dp_attention,
+        ep=ep,
     )
     return with_engine(ledger, inputs, engine_name)
 

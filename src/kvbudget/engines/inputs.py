@@ -51,6 +51,12 @@ class EngineInputs:
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
     async_scheduling: bool = True
     enable_prefix_caching: bool = True
+    # the launch layout: ``tp`` above is the ranks one sequence's KV is split over (the
+    # attention TP); these are the flags' values
+    launch_tp: int | None = None  # --tp as given (None: tp)
+    dp: int = 1
+    dp_attention: bool = False
+    ep: int = 1
 
     @property
     def lookahead_tokens(self) -> int:

@@ -311,7 +311,7 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
     host = host_pools(lay, gb, full, swa, page) if gb else None
     fraction = _mem_fraction(inputs, max(st.budget_bytes for st in stages))
     settings: dict[str, Any] = {
-        "--tp-size": inputs.tp,
+        "--tp-size": inputs.launch_tp or inputs.tp,
         "--pp-size": inputs.pp,
         "--context-length": inputs.max_seq_len,
         "--max-running-requests": inputs.max_batch_size,
@@ -320,6 +320,12 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
         facts.kv_dtype_knob: dtype,
         facts.token_knob: full,
     }
+    if inputs.dp > 1:
+        settings["--dp-size"] = inputs.dp
+    if inputs.dp_attention:
+        settings["--enable-dp-attention"] = True
+    if inputs.ep > 1:
+        settings["--ep-size"] = inputs.ep
     if fraction is not None:
         settings["--mem-fraction-static"] = fraction
     if lay.swa_layers and chosen.ratio is not None:

@@ -279,7 +279,7 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
     sequences = min(gpu_tokens // tpb // per_seq_blocks, inputs.max_batch_size)
     windows = attention_windows(inputs)
     settings: dict[str, Any] = {
-        "tensor_parallel_size": inputs.tp,
+        "tensor_parallel_size": inputs.launch_tp or inputs.tp,
         "pipeline_parallel_size": inputs.pp,
         "max_batch_size": inputs.max_batch_size,
         "max_seq_len": inputs.max_seq_len,
@@ -292,6 +292,10 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
         "kv_cache_config.enable_block_reuse": inputs.enable_prefix_caching,
         "kv_cache_config.use_kv_cache_manager_v2": False,
     }
+    if inputs.dp_attention:
+        settings["enable_attention_dp"] = True
+    if inputs.ep > 1:
+        settings["moe_expert_parallel_size"] = inputs.ep
     if windows is not None:
         settings["kv_cache_config.max_attention_window"] = windows
     if shares_text is not None:

@@ -439,7 +439,9 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
             "--max-seq-len, or use a smaller --kv-dtype"
         )
     settings: dict[str, Any] = {
-        "--tensor-parallel-size": plan.tp,
+        # vLLM's data parallelism (replicas or DP attention) runs --data-parallel-size
+        # engines of --tensor-parallel-size ranks each: the attention TP
+        "--tensor-parallel-size": inputs.tp,
         "--pipeline-parallel-size": plan.pp,
         "--max-model-len": inputs.max_seq_len,
         "--max-num-seqs": inputs.max_batch_size,
@@ -452,6 +454,10 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
         facts.kv_dtype_knob: dtype,
         facts.gpu_knob: inputs.gpu_kv_bytes,
     }
+    if inputs.dp > 1:
+        settings["--data-parallel-size"] = inputs.dp
+    if inputs.ep > 1:
+        settings["--enable-expert-parallel"] = True
     host = host_total(plan)
     ranks = plan.tp * plan.pp
     size = gib_text(host * ranks)
