@@ -67,7 +67,7 @@ def sliding_indices(model: ModelSpec) -> list[int]:
 def test_preset_list_matches_shipped_files() -> None:
     files = sorted(p.stem.replace("--", "/", 1) for p in PRESET_DIR.glob("*.json"))
     assert list(list_presets()) == files
-    assert len(files) == 26
+    assert len(files) == 30  # 26 + Qwen3.5 (3 sizes) + Kimi-K2
     assert (PRESET_DIR / "SOURCES.md").is_file()
 
 
@@ -723,3 +723,26 @@ def test_a_multimodal_wrapper_plans_its_text_model() -> None:
     assert kvbudget.cache_cost(spec).slope == 131072 and spec.dtype == "bf16"
     (note,) = spec.assumed
     assert "wraps a llama text model" in note and "vision tower keeps no KV" in note
+
+
+def test_qwen35_is_qwen3_next_inside_a_vision_language_wrapper() -> None:
+    m = load_model("Qwen/Qwen3.5-397B-A17B")
+    # layer_types: every 4th of 60 layers is full attention (3, 7, ..., 59)
+    kinds = [x.kind for x in m.layers]
+    assert kinds.count("attention") == 15 and kinds.count("gated_deltanet") == 45
+    assert [x.index for x in m.layers if x.kind == "attention"][:2] == [3, 7]
+    assert m.ssm_state_dtype == "fp32" and len(m.mtp_layers) == 1  # mtp_num_hidden_layers
+    detail = kvbudget.cache_cost_detail(m, max_batch_size=1, lookahead_tokens=0)
+    # 15 full layers x 2 (K, V) x 2 kv heads x 256 x 2 B = 30,720 B/token
+    assert detail.cost.slope == 30720
+    # per delta-net layer: conv (2 x 16 x 128 + 64 x 128 = 12,288 channels) x 3 rows x 2 B
+    # = 73,728 + fp32 state 64 x 128 x 128 x 4 B = 4,194,304 -> 4,268,032; x 45
+    assert detail.state_bytes_per_seq == 45 * 4268032 == 192061440
+    assert any("vision tower keeps no KV" in note for note in m.assumed)
+
+
+def test_kimi_k2_is_deepseek_v3_mla() -> None:
+    m = load_model("moonshotai/Kimi-K2-Instruct")
+    assert [x.kind for x in m.layers] == ["mla"] * 61 and not m.mtp_layers
+    # 61 layers x (512 + 64) latent x 2 B = 70,272 B/token, on every TP rank
+    assert kvbudget.cache_cost(m, tp=8).slope == 70272

@@ -53,9 +53,15 @@ from kvbudget.layers import (
 _QWEN = frozenset({"qwen2", "qwen3", "qwen3_moe"})
 _LLAMA_LIKE = frozenset({"llama", "mistral", "gpt_oss"}) | _QWEN
 _GEMMA = frozenset({"gemma2", "gemma3", "gemma3_text"})
-_MLA = frozenset({"deepseek_v2", "deepseek_v3"})
+# Kimi-K2 ships DeepseekV3ForCausalLM under its own model_type; DeepSeek-V3.2's MLA
+# layers also keep a sparse-attention indexer key cache (not modelled: refused)
+_MLA = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+# Qwen3.5: Qwen3-Next's hybrid text model inside a vision-language wrapper
+# (``text_config``; vLLM qwen3_5.py builds its text layers as Qwen3-Next's)
+_QWEN35 = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
+_GATED_DELTANET = frozenset({"qwen3_next"}) | _QWEN35
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
-    sorted(_LLAMA_LIKE | _GEMMA | _MLA | {"qwen3_next", "nemotron_h"})
+    sorted(_LLAMA_LIKE | _GEMMA | _MLA | _GATED_DELTANET | {"nemotron_h"})
 )
 
 # Recurrent (SSM) state dtype where the config names none (``mamba_ssm_cache_dtype``):
@@ -314,6 +320,13 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         dtype_raw = dtype_raw or inner.get("torch_dtype")
     elif model_type == "gemma3_text":
         text_cfg = {**_GEMMA3_TEXT_DEFAULTS, **cfg}
+    elif model_type in ("qwen3_5", "qwen3_5_moe"):
+        inner = cfg.get("text_config")
+        if not isinstance(inner, dict):
+            raise outer.error("text_config", f"required for {model_type} but missing")
+        text_cfg = inner
+        prefix = "text_config."
+        dtype_raw = dtype_raw or inner.get("torch_dtype", inner.get("dtype"))
     f = _Fields(text_cfg, source, prefix)
 
     assumed: tuple[str, ...] = ()
@@ -321,8 +334,14 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         layers = _attention_layers(f, model_type)
     elif model_type in _MLA:
         layers = _mla_layers(f, f.int("num_hidden_layers"))
-    elif model_type == "qwen3_next":
+    elif model_type in _GATED_DELTANET:
         layers = _qwen3_next_layers(f)
+        if model_type in ("qwen3_5", "qwen3_5_moe"):
+            assumed = (
+                f"{name}: the text model of a vision-language checkpoint; the vision "
+                "tower keeps no KV cache and its weights are not counted (add them with "
+                "--weights-bytes for an exact budget)",
+            )
     elif model_type == "nemotron_h":
         layers = _nemotron_h_layers(f)
     else:
@@ -340,7 +359,10 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
     if isinstance(dtype_raw, str) and dtype is None:
         raise outer.error("torch_dtype", f"unknown dtype {dtype_raw!r}")
     hidden = f.int("hidden_size")
-    ssm_raw = text_cfg.get("mamba_ssm_cache_dtype", _SSM_STATE_DEFAULTS.get(model_type))
+    ssm_raw = text_cfg.get(
+        "mamba_ssm_cache_dtype",
+        text_cfg.get("mamba_ssm_dtype", _SSM_STATE_DEFAULTS.get(model_type)),  # Qwen3.5's key
+    )
     ssm_dtype = normalize_dtype_name(ssm_raw) if isinstance(ssm_raw, str) else None
     if isinstance(ssm_raw, str) and ssm_dtype is None:
         raise outer.error("mamba_ssm_cache_dtype", f"unknown dtype {ssm_raw!r}")
@@ -448,8 +470,14 @@ def _mtp_layers(f: _Fields, model_type: str, start: int) -> tuple[Layer, ...]:
     one full-attention MTP layer (``mtp.*`` tensors) and its config names no count, so
     ``num_nextn_predict_layers`` defaults to 1 there, as in vLLM's Qwen3-Next MTP model.
     """
-    if model_type == "qwen3_next":
-        count = f.int("num_nextn_predict_layers", 1, minimum=0)
+    if model_type in _GATED_DELTANET:
+        # Qwen3.5 names the count (mtp_num_hidden_layers); Qwen3-Next does not
+        key = (
+            "mtp_num_hidden_layers"
+            if f.has("mtp_num_hidden_layers")
+            else "num_nextn_predict_layers"
+        )
+        count = f.int(key, 1, minimum=0)
         kv_heads, head_dim = f.int("num_key_value_heads"), _head_dim(f)
         return tuple(
             AttentionLayer(index=start + i, num_kv_heads=kv_heads, head_dim=head_dim)

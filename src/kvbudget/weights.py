@@ -363,8 +363,9 @@ class _Cfg:
 
 _LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe"})
 _GEMMA = frozenset({"gemma2", "gemma3", "gemma3_text"})
-_MLA = frozenset({"deepseek_v2", "deepseek_v3"})
-_QK_NORM = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"})
+_MLA = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+_QWEN35 = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
+_QK_NORM = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"}) | _QWEN35
 
 
 def _attention(at: _At, c: _Cfg, *, in_features: int) -> None:
@@ -375,7 +376,8 @@ def _attention(at: _At, c: _Cfg, *, in_features: int) -> None:
     head_dim = c.head_dim("attention_head_dim" if model_type == "nemotron_h" else "head_dim")
     bias_qkv = model_type == "qwen2" or c.flag("attention_bias", False)
     bias_o = model_type != "qwen2" and c.flag("attention_bias", False)
-    q_size = 2 * head_dim if model_type == "qwen3_next" else head_dim  # gated query
+    gated = model_type == "qwen3_next" or model_type in _QWEN35
+    q_size = 2 * head_dim if gated else head_dim  # gated query
     at.linear("q_proj", ((heads, q_size),), in_features, shard="column", bias=bias_qkv)
     for proj in ("k_proj", "v_proj"):
         at.linear(proj, ((kv_heads, head_dim),), in_features, shard="column", bias=bias_qkv)
@@ -597,7 +599,10 @@ def _qwen3_next(inv: _Inventory, c: _Cfg) -> None:
     at.norm("pre_fc_norm_embedding", hidden)
     at.norm("pre_fc_norm_hidden", hidden)
     at.linear("fc", hidden, 2 * hidden, shard="column")
-    for j in range(c.num("num_nextn_predict_layers", 1, minimum=0)):
+    mtp_key = (
+        "mtp_num_hidden_layers" if "mtp_num_hidden_layers" in c.cfg else "num_nextn_predict_layers"
+    )
+    for j in range(c.num(mtp_key, 1, minimum=0)):
         _qwen3_next_layer(at.sub(f"layers.{j}"), c, num_layers + j, "full_attention")
     at.norm("norm", hidden)
     inv.extend_as_mtp(mtp)
@@ -812,7 +817,7 @@ def _inventory(model: ModelSpec) -> tuple[_Weight, ...]:
             _siglip(inv, c)
     elif model_type in _MLA:
         _deepseek(inv, c)
-    elif model_type == "qwen3_next":
+    elif model_type == "qwen3_next" or model_type in _QWEN35:
         _qwen3_next(inv, c)
     elif model_type == "nemotron_h":
         _nemotron_h(inv, c)
