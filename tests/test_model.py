@@ -67,7 +67,7 @@ def sliding_indices(model: ModelSpec) -> list[int]:
 def test_preset_list_matches_shipped_files() -> None:
     files = sorted(p.stem.replace("--", "/", 1) for p in PRESET_DIR.glob("*.json"))
     assert list(list_presets()) == files
-    assert len(files) == 30  # 26 + Qwen3.5 (3 sizes) + Kimi-K2
+    assert len(files) == 31  # 26 + Qwen3.5 (3 sizes), Kimi-K2, DeepSeek-V3.2
     assert (PRESET_DIR / "SOURCES.md").is_file()
 
 
@@ -746,3 +746,24 @@ def test_kimi_k2_is_deepseek_v3_mla() -> None:
     assert [x.kind for x in m.layers] == ["mla"] * 61 and not m.mtp_layers
     # 61 layers x (512 + 64) latent x 2 B = 70,272 B/token, on every TP rank
     assert kvbudget.cache_cost(m, tp=8).slope == 70272
+
+
+def test_deepseek_v32_keeps_an_indexer_key_beside_the_latent() -> None:
+    m = load_model("deepseek-ai/DeepSeek-V3.2")
+    # per layer: latent (512 + 64) x 2 B = 1,152 + indexer 128 fp8 + 128 / 128 x 4 B
+    # scale = 132 -> 1,284 B/token; x 61 layers = 78,324
+    assert kvbudget.cache_cost(m, tp=8).slope == 78324
+    # the indexer key is bytes whatever the KV dtype: fp8 latent 576 + 132 = 708 x 61
+    assert kvbudget.cache_cost(m, kv_dtype="fp8").slope == 708 * 61
+    with pytest.raises(kvbudget.InvalidArgumentError, match="indexer"):
+        kvbudget.plan(m, spec="mtp", engine="vllm", kv_budget="40GiB", max_seq_len=8192)
+
+
+def test_deepseek_v32_indexer_weights() -> None:
+    from kvbudget.weights import count_params
+
+    v32 = count_params(load_model("deepseek-ai/DeepSeek-V3.2")).total
+    v3 = count_params(load_model("deepseek-ai/DeepSeek-V3")).total
+    # per layer: wq_b 1,536 x 64 x 128 = 12,582,912 + wk 7,168 x 128 = 917,504 + k_norm
+    # (weight + bias) 256 + weights_proj 7,168 x 64 = 458,752 -> 13,959,424; x (61 + 1 MTP)
+    assert v32 - v3 == 62 * 13959424

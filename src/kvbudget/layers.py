@@ -55,22 +55,28 @@ class AttentionLayer:
 
 @dataclass(frozen=True, kw_only=True)
 class MLALayer:
-    """Multi-head latent attention (DeepSeek-V2/V3).
+    """Multi-head latent attention (DeepSeek-V2/V3/V3.2, Kimi-K2).
 
     Stores one compressed latent of ``kv_lora_rank + qk_rope_head_dim`` values per token;
-    the latent is shared by all heads and replicated on every TP rank.
+    the latent is shared by all heads and replicated on every TP rank. DeepSeek-V3.2's
+    sparse attention adds an indexer that keeps its own key per token
+    (``index_head_dim`` > 0): fp8 values plus one fp32 scale per 128, stored as bytes
+    whatever the KV dtype (vLLM ``DeepseekV32IndexerCache``: ``index_head_dim +
+    index_head_dim // 128 x 4``), replicated like the latent.
     """
 
     index: int
     kv_lora_rank: int
     qk_rope_head_dim: int
+    index_head_dim: int = 0
 
     kind: Literal["mla"] = "mla"
     sliding_window: None = None
 
     def bytes_per_token(self, dtype: DType, tp: int) -> int:
-        """Bytes of one token's latent (independent of ``tp``: replicated)."""
-        return dtype.bytes_for(self.kv_lora_rank + self.qk_rope_head_dim)
+        """Bytes of one token's latent, and indexer key if any (independent of ``tp``)."""
+        indexer = self.index_head_dim + self.index_head_dim // 128 * 4
+        return dtype.bytes_for(self.kv_lora_rank + self.qk_rope_head_dim) + indexer
 
     def state_bytes(
         self, dtype: DType, tp: int, *, lookahead: int = 0, ssm_dtype: DType | None = None

@@ -55,7 +55,7 @@ _LLAMA_LIKE = frozenset({"llama", "mistral", "gpt_oss"}) | _QWEN
 _GEMMA = frozenset({"gemma2", "gemma3", "gemma3_text"})
 # Kimi-K2 ships DeepseekV3ForCausalLM under its own model_type; DeepSeek-V3.2's MLA
 # layers also keep a sparse-attention indexer key cache (not modelled: refused)
-_MLA = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+_MLA = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
 # Qwen3.5: Qwen3-Next's hybrid text model inside a vision-language wrapper
 # (``text_config``; vLLM qwen3_5.py builds its text layers as Qwen3-Next's)
 _QWEN35 = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
@@ -489,14 +489,7 @@ def _mtp_layers(f: _Fields, model_type: str, start: int) -> tuple[Layer, ...]:
             "num_nextn_predict_layers",
             f"MTP layers are modelled for DeepSeek and Qwen3-Next configs, not {model_type!r}",
         )
-    return tuple(
-        MLALayer(
-            index=start + i,
-            kv_lora_rank=f.int("kv_lora_rank"),
-            qk_rope_head_dim=f.int("qk_rope_head_dim"),
-        )
-        for i in range(count)
-    )
+    return tuple(_mla_layers(f, count, start))
 
 
 def _head_dim(f: _Fields, key: str = "head_dim") -> int:
@@ -557,10 +550,14 @@ def _attention_layers(f: _Fields, model_type: str) -> list[Layer]:
     ]
 
 
-def _mla_layers(f: _Fields, num_layers: int) -> list[Layer]:
+def _mla_layers(f: _Fields, num_layers: int, start: int = 0) -> list[Layer]:
     rank = f.int("kv_lora_rank")
     rope = f.int("qk_rope_head_dim")
-    return [MLALayer(index=i, kv_lora_rank=rank, qk_rope_head_dim=rope) for i in range(num_layers)]
+    indexer = f.int("index_head_dim", 0, minimum=0)  # DeepSeek-V3.2's sparse attention
+    return [
+        MLALayer(index=start + i, kv_lora_rank=rank, qk_rope_head_dim=rope, index_head_dim=indexer)
+        for i in range(num_layers)
+    ]
 
 
 def _qwen3_next_layers(f: _Fields) -> list[Layer]:

@@ -32,6 +32,7 @@ from kvbudget.dtypes import parse_dtype
 from kvbudget.engines import ENGINE_NAMES, with_engine
 from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS, EngineInputs
 from kvbudget.errors import ConfigError, InfeasibleBudgetError, InvalidArgumentError
+from kvbudget.layers import MLALayer
 from kvbudget.memory import NonKvMemory, estimate_non_kv
 from kvbudget.model import ModelSpec, load_model
 from kvbudget.plan_types import (
@@ -408,6 +409,14 @@ def plan(
         raise InvalidArgumentError(
             f"draft_tp applies to a separate draft (an EAGLE3 head or a draft model); "
             f"--spec {spec} has none (MTP layers run at the target's tp): drop --draft-tp"
+        )
+    if engine_name != "kvbudget" and any(
+        isinstance(x, MLALayer) and x.index_head_dim for x in target_model.layers
+    ):
+        raise InvalidArgumentError(
+            f"--engine {engine_name} is not modelled for {target_model.name}'s sparse-attention "
+            "indexer cache (the engines keep it apart from the MLA latent); plan it with "
+            "--engine kvbudget"
         )
     if layout.draft_tp != tp and engine_name != "kvbudget":
         raise InvalidArgumentError(

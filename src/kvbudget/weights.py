@@ -363,7 +363,7 @@ class _Cfg:
 
 _LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe"})
 _GEMMA = frozenset({"gemma2", "gemma3", "gemma3_text"})
-_MLA = frozenset({"deepseek_v2", "deepseek_v3", "kimi_k2"})
+_MLA = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
 _QWEN35 = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
 _QK_NORM = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"}) | _QWEN35
 
@@ -495,6 +495,16 @@ def _mla(at: _At, c: _Cfg) -> None:
     kv_b = ((heads, c.num("qk_nope_head_dim") + c.num("v_head_dim")),)
     at.linear("kv_b_proj", kv_b, kv_rank, shard="column")
     at.linear("o_proj", hidden, ((heads, c.num("v_head_dim")),), shard="row")
+    index_dim = c.num("index_head_dim", 0, minimum=0)
+    if index_dim:
+        # DeepSeek-V3.2's indexer, replicated on every rank (vLLM deepseek_v2.py Indexer:
+        # ReplicatedLinear wq_b and wk, a LayerNorm k_norm, an unquantized weights_proj)
+        idx = at.sub("indexer")
+        index_heads = c.num("index_n_heads")
+        idx.linear("wq_b", index_heads * index_dim, c.num("q_lora_rank"), shard="replicated")
+        idx.linear("wk", index_dim, hidden, shard="replicated")
+        idx.norm("k_norm", index_dim, bias=True)
+        idx.linear("weights_proj", index_heads, hidden, shard="replicated", quantizable=False)
 
 
 def _deepseek_layer(layer: _At, c: _Cfg, i: int) -> None:
