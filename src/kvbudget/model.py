@@ -489,7 +489,7 @@ def _mtp_layers(f: _Fields, model_type: str, start: int) -> tuple[Layer, ...]:
             "num_nextn_predict_layers",
             f"MTP layers are modelled for DeepSeek and Qwen3-Next configs, not {model_type!r}",
         )
-    return tuple(_mla_layers(f, count, start))
+    return tuple(_mla_layers(f, count, start)) if count else ()
 
 
 def _head_dim(f: _Fields, key: str = "head_dim") -> int:
