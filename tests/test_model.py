@@ -67,7 +67,7 @@ def sliding_indices(model: ModelSpec) -> list[int]:
 def test_preset_list_matches_shipped_files() -> None:
     files = sorted(p.stem.replace("--", "/", 1) for p in PRESET_DIR.glob("*.json"))
     assert list(list_presets()) == files
-    assert len(files) == 31  # 26 + Qwen3.5 (3 sizes), Kimi-K2, DeepSeek-V3.2
+    assert len(files) == 32  # 26 + Qwen3.5 (3 sizes), Kimi-K2, DeepSeek-V3.2, MiniMax-M2
     assert (PRESET_DIR / "SOURCES.md").is_file()
 
 
@@ -767,3 +767,17 @@ def test_deepseek_v32_indexer_weights() -> None:
     # per layer: wq_b 1,536 x 64 x 128 = 12,582,912 + wk 7,168 x 128 = 917,504 + k_norm
     # (weight + bias) 256 + weights_proj 7,168 x 64 = 458,752 -> 13,959,424; x (61 + 1 MTP)
     assert v32 - v3 == 62 * 13959424
+
+
+def test_minimax_m2_gqa_moe_with_whole_projection_qk_norms() -> None:
+    from kvbudget.weights import count_params, weights_bytes
+
+    m = load_model("MiniMaxAI/MiniMax-M2")
+    # 62 layers x 2 x 8 kv heads x 128 x 2 B = 253,952 B/token, every layer full attention
+    assert kvbudget.cache_cost(m).slope == 253952
+    # per layer: q 6,144 x 3,072 + k, v 1,024 x 3,072 each + o 3,072 x 6,144 = 44,040,192;
+    # q/k norms 6,144 + 1,024; 2 norms 6,144; router 256 x 3,072 + 256 bias;
+    # experts 256 x 3 x 1,536 x 3,072 = 3,623,878,656 -> 3,668,718,848 per layer;
+    # x 62 + embeddings and lm_head 2 x 200,064 x 3,072 + final norm 3,072
+    assert count_params(m).total == 62 * 3668718848 + 2 * 614596608 + 3072 == 228689764864
+    assert weights_bytes(m).quantization == "fp8-block128x128"

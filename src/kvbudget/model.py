@@ -51,7 +51,8 @@ from kvbudget.layers import (
 )
 
 _QWEN = frozenset({"qwen2", "qwen3", "qwen3_moe"})
-_LLAMA_LIKE = frozenset({"llama", "mistral", "gpt_oss"}) | _QWEN
+# MiniMax-M2: plain GQA on every layer (vLLM minimax_m2.py passes no window)
+_LLAMA_LIKE = frozenset({"llama", "mistral", "gpt_oss", "minimax_m2"}) | _QWEN
 _GEMMA = frozenset({"gemma2", "gemma3", "gemma3_text"})
 # Kimi-K2 ships DeepseekV3ForCausalLM under its own model_type; DeepSeek-V3.2's MLA
 # layers also keep a sparse-attention indexer key cache (not modelled: refused)

@@ -361,7 +361,7 @@ class _Cfg:
 
 # --------------------------------------------------------------------------- architectures
 
-_LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe"})
+_LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "minimax_m2"})
 _GEMMA = frozenset({"gemma2", "gemma3", "gemma3_text"})
 _MLA = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
 _QWEN35 = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
@@ -385,6 +385,9 @@ def _attention(at: _At, c: _Cfg, *, in_features: int) -> None:
     if model_type in _QK_NORM:
         at.norm("q_norm", head_dim)
         at.norm("k_norm", head_dim)
+    if model_type == "minimax_m2":  # q/k norms over the whole projection (per layer)
+        at.tensor("q_norm", ((heads, head_dim),), shard="column")
+        at.tensor("k_norm", ((kv_heads, head_dim),), shard="column")
     if model_type == "gpt_oss":
         at.tensor("sinks", ((heads, 1),), shard="column")
 
@@ -431,12 +434,25 @@ def _llama_family(inv: _Inventory, c: _Cfg) -> None:
             layer.norm(norm, hidden)
         if model_type == "gpt_oss":
             _gpt_oss_moe(layer.sub("mlp"), c)
+        elif model_type == "minimax_m2":
+            _minimax_moe(layer.sub("block_sparse_moe"), c)
         elif model_type == "qwen3_moe" and _is_sparse_qwen(c, i):
             _qwen_moe(layer.sub("mlp"), c)
         else:
             mlp = layer.sub("mlp", "dense_mlp")
             _gated_mlp(mlp, hidden, c.num("intermediate_size"), bias=c.flag("mlp_bias", False))
     _final(inv, c, f"{lm}.norm", "language_model.lm_head" if model_type == "gemma3" else "lm_head")
+
+
+def _minimax_moe(moe: _At, c: _Cfg) -> None:
+    """MiniMax-M2's sparse block (vLLM minimax_m2.py): a router with a score-correction
+    bias, ``num_local_experts`` experts (w1/w3 gate and up, w2 down), no shared expert."""
+    hidden, experts = c.num("hidden_size"), c.num("num_local_experts")
+    router = moe.sub("", "routers")
+    router.linear("gate", experts, hidden, shard="replicated", quantizable=False)
+    router.tensor("e_score_correction_bias", experts, fixed="fp32")
+    inter = c.num("intermediate_size")
+    _gated_mlp(moe.sub("experts", "routed_experts"), hidden, inter, copies=experts)
 
 
 def _is_sparse_qwen(c: _Cfg, i: int) -> bool:
@@ -986,6 +1002,11 @@ def _resolve_weights_dtype(model: ModelSpec, weights_dtype: str, quant: _Quant) 
     if auto is None and quant.method == "mxfp4" and model.model_type == "gpt_oss":
         # openai/gpt-oss README, "Precision format": MXFP4 for the MoE linear weights,
         # "All other tensors will be in BF16." The config carries no torch_dtype.
+        auto = "bf16"
+    if auto is None and quant.method != "none":
+        # a quantized checkpoint whose config names no dtype (MiniMax-M2's fp8 revision
+        # fbd8a14b): its unquantized tensors are held in the dtype the engine runs it in,
+        # bf16 (vLLM's default when the config has none, as for the KV cache)
         auto = "bf16"
     if auto is None and str(weights_dtype).strip().lower() == "auto":
         raise InvalidArgumentError(
