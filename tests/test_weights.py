@@ -436,7 +436,9 @@ def test_auto_dtype_without_a_config_dtype_is_an_error() -> None:
 
 def test_unmodelled_quantization_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="quant_method"):
-        _tiny_bytes(quantization_config={"quant_method": "awq", "bits": 4})
+        _tiny_bytes(quantization_config={"quant_method": "bitsandbytes", "bits": 4})
+    with pytest.raises(ConfigError, match="bits"):
+        _tiny_bytes(quantization_config={"quant_method": "awq", "bits": 3})
     with pytest.raises(ConfigError, match="weight_block_size"):
         _tiny_bytes(quantization_config={"quant_method": "fp8", "weight_block_size": [128]})
 
@@ -488,3 +490,83 @@ def test_a_multi_layer_eagle3_head() -> None:
 
     assert cache_cost(three).slope == 12288
     assert three.is_eagle3
+
+
+def _llama8b_with(qc: dict[str, object], dtype: str = "float16") -> Any:
+    import json
+
+    from kvbudget.model import _preset_dir, parse_config
+
+    base = json.loads((_preset_dir() / "meta-llama--Llama-3.1-8B-Instruct.json").read_text())
+    return parse_config(
+        {**base, "torch_dtype": dtype, "quantization_config": qc}, source="test", name="q8b"
+    )
+
+
+# Llama-3.1-8B's quantized linears per layer: q, o 4096 x 4096; k, v 1024 x 4096; gate,
+# up, down 14336 x 4096: 218,103,808 values; x 32 layers. Unquantized: embeddings and
+# lm_head 128,256 x 4,096 each, 65 norms of 4,096, 2 B each
+LINEAR = 32 * 218103808
+PLAIN = (2 * 128256 * 4096 + 65 * 4096) * 2
+
+
+def test_awq_int4_matches_the_published_checkpoint() -> None:
+    from kvbudget.model import load_model
+
+    w = weights_bytes(load_model("hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4"))
+    # per value: int4 (1/2 B) + fp16 scale per 128 (2/128) + int4 zero per 128 (1/256)
+    # = 0.51953125 B: 6,979,321,856 x 0.51953125 = 3,625,975,808
+    assert w.total_bytes == LINEAR * 133 // 256 + PLAIN == 5727854592
+    assert w.quantization == "awq-int4-g128"
+    # published: shard 1 = 4,677,265,296 B + shard 2 "1.05 GB" = 5.727-5.732 GB
+    assert abs(w.total_bytes / 5.73e9 - 1) < 0.01
+
+
+def test_gptq_int4_adds_the_act_order_index() -> None:
+    from kvbudget.model import load_model
+
+    w = weights_bytes(load_model("hugging-quants/Meta-Llama-3.1-8B-Instruct-GPTQ-INT4"))
+    # as AWQ, plus g_idx int32 per input: per layer (4 x 4096 + 2 x 4096 ... ) inputs =
+    # 6 x 4,096 + 14,336 = 38,912 x 4 B = 155,648; x 32 = 4,980,736
+    assert w.total_bytes == 5727854592 + 32 * 155648 == 5732835328
+
+
+def test_compressed_tensors_schemes() -> None:
+    w8a8 = {
+        "quant_method": "compressed-tensors",
+        "format": "int-quantized",
+        "ignore": ["lm_head"],
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True},
+            "input_activations": {"num_bits": 8, "type": "int", "strategy": "tensor",
+                                  "dynamic": False},
+        }},
+    }  # fmt: skip
+    w = weights_bytes(_llama8b_with(w8a8, "bfloat16"))
+    # int8 values + one bf16 scale per output row + one static input scale per linear:
+    # rows per layer 4096 + 1024 + 1024 + 4096 + 2 x 14336 + 4096 = 43,008; 7 linears
+    assert w.total_bytes == LINEAR + 32 * (43008 + 7) * 2 + PLAIN
+    assert w.quantization == "compressed-tensors-int8-channel"
+    w4a16 = {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128,
+                        "symmetric": True},
+        }},
+    }  # fmt: skip
+    w = weights_bytes(_llama8b_with(w4a16, "bfloat16"))
+    # int4 packed (128/256 B) + bf16 scale per 128 (4/256), no zeros, weight_shape int64 [2]
+    assert w.total_bytes == LINEAR * 132 // 256 + 32 * 7 * 16 + PLAIN == 5700595200
+    with pytest.raises(ConfigError, match="asymmetric"):
+        bad = json_copy(w4a16)
+        bad["config_groups"]["group_0"]["weights"]["symmetric"] = False
+        weights_bytes(_llama8b_with(bad))
+
+
+def json_copy(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value))
