@@ -56,10 +56,12 @@ _LLAMA_LIKE = frozenset({"llama", "mistral", "gpt_oss", "minimax_m2"}) | _QWEN
 _GEMMA = frozenset({"gemma2", "gemma3", "gemma3_text"})
 # Kimi-K2 ships DeepseekV3ForCausalLM under its own model_type; DeepSeek-V3.2's MLA
 # layers also keep a sparse-attention indexer key cache (not modelled: refused)
-_MLA = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
+MLA_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
+_MLA = MLA_MODEL_TYPES
 # Qwen3.5: Qwen3-Next's hybrid text model inside a vision-language wrapper
 # (``text_config``; vLLM qwen3_5.py builds its text layers as Qwen3-Next's)
-_QWEN35 = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
+QWEN35_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
+_QWEN35 = QWEN35_MODEL_TYPES
 _GATED_DELTANET = frozenset({"qwen3_next"}) | _QWEN35
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
     sorted(_LLAMA_LIKE | _GEMMA | _MLA | _GATED_DELTANET | {"nemotron_h"})

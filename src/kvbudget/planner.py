@@ -84,6 +84,17 @@ class _Stage:
     blocks: int  # common GPU blocks of the growing layers on this stage
     non_kv: NonKvMemory | None = None  # what the derived budget left out (None: given)
 
+    def report(self, pp_stage: int, tp_ranks: str) -> StagePlan:
+        """This stage as the plan reports it, for the TP ranks ``tp_ranks``."""
+        return StagePlan(
+            pp_stage=pp_stage,
+            gpu_bytes=self.gpu_bytes,
+            weights_bytes=self.weights_bytes,
+            fixed_bytes=self.split.fixed_bytes,
+            blocks=self.blocks,
+            tp_ranks=tp_ranks,
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class _Shape:
@@ -601,30 +612,10 @@ def plan(
         ),
         capacity=capacity,
         stages=tuple(
-            StagePlan(
-                pp_stage=i,
-                gpu_bytes=st.gpu_bytes,
-                weights_bytes=st.weights_bytes,
-                fixed_bytes=st.split.fixed_bytes,
-                blocks=st.blocks,
-                tp_ranks="all" if target_only is None or i != last else _ranks_text(0, dtp),
-            )
+            st.report(i, "all" if target_only is None or i != last else _ranks_text(0, dtp))
             for i, st in enumerate(stages)
         )
-        + (
-            ()
-            if target_only is None
-            else (
-                StagePlan(
-                    pp_stage=last,
-                    gpu_bytes=target_only.gpu_bytes,
-                    weights_bytes=target_only.weights_bytes,
-                    fixed_bytes=target_only.split.fixed_bytes,
-                    blocks=target_only.blocks,
-                    tp_ranks=_ranks_text(dtp, tp),
-                ),
-            )
-        ),
+        + (() if target_only is None else (target_only.report(last, _ranks_text(dtp, tp)),)),
         warnings=tuple(warnings),
         vocab_size=target_model.vocab_size,
         spec_reason=spec_reason,

@@ -77,7 +77,7 @@ from kvbudget.cost import pp_stage_layers
 from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import ConfigError, InvalidArgumentError, UnsupportedArchitectureError
 from kvbudget.layers import per_rank
-from kvbudget.model import MAX_CONFIG_COUNT, ModelSpec
+from kvbudget.model import MAX_CONFIG_COUNT, MLA_MODEL_TYPES, QWEN35_MODEL_TYPES, ModelSpec
 
 __all__ = ["ParamCounts", "WeightsBytes", "count_params", "weights_bytes"]
 
@@ -363,8 +363,8 @@ class _Cfg:
 
 _LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "minimax_m2"})
 _GEMMA = frozenset({"gemma2", "gemma3", "gemma3_text"})
-_MLA = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
-_QWEN35 = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
+_MLA = MLA_MODEL_TYPES
+_QWEN35 = QWEN35_MODEL_TYPES  # the model reader's sets: one list per family
 _QK_NORM = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text"}) | _QWEN35
 
 
@@ -625,10 +625,7 @@ def _qwen3_next(inv: _Inventory, c: _Cfg) -> None:
     at.norm("pre_fc_norm_embedding", hidden)
     at.norm("pre_fc_norm_hidden", hidden)
     at.linear("fc", hidden, 2 * hidden, shard="column")
-    mtp_key = (
-        "mtp_num_hidden_layers" if "mtp_num_hidden_layers" in c.cfg else "num_nextn_predict_layers"
-    )
-    for j in range(c.num(mtp_key, 1, minimum=0)):
+    for j in range(len(c.model.mtp_layers)):  # the count the model reader found
         _qwen3_next_layer(at.sub(f"layers.{j}"), c, num_layers + j, "full_attention")
     at.norm("norm", hidden)
     inv.extend_as_mtp(mtp)

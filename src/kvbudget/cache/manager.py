@@ -73,7 +73,7 @@ class RoleManager:
             reason = self.windows.shortage(None, num_tokens, num_tokens, hashes, num_hit)
             if reason is not None:
                 return reason
-        return self.state.shortage(hashes, num_hit) if self.state is not None else None
+        return self.state.shortage() if self.state is not None else None
 
     def admit(self, seq: SeqBlocks, hashes: list[BlockHash], num_hit: int, num_tokens: int) -> None:
         """Fill the window tables and state slot of ``seq`` for a new prompt. Precondition:

@@ -54,7 +54,7 @@ class StatePool(BlockPool):
         for ``num_hit == 0``). Reads only."""
         return num_hit == 0 or hashes[num_hit - 1] in self.checkpoints.hashes
 
-    def shortage(self, hashes: list[BlockHash] | None = None, num_hit: int = 0) -> Shortage | None:
+    def shortage(self) -> Shortage | None:
         """Why a new request cannot get a slot, or None. Reads only."""
         if self.free:
             return None
