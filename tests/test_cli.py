@@ -368,3 +368,13 @@ def test_json_with_emit_carries_the_engine_settings() -> None:
     engine = json.loads(result.stdout)["engine"]
     assert engine["name"] == "vllm"
     assert engine["settings"]["--kv-cache-memory-bytes"] == 40 * 1024**3
+
+
+def test_library_messages_name_the_flags() -> None:
+    for args, flag in (
+        (("--dp", "0"), "error: --dp must be >= 1"),
+        (("--cached-states", "-1"), "error: --cached-states must be >= 0"),
+        (("--memory-fraction", "x"), "error: --memory-fraction must be a number"),
+    ):
+        result = run("plan", *args)
+        assert result.exit_code == 2 and result.stderr.startswith(flag), result.stderr

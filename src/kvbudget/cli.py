@@ -86,9 +86,12 @@ def _as_flags(message: str) -> str:
 
     from kvbudget.planner import plan
 
-    names = [n for n in inspect.signature(plan).parameters if "_" in n]
-    pattern = re.compile(r"(?<![\w\-.'])(" + "|".join(names) + r")(?=[ =:])")
-    return pattern.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
+    params = list(inspect.signature(plan).parameters)
+    long = "|".join(n for n in params if "_" in n)
+    # short names (tp, dp, ...) also appear as "tp=8" in prose: only "<name> must"
+    short = "|".join(n for n in params if "_" not in n)
+    pattern = re.compile(rf"(?<![\w\-.'])(?:({long})(?=[ =:])|({short})(?= must))")
+    return pattern.sub(lambda m: "--" + (m.group(1) or m.group(2)).replace("_", "-"), message)
 
 
 def _raise(exc: Exception) -> Callable[[], None]:
