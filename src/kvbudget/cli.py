@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
+from kvbudget.commands.run import run_command
 from kvbudget.engines import ENGINES, emit
 from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from kvbudget.errors import InvalidArgumentError, KvBudgetError
@@ -462,6 +463,9 @@ def gpus_command(
     for short, g in zip(list_gpus(), gpus, strict=True):
         table.add_row(short, g.name, format_bytes(g.memory_bytes), g.memory_source)
     Console().print(table)
+
+
+app.command("run")(run_command)
 
 
 def main() -> None:
