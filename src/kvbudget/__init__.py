@@ -31,8 +31,10 @@ from kvbudget.layers import (
     NoCacheLayer,
 )
 from kvbudget.model import ModelSpec, list_presets, load_model, parse_config
+from kvbudget.plan_inputs import CostSettings, Parallelism, PlanInputs, resolve_inputs
 from kvbudget.plan_types import Budget, Capacity, ManagerPlan, Plan, TierPlan
-from kvbudget.planner import SPEC_MODES, plan
+from kvbudget.planner import SPEC_MODES, build_plan, plan
+from kvbudget.spec_modes import SPEC_MODE_TABLE, SpecModeInfo
 from kvbudget.split import BudgetSplit, split_budget
 from kvbudget.units import format_bytes, parse_bytes
 from kvbudget.weights import ParamCounts, WeightsBytes, count_params, weights_bytes
@@ -79,6 +81,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ENGINES",
     "SPEC_MODES",
+    "SPEC_MODE_TABLE",
     "AttentionLayer",
     "BlockHash",
     "BlockId",
@@ -90,6 +93,7 @@ __all__ = [
     "Capacity",
     "ConfigError",
     "CostDetail",
+    "CostSettings",
     "DType",
     "DraftPrefixPolicy",
     "GatedDeltaNetLayer",
@@ -105,12 +109,15 @@ __all__ = [
     "ModelSpec",
     "NoCacheLayer",
     "OutOfBlocksError",
+    "Parallelism",
     "ParamCounts",
     "Plan",
+    "PlanInputs",
     "PoolStats",
     "PreemptMode",
     "RequestId",
     "SpecDecodeCache",
+    "SpecModeInfo",
     "TierPlan",
     "UnknownModelError",
     "UnknownRequestError",
@@ -118,6 +125,7 @@ __all__ = [
     "WeightsBytes",
     "WindowGroup",
     "__version__",
+    "build_plan",
     "cache_cost",
     "cache_cost_detail",
     "count_params",
@@ -131,6 +139,7 @@ __all__ = [
     "parse_config",
     "parse_dtype",
     "plan",
+    "resolve_inputs",
     "split_budget",
     "weights_bytes",
 ]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Literal, NewType
 
+from kvbudget.spec_modes import DraftPrefixPolicy as _DraftPrefixPolicy
+
 BlockId = NewType("BlockId", int)
 """Index of one block inside one pool (one role, one tier, one kind)."""
 
@@ -26,7 +28,7 @@ PreemptMode = Literal["swap", "recompute"]
   host), so re-admitting its tokens usually hits them.
 """
 
-DraftPrefixPolicy = Literal["same_tokens", "drop_last_block"]
+DraftPrefixPolicy = _DraftPrefixPolicy  # defined with the speculation modes
 """How a cached prefix is reused when a draft depends on the *next* token.
 
 * ``"same_tokens"``: the KV of position ``i`` depends on tokens ``0..i`` only (a separate

@@ -58,6 +58,7 @@ from kvbudget.errors import (
     UnknownRequestError,
 )
 from kvbudget.plan_types import Plan, Role
+from kvbudget.spec_modes import SPEC_MODE_TABLE
 from kvbudget.split import TIERS
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class SpecDecodeCache:
         # bounds them to int64, the width they are hashed at
         self._vocab_size: int = plan.vocab_size if plan.vocab_size else 2**63
         if draft_prefix is None:
-            draft_prefix = "drop_last_block" if plan.spec in ("eagle3", "mtp") else "same_tokens"
+            draft_prefix = SPEC_MODE_TABLE[plan.spec].draft_prefix
         if draft_prefix not in ("same_tokens", "drop_last_block"):
             raise InvalidArgumentError(
                 f"draft_prefix must be 'same_tokens' or 'drop_last_block', got {draft_prefix!r}"

@@ -1,0 +1,522 @@
+"""The planner's inputs as checked, typed values: :func:`resolve_inputs`.
+
+:func:`kvbudget.plan` is ``build_plan(resolve_inputs(...))``. Everything that reads a
+string (a model id or path, a dtype, a byte size, an engine or a speculation mode),
+checks a setting or combines settings happens here, once; :func:`kvbudget.planner.build_plan`
+then computes from values only. A variant of a plan (another budget split, another
+layout) is a :func:`dataclasses.replace` of a :class:`PlanInputs`.
+
+Library errors name the parameters (``kv_budget``, ``max_draft_len``); the CLI maps them
+to its flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kvbudget._validate import require_int
+from kvbudget.budget import GpuBudgetRule, gpu_budget_rule
+from kvbudget.cost import CostDetail, cache_cost_detail
+from kvbudget.dtypes import DType, parse_dtype
+from kvbudget.engines import ENGINE_NAMES
+from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from kvbudget.errors import InvalidArgumentError
+from kvbudget.layers import MLALayer
+from kvbudget.model import ModelSpec, load_model
+from kvbudget.spec_modes import SPEC_MODE_TABLE, SPEC_MODES, SpecModeInfo
+from kvbudget.units import parse_bytes, rounding_note
+
+DEFAULT_TARGET = "meta-llama/Llama-3.1-8B-Instruct"
+DEFAULT_GPU = "H200"
+DEFAULT_HOST_BUDGET = 0  # no engine offloads to host memory unless asked
+DEFAULT_MAX_BATCH_SIZE = 256
+
+# EAGLE3 heads shipped as presets, by the target they were trained for.
+EAGLE3_DRAFTS: dict[str, str] = {
+    "meta-llama/Llama-3.1-8B-Instruct": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+    "meta-llama/Llama-3.3-70B-Instruct": "lmsys/sglang-EAGLE3-LLaMA3.3-Instruct-70B",
+    "openai/gpt-oss-120b": "nvidia/gpt-oss-120b-Eagle3-long-context",
+}
+
+LayerSelection = Literal["model", "mtp", "all"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parallelism:
+    """How one deployment's GPUs are used, checked by :meth:`checked`.
+
+    ``tp`` x ``pp`` ranks per model replica; ``draft_tp`` ranks of those run a separate
+    draft (default ``tp``); ``dp`` replicas, or with ``dp_attention`` data-parallel
+    attention groups inside the ``tp`` ranks; routed experts whole over ``ep`` ranks.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    draft_tp: int = 1
+    dp: int = 1
+    dp_attention: bool = False
+    ep: int = 1
+
+    @property
+    def attention_tp(self) -> int:
+        """Ranks one attention layer (and one sequence's KV) is split over."""
+        return self.tp // self.dp if self.dp_attention else self.tp
+
+    @property
+    def draft_kv_tp(self) -> int:
+        """Ranks a separate draft's KV is split over: like the target's attention, or
+        its own ``draft_tp`` ranks."""
+        return self.attention_tp if self.draft_tp == self.tp else self.draft_tp
+
+    @property
+    def kv_groups(self) -> int:
+        """Groups of ranks that each hold their own sequences: the DP size."""
+        return self.dp
+
+    @property
+    def ranks(self) -> int:
+        """GPUs of the whole deployment."""
+        return self.tp * self.pp * (1 if self.dp_attention else self.dp)
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        tp: int = 1,
+        pp: int = 1,
+        draft_tp: int | None = None,
+        dp: int = 1,
+        dp_attention: bool = False,
+        ep: int = 1,
+    ) -> Parallelism:
+        """Check a layout; raises InvalidArgumentError naming the parameter at fault."""
+        require_int("tp", tp, minimum=1)
+        require_int("pp", pp, minimum=1)
+        require_int("dp", dp, minimum=1)
+        require_int("ep", ep, minimum=1)
+        if not isinstance(dp_attention, bool):
+            raise InvalidArgumentError(f"dp_attention must be True or False, got {dp_attention!r}")
+        dtp = tp if draft_tp is None else require_int("draft_tp", draft_tp, minimum=1)
+        if dtp > tp or tp % dtp:
+            raise InvalidArgumentError(
+                f"draft_tp={dtp} must divide tp={tp} (a draft runs on a subset of the "
+                "target's TP ranks, e.g. draft_tp=1, as vLLM's draft_tensor_parallel_size)"
+            )
+        if dp_attention:
+            if dp < 2 or tp % dp:
+                raise InvalidArgumentError(
+                    f"dp_attention splits the tp={tp} ranks into dp attention groups: "
+                    f"dp={dp} must be > 1 and divide tp (e.g. --tp 8 --dp 8)"
+                )
+            if dtp != tp:
+                raise InvalidArgumentError(
+                    "draft_tp with dp_attention is not modelled: the draft's attention is "
+                    "data parallel like the target's; drop --draft-tp"
+                )
+        ranks = tp * (1 if dp_attention else dp)
+        if ep > ranks or ranks % ep:
+            raise InvalidArgumentError(
+                f"ep={ep} must divide the {ranks} ranks one expert group spans (tp"
+                f"{'' if dp_attention else ' x dp'}); e.g. ep={ranks}"
+            )
+        return cls(tp=tp, pp=pp, draft_tp=dtp, dp=dp, dp_attention=dp_attention, ep=ep)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostSettings:
+    """The per-sequence settings every manager is costed with (:mod:`kvbudget.cost`)."""
+
+    kv_dtype: str
+    state_dtype: str  # "auto" or a dtype name
+    tokens_per_block: int
+    max_batch_size: int
+    reserve_batch: int  # sequences whose fixed costs (windows, states) are reserved
+    cached_states: int  # recurrent states kept at block boundaries (prefix reuse)
+    max_seq_len: int
+    lookahead_tokens: int
+    tp: int  # ranks one sequence's KV is split over
+    pp: int
+
+    def detail(
+        self,
+        model: ModelSpec,
+        layers: LayerSelection,
+        stage: int,
+        stages: int,
+        tp: int | None = None,
+    ) -> CostDetail:
+        """One manager's cost on PP stage ``stage`` of ``stages``, at ``tp`` ranks."""
+        return cache_cost_detail(
+            model,
+            kv_dtype=self.kv_dtype,
+            state_dtype=self.state_dtype,
+            tokens_per_block=self.tokens_per_block,
+            max_batch_size=self.reserve_batch,
+            max_seq_len=self.max_seq_len,
+            tp=self.tp if tp is None else tp,
+            pp=stages,
+            pp_stage=stage,
+            layers=layers,
+            lookahead_tokens=self.lookahead_tokens,
+            cached_states=self.cached_states,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class NonKvOverrides:
+    """Parts of the non-KV memory estimate given by the user (bytes per rank)."""
+
+    activation_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
+    runtime_bytes: int | None = None
+
+    def given(self) -> dict[str, int]:
+        """The parts that were given, by field name."""
+        return {
+            name: value
+            for name, value in (
+                ("activation_bytes", self.activation_bytes),
+                ("cuda_graph_bytes", self.cuda_graph_bytes),
+                ("runtime_bytes", self.runtime_bytes),
+            )
+            if value is not None
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanInputs:
+    """Everything :func:`kvbudget.planner.build_plan` needs, checked and typed.
+
+    ``notes`` are the warnings found while resolving (sizes rounded from logs, the
+    draft's vocabulary or context, what a generic config assumed); the plan carries them
+    first.
+    """
+
+    target: ModelSpec
+    draft: ModelSpec | None
+    spec: SpecModeInfo
+    spec_reason: str | None
+    settings: CostSettings
+    parallel: Parallelism
+    gpu_rule: GpuBudgetRule
+    non_kv_overrides: NonKvOverrides
+    weights_override: int | None
+    host_bytes: int
+    disk_bytes: int
+    gpus_per_node: int
+    host_memory_bytes: int | None
+    engine: str
+    separate_draft_cache: bool
+    max_num_batched_tokens: int
+    async_scheduling: bool
+    enable_prefix_caching: bool
+    notes: tuple[str, ...] = ()
+
+    @property
+    def state_dtype(self) -> DType:
+        """The dtype recurrent state is stored in (``auto``: the target's dtype)."""
+        return parse_dtype(
+            self.settings.state_dtype, auto=self.target.dtype or "bf16", what="state_dtype"
+        )
+
+    @property
+    def ssm_state_dtype(self) -> DType | None:
+        """The SSM state's own dtype from the config, when ``state_dtype`` is auto."""
+        if self.settings.state_dtype.strip().lower() == "auto" and self.target.ssm_state_dtype:
+            return parse_dtype(self.target.ssm_state_dtype, what="state_dtype")
+        return None
+
+
+def resolve_inputs(
+    target: str | ModelSpec = DEFAULT_TARGET,
+    draft: str | ModelSpec | None = None,
+    *,
+    spec: str = "auto",
+    kv_budget: int | str | None = None,
+    host_budget: int | str = DEFAULT_HOST_BUDGET,
+    disk_budget: int | str = 0,
+    gpu: str | None = DEFAULT_GPU,
+    gpu_memory: int | str | None = None,
+    memory_fraction: float | str | None = None,
+    gpu_memory_utilization: float | str | None = None,
+    mem_fraction_static: float | str | None = None,
+    reserve: int | str | None = None,
+    activation_bytes: int | str | None = None,
+    cuda_graph_bytes: int | str | None = None,
+    runtime_bytes: int | str | None = None,
+    weights_bytes: int | str | None = None,
+    kv_dtype: str = "auto",
+    state_dtype: str = "auto",
+    tokens_per_block: int = 32,
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    max_seq_len: int | None = None,
+    max_draft_len: int = 3,
+    tp: int = 1,
+    pp: int = 1,
+    draft_tp: int | None = None,
+    dp: int = 1,
+    dp_attention: bool = False,
+    ep: int = 1,
+    gpus_per_node: int | None = None,
+    host_memory: int | str | None = None,
+    separate_draft_cache: bool = False,
+    engine: str = "kvbudget",
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    async_scheduling: bool = True,
+    enable_prefix_caching: bool = True,
+    cached_states: int | None = None,
+) -> PlanInputs:
+    """Resolve and check :func:`kvbudget.plan`'s arguments (its docstring says what each
+    means). Loads the models; raises InvalidArgumentError or ConfigError on bad input."""
+    if spec != "auto" and spec not in SPEC_MODES:
+        raise InvalidArgumentError(
+            f"unknown spec {spec!r}; choose one of auto, {', '.join(SPEC_MODES)}"
+        )
+    parallel = Parallelism.checked(
+        tp=tp, pp=pp, draft_tp=draft_tp, dp=dp, dp_attention=dp_attention, ep=ep
+    )
+    require_int("tokens_per_block", tokens_per_block, minimum=1)
+    require_int("max_batch_size", max_batch_size, minimum=1)
+    require_int("max_draft_len", max_draft_len, minimum=0)
+    engine_name = _engine_name(engine)
+    if cached_states is not None:
+        require_int("cached_states", cached_states)
+        if engine_name != "kvbudget" and cached_states:
+            raise InvalidArgumentError(
+                f"cached_states sizes kvbudget's own cache; {engine_name} sizes its cached "
+                "states itself: drop --cached-states or use --engine kvbudget"
+            )
+    require_int("max_num_batched_tokens", max_num_batched_tokens, minimum=1)
+    for name, flag in (
+        ("async_scheduling", async_scheduling),
+        ("enable_prefix_caching", enable_prefix_caching),
+        ("separate_draft_cache", separate_draft_cache),
+    ):
+        if not isinstance(flag, bool):
+            raise InvalidArgumentError(f"{name} must be True or False, got {flag!r}")
+    target_model = _resolve(target)
+    if target_model.is_eagle3:
+        raise InvalidArgumentError(
+            f"{target_model.name} is an EAGLE3 draft head, not a target model; pass it as "
+            "--draft and its base model as --target"
+        )
+    spec_reason = None
+    if spec == "auto":
+        spec, why = _auto_spec(target_model, draft)
+        spec_reason = f"spec auto chose {spec}: {why}"
+    mode = SPEC_MODE_TABLE[spec]
+    if separate_draft_cache and mode.draft != "mtp":
+        raise InvalidArgumentError(
+            f"--separate-draft-cache applies to --spec mtp only (got --spec {spec}); drop it"
+        )
+    if max_draft_len == 0 and mode.lookahead:
+        raise InvalidArgumentError(
+            f"--max-draft-len 0 means no speculation; use --spec none instead of --spec {spec}"
+        )
+    draft_model = _resolve_draft(mode, target_model, draft)
+    if parallel.draft_tp != tp and draft_model is None:
+        raise InvalidArgumentError(
+            f"draft_tp applies to a separate draft (an EAGLE3 head or a draft model); "
+            f"--spec {spec} has none (MTP layers run at the target's tp): drop --draft-tp"
+        )
+    if engine_name != "kvbudget" and any(
+        isinstance(x, MLALayer) and x.index_head_dim for x in target_model.layers
+    ):
+        raise InvalidArgumentError(
+            f"--engine {engine_name} is not modelled for {target_model.name}'s sparse-attention "
+            "indexer cache (the engines keep it apart from the MLA latent); plan it with "
+            "--engine kvbudget"
+        )
+    if parallel.draft_tp != tp and engine_name != "kvbudget":
+        raise InvalidArgumentError(
+            f"--engine {engine_name} is modelled with the draft at the target's tp; plan a "
+            "different draft_tp with --engine kvbudget"
+        )
+    # "auto" is the target's dtype for every manager (engines run the draft in the
+    # target's dtype), else the draft's when the target config names none.
+    # A config that names no dtype (a quantized checkpoint) runs its activations, and so
+    # its KV cache, in bf16 in every engine (vLLM's ``_get_and_verify_dtype`` default).
+    auto_dtype = target_model.dtype or (draft_model.dtype if draft_model else None) or "bf16"
+    if str(state_dtype).strip().lower() != "auto":
+        parse_dtype(state_dtype, what="state_dtype")
+    seq_len = target_model.max_position_embeddings if max_seq_len is None else max_seq_len
+    require_int("max_seq_len", seq_len, minimum=1)
+    if engine_name != "kvbudget":
+        states = 0
+    elif cached_states is not None:
+        states = cached_states
+    else:
+        states = max_batch_size if enable_prefix_caching else 0
+    settings = CostSettings(
+        kv_dtype=parse_dtype(kv_dtype, auto=auto_dtype).name,
+        state_dtype=str(state_dtype),
+        tokens_per_block=tokens_per_block,
+        max_batch_size=max_batch_size,
+        # an engine draws windows and states per request from its pool: the per-manager
+        # split reserves them for one sequence, the engine model sizes the rest
+        reserve_batch=max_batch_size if engine_name == "kvbudget" else 1,
+        cached_states=states,
+        max_seq_len=seq_len,
+        lookahead_tokens=max_draft_len if mode.lookahead else 0,
+        tp=parallel.attention_tp,
+        pp=pp,
+    )
+    node_gpus = min(parallel.ranks, 8) if gpus_per_node is None else gpus_per_node
+    require_int("gpus_per_node", node_gpus, minimum=1)
+    rule = gpu_budget_rule(
+        kv_budget=kv_budget,
+        gpu=gpu,
+        gpu_memory=gpu_memory,
+        reserve=reserve,
+        memory_fraction=memory_fraction,
+        gpu_memory_utilization=gpu_memory_utilization,
+        mem_fraction_static=mem_fraction_static,
+    )
+    notes: list[str] = [
+        note
+        for name, value in (
+            ("kv_budget", kv_budget),
+            ("host_budget", host_budget),
+            ("disk_budget", disk_budget),
+            ("gpu_memory", gpu_memory),
+            ("reserve", reserve),
+            ("weights_bytes", weights_bytes),
+            ("host_memory", host_memory),
+        )
+        if (note := rounding_note(value, name=name)) is not None
+    ]
+    notes += draft_warnings(target_model, draft_model, seq_len)
+    notes += [*target_model.assumed, *(draft_model.assumed if draft_model else ())]
+    return PlanInputs(
+        target=target_model,
+        draft=draft_model,
+        spec=mode,
+        spec_reason=spec_reason,
+        settings=settings,
+        parallel=parallel,
+        gpu_rule=rule,
+        non_kv_overrides=NonKvOverrides(
+            activation_bytes=_optional_bytes(activation_bytes, "activation_bytes"),
+            cuda_graph_bytes=_optional_bytes(cuda_graph_bytes, "cuda_graph_bytes"),
+            runtime_bytes=_optional_bytes(runtime_bytes, "runtime_bytes"),
+        ),
+        weights_override=_optional_bytes(weights_bytes, "weights_bytes"),
+        host_bytes=parse_bytes(host_budget, name="host_budget"),
+        disk_bytes=parse_bytes(disk_budget, name="disk_budget"),
+        gpus_per_node=node_gpus,
+        host_memory_bytes=_optional_bytes(host_memory, "host_memory"),
+        engine=engine_name,
+        separate_draft_cache=separate_draft_cache,
+        max_num_batched_tokens=max_num_batched_tokens,
+        async_scheduling=async_scheduling,
+        enable_prefix_caching=enable_prefix_caching,
+        notes=tuple(notes),
+    )
+
+
+def draft_warnings(target: ModelSpec, draft: ModelSpec | None, seq_len: int) -> list[str]:
+    """What to know about a draft next to ``target`` at ``seq_len`` tokens. Pure."""
+    if draft is None:
+        return []
+    warnings = []
+    if not draft.is_eagle3 and draft.vocab_size != target.vocab_size:
+        warnings.append(
+            f"draft {draft.name} has vocab_size {draft.vocab_size:,}, target {target.name} "
+            f"{target.vocab_size:,}: the target reads the draft's token ids as its own, "
+            "right when both pad one tokenizer (Qwen2.5-0.5B's 151,936 next to Qwen2.5-7B's "
+            "152,064), wrong for another family's tokenizer"
+        )
+    if draft.max_position_embeddings < seq_len:
+        warnings.append(
+            f"draft {draft.name} was trained on {draft.max_position_embeddings:,} positions, "
+            f"fewer than max_seq_len {seq_len:,}: past them its proposals (and acceptance) "
+            "may degrade; its KV is planned for the full length"
+        )
+    return warnings
+
+
+def _optional_bytes(value: int | str | None, name: str) -> int | None:
+    return None if value is None else parse_bytes(value, name=name)
+
+
+def _resolve(model: str | ModelSpec) -> ModelSpec:
+    return model if isinstance(model, ModelSpec) else load_model(model)
+
+
+def _engine_name(engine: object) -> str:
+    name = engine.lower() if isinstance(engine, str) else None
+    if name not in ENGINE_NAMES:
+        raise InvalidArgumentError(
+            f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_NAMES)}"
+        )
+    return name
+
+
+def _auto_spec(target: ModelSpec, draft: str | ModelSpec | None) -> tuple[str, str]:
+    """The speculation mode ``spec="auto"`` picks, and why, in words."""
+    if draft is not None:
+        model = _resolve(draft)
+        if model.is_eagle3:
+            return "eagle3", f"--draft {model.name} is an EAGLE3 head"
+        return "draft-target", f"--draft {model.name} is a model, not a head"
+    if target.name in EAGLE3_DRAFTS:
+        return "eagle3", f"{EAGLE3_DRAFTS[target.name]} is the EAGLE3 head preset for it"
+    if target.mtp_layers:
+        return "mtp", f"{target.name} ships {len(target.mtp_layers)} MTP layer(s)"
+    return "none", (
+        f"no EAGLE3 head preset and no MTP layers for {target.name} (pass --draft or "
+        "--spec ngram to speculate)"
+    )
+
+
+def _resolve_draft(
+    mode: SpecModeInfo, target: ModelSpec, draft: str | ModelSpec | None
+) -> ModelSpec | None:
+    """The draft model ``mode`` runs, checked against what the mode needs."""
+    if mode.draft == "head":
+        if draft is None:
+            default = EAGLE3_DRAFTS.get(target.name)
+            if default is None:
+                raise InvalidArgumentError(
+                    f"spec {mode.name} needs a draft head for {target.name}; pass --draft "
+                    "(a config path or preset id of the EAGLE3 head)"
+                )
+            draft = default
+        model = _resolve(draft)
+        if not model.is_eagle3:
+            raise InvalidArgumentError(
+                f"{model.name} is not an EAGLE3 head; use --spec draft-target for a small model"
+            )
+        return model
+    if mode.draft == "model":
+        if draft is None:
+            raise InvalidArgumentError(f"spec {mode.name} needs --draft (the small model)")
+        model = _resolve(draft)
+        if model.is_eagle3:
+            raise InvalidArgumentError(
+                f"{model.name} is an EAGLE3 head, not a draft model; use --spec eagle3 with it"
+            )
+        return model
+    if draft is not None:
+        raise InvalidArgumentError(f"spec {mode.name} uses no draft model; drop --draft")
+    if mode.draft == "mtp" and not target.mtp_layers:
+        raise InvalidArgumentError(
+            f"{target.name} has no MTP layers (num_nextn_predict_layers); choose another --spec"
+        )
+    return None
+
+
+__all__ = [
+    "DEFAULT_GPU",
+    "DEFAULT_HOST_BUDGET",
+    "DEFAULT_MAX_BATCH_SIZE",
+    "DEFAULT_TARGET",
+    "EAGLE3_DRAFTS",
+    "CostSettings",
+    "NonKvOverrides",
+    "Parallelism",
+    "PlanInputs",
+    "draft_warnings",
+    "resolve_inputs",
+]

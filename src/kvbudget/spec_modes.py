@@ -1,0 +1,98 @@
+"""The speculation modes: one table of what each means for the caches.
+
+Every place that asks "what does ``--spec X`` imply" reads :data:`SPEC_MODE_TABLE`: the
+planner (which draft it needs, which managers, whether sequences reserve lookahead), the
+cache (how a prefix hit treats the draft) and the reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+DraftKind = Literal["head", "model", "mtp", "none"]
+DraftPrefixPolicy = Literal["same_tokens", "drop_last_block"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecModeInfo:
+    """What one speculation mode asks of the caches.
+
+    ``draft``: what proposes tokens: an EAGLE3 ``head`` (a separate draft manager), a
+    small ``model`` (a separate draft manager with its own geometry), the target's own
+    ``mtp`` layers (costed with the target, or as a draft manager with
+    ``separate_draft_cache``), or ``none`` (n-gram lookup or no speculation).
+    ``lookahead``: every sequence reserves room for ``max_draft_len`` unverified tokens.
+    ``draft_prefix``: how a prefix hit treats the draft's KV (:mod:`kvbudget.cache.ids`):
+    drafts that read the target's hidden state of the next token (EAGLE heads, MTP)
+    recompute the last hit block.
+    """
+
+    name: str
+    draft: DraftKind
+    lookahead: bool
+    draft_prefix: DraftPrefixPolicy
+    managers: str  # in words, for docs and reports
+
+
+SPEC_MODE_TABLE: MappingProxyType[str, SpecModeInfo] = MappingProxyType(
+    {
+        info.name: info
+        for info in (
+            SpecModeInfo(
+                name="eagle3",
+                draft="head",
+                lookahead=True,
+                draft_prefix="drop_last_block",
+                managers="target + a separate draft manager for the EAGLE3 head",
+            ),
+            SpecModeInfo(
+                name="mtp",
+                draft="mtp",
+                lookahead=True,
+                draft_prefix="drop_last_block",
+                managers="one target manager whose cost includes the MTP layers (default), "
+                "or target + draft(MTP layers) with separate_draft_cache",
+            ),
+            SpecModeInfo(
+                name="draft-target",
+                draft="model",
+                lookahead=True,
+                draft_prefix="same_tokens",
+                managers="target + a draft manager for a small model (own geometry)",
+            ),
+            SpecModeInfo(
+                name="ngram",
+                draft="none",
+                lookahead=True,
+                draft_prefix="same_tokens",
+                managers="target only; every sequence still needs its lookahead slots",
+            ),
+            SpecModeInfo(
+                name="none",
+                draft="none",
+                lookahead=False,
+                draft_prefix="same_tokens",
+                managers="target only, no lookahead",
+            ),
+        )
+    }
+)
+
+SPEC_MODES: tuple[str, ...] = tuple(SPEC_MODE_TABLE)
+
+
+def spec_mode(name: str) -> SpecModeInfo:
+    """The table row of ``name``; KeyError when it is not a mode (callers check first)."""
+    return SPEC_MODE_TABLE[name]
+
+
+__all__ = [
+    "SPEC_MODES",
+    "SPEC_MODE_TABLE",
+    "DraftKind",
+    "DraftPrefixPolicy",
+    "SpecModeInfo",
+    "spec_mode",
+]
