@@ -50,6 +50,14 @@ if TYPE_CHECKING:
         RequestId,
         SpecDecodeCache,
     )
+    from kvbudget.sim import (
+        AcceptanceModel,
+        PolicyMetrics,
+        PrefixSynthesis,
+        SimulationResult,
+        read_trace,
+        simulate,
+    )
 
 __version__ = "0.1.0"
 
@@ -69,12 +77,30 @@ _CACHE_NAMES = frozenset(
 )
 
 
+# The simulator likewise (``kvbudget.simulate``: trace replay against a plan).
+_SIM_NAMES = frozenset(
+    {
+        "AcceptanceModel",
+        "PolicyMetrics",
+        "PrefixSynthesis",
+        "SimulationResult",
+        "read_trace",
+        "simulate",
+    }
+)
+
+
 def __getattr__(name: str) -> Any:
-    """``kvbudget.SpecDecodeCache`` and the other cache names, imported on first use."""
+    """``kvbudget.SpecDecodeCache``, ``kvbudget.simulate`` and the other cache and
+    simulator names, imported on first use."""
     if name in _CACHE_NAMES:
         import kvbudget.cache
 
         return getattr(kvbudget.cache, name)
+    if name in _SIM_NAMES:
+        import kvbudget.sim
+
+        return getattr(kvbudget.sim, name)
     raise AttributeError(f"module 'kvbudget' has no attribute {name!r}")
 
 
@@ -82,6 +108,7 @@ __all__ = [
     "ENGINES",
     "SPEC_MODES",
     "SPEC_MODE_TABLE",
+    "AcceptanceModel",
     "AttentionLayer",
     "BlockHash",
     "BlockId",
@@ -113,9 +140,12 @@ __all__ = [
     "ParamCounts",
     "Plan",
     "PlanInputs",
+    "PolicyMetrics",
     "PoolStats",
     "PreemptMode",
+    "PrefixSynthesis",
     "RequestId",
+    "SimulationResult",
     "SpecDecodeCache",
     "SpecModeInfo",
     "TierPlan",
@@ -139,7 +169,9 @@ __all__ = [
     "parse_config",
     "parse_dtype",
     "plan",
+    "read_trace",
     "resolve_inputs",
+    "simulate",
     "split_budget",
     "weights_bytes",
 ]

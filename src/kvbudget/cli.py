@@ -1,4 +1,4 @@
-"""Command line: ``kvbudget plan`` (default), ``kvbudget models``, ``kvbudget gpus``.
+"""Command line: ``kvbudget plan`` (default), ``simulate``, ``models``, ``gpus``, ``run``.
 
 User mistakes print one ``error:`` line on stderr and exit with status 2; they never
 print a traceback.
@@ -6,9 +6,10 @@ print a traceback.
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -17,6 +18,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from kvbudget.commands.run import run_command
+from kvbudget.commands.simulate import SIMULATE_HELP, run_simulate, simulate_options
 from kvbudget.engines import ENGINES, emit
 from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from kvbudget.errors import InvalidArgumentError, KvBudgetError
@@ -329,6 +331,7 @@ def plan_command(
 
     Sizes take units (40GiB, 64GB, 512MiB) or plain bytes; every budget is per rank.
     """
+    options = dict(locals())
     if emit_engine is not None and engine is not None and engine.lower() != emit_engine.lower():
         _run(
             _raise(
@@ -346,46 +349,7 @@ def plan_command(
             )
         )
     chosen = emit_engine or engine or "kvbudget"
-    result = _run(
-        lambda: plan(
-            target,
-            draft,
-            spec=spec,
-            kv_budget=kv_budget,
-            host_budget=host_budget,
-            disk_budget=disk_budget,
-            gpu=gpu,
-            gpu_memory=gpu_memory,
-            memory_fraction=memory_fraction,
-            gpu_memory_utilization=gpu_memory_utilization,
-            mem_fraction_static=mem_fraction_static,
-            reserve=reserve,
-            activation_bytes=activation_bytes,
-            cuda_graph_bytes=cuda_graph_bytes,
-            runtime_bytes=runtime_bytes,
-            weights_bytes=weights_bytes,
-            kv_dtype=kv_dtype,
-            state_dtype=state_dtype,
-            tokens_per_block=tokens_per_block,
-            max_batch_size=max_batch_size,
-            max_seq_len=max_seq_len,
-            max_draft_len=max_draft_len,
-            tp=tp,
-            pp=pp,
-            draft_tp=draft_tp,
-            dp=dp,
-            dp_attention=dp_attention,
-            ep=ep,
-            gpus_per_node=gpus_per_node,
-            host_memory=host_memory,
-            separate_draft_cache=separate_draft_cache,
-            engine=chosen,
-            max_num_batched_tokens=max_num_batched_tokens,
-            async_scheduling=async_scheduling,
-            enable_prefix_caching=prefix_caching,
-            cached_states=cached_states,
-        )
-    )
+    result = _run(lambda: plan(**_plan_kwargs(options, chosen)))
     if json_out:  # with --emit too: the JSON's "engine" object holds the settings
         typer.echo(result.to_json())
     elif emit_engine is not None:
@@ -393,6 +357,49 @@ def plan_command(
         typer.echo(_run(lambda: emit(result, engine)), nl=False)
     else:
         print_plan(result, Console())
+
+
+# plan_command's options that shape its output, not the plan
+_PLAN_OUTPUT_OPTIONS = ("json_out", "emit_engine", "engine")
+
+
+def _plan_kwargs(options: Mapping[str, Any], engine: str) -> dict[str, Any]:
+    """The :func:`kvbudget.plan` keyword arguments of ``plan_command``'s options."""
+    kwargs = {k: v for k, v in options.items() if k not in _PLAN_OUTPUT_OPTIONS}
+    kwargs["enable_prefix_caching"] = kwargs.pop("prefix_caching")
+    kwargs["engine"] = engine
+    return kwargs
+
+
+def _simulate_command() -> Callable[..., None]:
+    """``kvbudget simulate``: ``plan_command``'s plan options (shared declarations: a
+    default or help text changed there changes here) followed by
+    :func:`kvbudget.commands.simulate.simulate_options`."""
+    plan_params = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for name, p in inspect.signature(plan_command, eval_str=True).parameters.items()
+        if name not in _PLAN_OUTPUT_OPTIONS
+    ]
+    sim_params = [
+        p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for p in inspect.signature(simulate_options, eval_str=True).parameters.values()
+    ]
+    plan_names = frozenset(p.name for p in plan_params)
+
+    def command(**options: Any) -> None:
+        plan_options = {k: v for k, v in options.items() if k in plan_names}
+        sim = {k: v for k, v in options.items() if k not in plan_names}
+        kwargs = _plan_kwargs(plan_options, "kvbudget")
+        run_simulate(kwargs, guard=_run, **sim)
+
+    params = plan_params + sim_params
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__doc__ = SIMULATE_HELP
+    return command
+
+
+app.command("simulate")(_simulate_command())
 
 
 @app.command("models")

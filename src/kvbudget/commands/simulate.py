@@ -1,0 +1,216 @@
+"""``kvbudget simulate``: replay a request trace against the plan and its budget policies.
+
+:func:`simulate_options` declares the simulator's own options; :mod:`kvbudget.cli`
+registers the command with the plan's options (the ``kvbudget plan`` declarations,
+shared, not copied) in front of these, and calls :func:`run_simulate` with the plan's
+keyword arguments. matplotlib is imported only when plots or HTML are asked for.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kvbudget.sim.policies import POLICIES
+
+SIMULATE_HELP = (
+    "Replay a request trace against the plan and its budget policies, side by side.\n\n"
+    "Default: the default plan (as `kvbudget plan`) and the shipped Azure LLM inference "
+    "trace (conversation, 2023; CC-BY 4.0). Each policy (kvbudget, doubled-host, "
+    "equal-split, target-geometry-draft, no-host) is a variant of the same plan, replayed "
+    "through the real metadata-only cache.\n\n"
+    "Step times come from a roofline of the GPU preset (weights and KV bytes over memory "
+    "bandwidth, FLOPs over the dense BF16 peak, host copies over the host link): lower "
+    "bounds, for comparing policies, not for predicting an engine's latency."
+)
+
+
+def simulate_options(
+    trace: Annotated[
+        str | None,
+        typer.Option(
+            metavar="PATH",
+            help="Trace: Azure CSV (TIMESTAMP,ContextTokens,GeneratedTokens) or CSV/JSONL of "
+            "arrival_s,prompt_tokens,output_tokens[,prefix_group] (default: the shipped "
+            "Azure conversation trace).",
+        ),
+    ] = None,
+    policies: Annotated[
+        str,
+        typer.Option(metavar="LIST", help="Comma-separated policies to compare."),
+    ] = ",".join(POLICIES),
+    acceptance: Annotated[
+        str,
+        typer.Option(
+            metavar="RATE[,RATE..]",
+            help="Draft acceptance: one rate per token (0.7) or per position (0.8,0.6,0.4).",
+        ),
+    ] = "0.7",
+    rate_scale: Annotated[
+        float,
+        typer.Option(metavar="X", help="Divide arrival times by X (2: twice the request rate)."),
+    ] = 1.0,
+    limit: Annotated[
+        int | None, typer.Option(metavar="N", help="Replay the first N requests only.")
+    ] = None,
+    prefix_groups: Annotated[
+        int,
+        typer.Option(metavar="N", help="Synthetic shared-prefix groups (traces without any)."),
+    ] = 8,
+    prefix_share: Annotated[
+        float,
+        typer.Option(metavar="SHARE", help="Share of requests given a synthetic prefix."),
+    ] = 0.5,
+    prefix_tokens: Annotated[
+        int,
+        typer.Option(
+            metavar="TOKENS", help="Prefix length unit: group g is TOKENS x (1 + g mod 4)."
+        ),
+    ] = 256,
+    seed: Annotated[
+        int, typer.Option(metavar="N", help="Seed of prefixes and acceptance draws.")
+    ] = 0,
+    preempt: Annotated[
+        str,
+        typer.Option(
+            metavar="MODE",
+            help="Preemption: auto (swap with a host tier, else recompute), swap, recompute.",
+        ),
+    ] = "auto",
+    peak_tflops: Annotated[
+        float | None,
+        typer.Option(
+            metavar="TFLOPS", help="Dense BF16 peak of the GPU (default: data/gpu_flops.csv)."
+        ),
+    ] = None,
+    sample_steps: Annotated[
+        int, typer.Option(metavar="N", help="Steps between samples of the cache's counters.")
+    ] = 8,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the plan and per-policy metrics as JSON.")
+    ] = False,
+    plots: Annotated[
+        str | None,
+        typer.Option(metavar="DIR", help="Write PNG plots into DIR (needs matplotlib)."),
+    ] = None,
+    html: Annotated[
+        str | None,
+        typer.Option(
+            metavar="FILE", help="Write one self-contained HTML report (needs matplotlib)."
+        ),
+    ] = None,
+) -> None:
+    """The simulator's own options (a signature only; see :func:`run_simulate`)."""
+
+
+def run_simulate(
+    plan_kwargs: Mapping[str, Any],
+    *,
+    guard: Callable[[Callable[[], Any]], Any],
+    trace: str | None,
+    policies: str,
+    acceptance: str,
+    rate_scale: float,
+    limit: int | None,
+    prefix_groups: int,
+    prefix_share: float,
+    prefix_tokens: int,
+    seed: int,
+    preempt: str,
+    peak_tflops: float | None,
+    sample_steps: int,
+    json_out: bool,
+    plots: str | None,
+    html: str | None,
+) -> None:
+    """Plan with ``plan_kwargs``, replay every policy, print and write the reports.
+
+    ``guard(action)`` runs ``action`` and turns kvbudget and file errors into one
+    ``error:`` line (the CLI's ``_run``).
+    """
+    import json
+
+    from rich.console import Console
+
+    from kvbudget.planner import plan as make_plan
+    from kvbudget.sim.acceptance import AcceptanceModel
+    from kvbudget.sim.policies import policy_plans
+    from kvbudget.sim.simulation import engine_flags_for, simulate
+    from kvbudget.sim.summary import print_summary
+    from kvbudget.sim.trace import PrefixSynthesis, default_trace_path, read_trace
+
+    names = tuple(p.strip() for p in policies.split(",") if p.strip())
+    model = guard(lambda: AcceptanceModel.parse(acceptance))
+    synth = guard(
+        lambda: PrefixSynthesis(
+            groups=prefix_groups, share=prefix_share, base_tokens=prefix_tokens, seed=seed
+        )
+    )
+    base = guard(lambda: make_plan(**{**plan_kwargs, "engine": "kvbudget"}))
+    guard(lambda: policy_plans(base, names))  # unknown names fail before any replay
+    path = Path(trace) if trace is not None else default_trace_path()
+    total = guard(lambda: sum(1 for _ in read_trace(path, prefixes=synth, limit=limit)))
+    flags = guard(lambda: engine_flags_for(plan_kwargs))
+    stderr = Console(stderr=True)
+
+    def run(progress: Callable[[str, int], None] | None) -> Any:
+        return guard(
+            lambda: simulate(
+                base,
+                path,
+                policies=names,
+                acceptance=model,
+                rate_scale=rate_scale,
+                limit=limit,
+                prefixes=synth,
+                peak_tflops=peak_tflops,
+                max_num_batched_tokens=int(plan_kwargs.get("max_num_batched_tokens", 8192)),
+                preempt=preempt,
+                seed=seed,
+                sample_steps=sample_steps,
+                progress=progress,
+                engine_flags=flags,
+            )
+        )
+
+    if stderr.is_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=stderr,
+            transient=True,
+        ) as bar:
+            tasks = {n: bar.add_task(n, total=total) for n in names}
+
+            def update(name: str, done: int) -> None:
+                bar.update(tasks[name], completed=done)
+
+            result = run(update)
+    else:
+        result = run(None)
+    if json_out:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        print_summary(result, Console())
+    if plots is not None:
+        from kvbudget.sim.plots import write_plots
+
+        written = guard(lambda: write_plots(result, Path(plots)))
+        if not json_out:
+            for p in written:
+                typer.echo(f"wrote {p}")
+    if html is not None:
+        from kvbudget.sim.report_html import write_html
+
+        out = guard(lambda: write_html(result, Path(html)))
+        if not json_out:
+            typer.echo(f"wrote {out}")
+    sys.stdout.flush()

@@ -1,0 +1,465 @@
+"""Replay a trace through one policy's metadata-only :class:`~kvbudget.SpecDecodeCache`.
+
+The engine loop, one step at a time (a continuous-batching scheduler, vLLM-like)::
+
+    arrivals up to now join the waiting queue (FIFO)
+    1. every running request whose prefill is done reserves K + 1 slots
+         (refused: preempt the newest running request, swap when the plan has a host
+          tier, else recompute; the request itself when it is the newest)
+    2. swapped-out requests resume, oldest first, while the GPU takes them
+    3. prefills continue in chunks, then waiting requests are admitted (prefix hits from
+         the cache), while the step has tokens left (max_num_batched_tokens, less K + 1
+         per decoding request) and fewer than max_batch_size requests run
+    4. the clock advances by the roofline step time (host traffic charged every
+         sample_steps steps, when the cache's counters are read)
+    5. decoding requests commit 1 + accepted tokens (seeded acceptance draws); a request
+         whose prefill completed emits its first token (TTFT); finished ones are freed
+
+Token ids: a request's prompt is its prefix group's tokens (seeded per group, so equal
+groups give equal blocks) then two marker tokens that encode its index and a fixed filler
+(the hash chain makes every later block unique); output tokens are a fixed id. Real ids
+never matter to the cache beyond equality of blocks.
+
+Not finished, with a reason (every request is either completed or counted in one):
+
+* ``prompt_exceeds_max_seq_len``: the prompt has ``max_seq_len`` tokens or more;
+* ``prompt_exceeds_gpu_blocks``: the prompt needs more GPU blocks than the plan has;
+* ``not_admissible``: refused by an empty cache (window or state pools);
+* ``outgrew_gpu``: a lone running request could not reserve its lookahead.
+
+Outputs longer than ``max_seq_len - prompt`` tokens are cut there (``truncated_outputs``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from kvbudget.cache import RequestId, SpecDecodeCache
+from kvbudget.errors import InvalidArgumentError, InvalidCacheOperationError, OutOfBlocksError
+from kvbudget.sim.acceptance import AcceptanceDraw, AcceptanceModel
+from kvbudget.sim.metrics import LatencyRecorder, Percentiles, PolicyMetrics, Series
+from kvbudget.sim.policies import PolicyPlan
+from kvbudget.sim.roofline import Roofline
+from kvbudget.sim.trace import TraceRequest
+
+PreemptChoice = Literal["auto", "swap", "recompute"]
+ProgressFn = Callable[[int], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayConfig:
+    """Settings of one replay (the same for every policy).
+
+    ``max_num_batched_tokens``: tokens per step (decode slots plus prefill chunks);
+    ``preempt``: ``"auto"`` swaps when the plan has host blocks, else recomputes;
+    ``sample_steps``: steps between reads of the cache's counters (series points and
+    host traffic); ``seed``: acceptance draws and prefix-group tokens.
+    """
+
+    acceptance: AcceptanceModel
+    max_num_batched_tokens: int = 8192
+    preempt: PreemptChoice = "auto"
+    sample_steps: int = 8
+    max_series_points: int = 2048
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if type(self.max_num_batched_tokens) is not int or self.max_num_batched_tokens < 1:
+            raise InvalidArgumentError(
+                f"max_num_batched_tokens must be an int >= 1, got {self.max_num_batched_tokens!r}"
+            )
+        if self.preempt not in ("auto", "swap", "recompute"):
+            raise InvalidArgumentError(
+                f"preempt must be auto, swap or recompute, got {self.preempt!r} (--preempt)"
+            )
+        if type(self.sample_steps) is not int or self.sample_steps < 1:
+            raise InvalidArgumentError(
+                f"sample_steps must be an int >= 1, got {self.sample_steps!r}"
+            )
+
+
+class _Live:
+    """A request inside the replay (internal, mutable)."""
+
+    __slots__ = (
+        "context",
+        "first_token_s",
+        "generated",
+        "output",
+        "preempted",
+        "prefill_left",
+        "readmit",
+        "req",
+        "rid",
+    )
+
+    def __init__(self, req: TraceRequest, output: int) -> None:
+        self.req = req
+        self.rid = RequestId(f"r{req.index}")
+        self.output = output  # output tokens to produce (cut at max_seq_len)
+        self.generated = 0  # output tokens produced
+        self.prefill_left = 0  # tokens of the admitted sequence still to compute
+        self.context = 0  # tokens whose KV is computed
+        self.first_token_s = -1.0
+        self.preempted = False
+        self.readmit: tuple[int, ...] | None = None  # verified tokens after a recompute
+
+
+class _Tokens:
+    """Prompt token ids for the cache (see the module docstring). Internal, mutable."""
+
+    __slots__ = ("_filler", "_groups", "_seed", "_vocab")
+
+    def __init__(self, vocab_size: int, seed: int) -> None:
+        self._vocab = max(vocab_size, 3)
+        self._seed = seed
+        self._groups: dict[str, list[int]] = {}
+        self._filler: list[int] = []
+
+    def prompt(self, req: TraceRequest) -> list[int]:
+        v = self._vocab
+        head: list[int] = []
+        if req.prefix_group is not None and req.prefix_tokens:
+            group = self._groups.get(req.prefix_group)
+            if group is None or len(group) < req.prefix_tokens:
+                group = self._group(req.prefix_group, req.prefix_tokens)
+            head = group[: req.prefix_tokens]
+        rest = req.prompt_tokens - len(head)
+        i = req.index
+        marker = [1 + i % (v - 1), 1 + (i // (v - 1)) % (v - 1)][:rest]
+        fill = rest - len(marker)
+        if len(self._filler) < fill:
+            self._filler = [(k * 7919 + 13) % v for k in range(max(fill, 2 * len(self._filler)))]
+        return head + marker + self._filler[:fill]
+
+    def _group(self, name: str, length: int) -> list[int]:
+        import random
+
+        rng = random.Random(f"{self._seed}:{name}")
+        tokens = [rng.randrange(self._vocab) for _ in range(max(length, 1024))]
+        self._groups[name] = tokens
+        return tokens
+
+
+def replay(
+    policy: PolicyPlan,
+    trace: Iterable[TraceRequest],
+    roofline: Roofline,
+    config: ReplayConfig,
+    *,
+    progress: ProgressFn | None = None,
+    check_every: int = 0,
+) -> PolicyMetrics:
+    """Replay ``trace`` (consumed once, in arrival order) against ``policy``'s plan.
+
+    ``progress(n)`` is called with the number of requests done (completed or not
+    finished) every few hundred steps and at the end. ``check_every`` > 0 runs the cache's
+    integrity check every that many steps (tests). Returns the metrics; the trace's
+    requests are not kept (memory stays flat but for the latency samples).
+
+    Raises:
+        InvalidArgumentError: a plan the cache cannot be built from.
+    """
+    plan = policy.plan
+    cache = SpecDecodeCache.from_plan(plan)
+    cap = plan.capacity
+    tpb = plan.tokens_per_block
+    k = cap.lookahead_tokens
+    step_slots = k + 1
+    max_seq = cap.max_seq_len
+    max_batch = cap.max_batch_size
+    gpu_blocks = cap.gpu_blocks
+    host_blocks = cap.host_blocks
+    swap_first = config.preempt == "swap" or (config.preempt == "auto" and host_blocks > 0)
+    block_pair_bytes = sum(m.block_bytes for m in plan.managers)
+    tokens = _Tokens(plan.vocab_size or 32000, config.seed)
+    accept = AcceptanceDraw(config.acceptance, k, config.seed)
+    out_ids = [(1,) * n for n in range(step_slots + 1)]
+    link = roofline.rates.host_link_bytes_per_s
+
+    waiting: deque[_Live] = deque()
+    swapped: deque[_Live] = deque()
+    running: list[_Live] = []
+    latencies = LatencyRecorder()
+    series = Series(config.max_series_points)
+    reasons: dict[str, int] = {}
+    arrived = completed = truncated = preempted_requests = swaps = recomputes = 0
+    output_total = steps = max_waiting = max_running = 0
+    host_moved_blocks = 0
+    clock = 0.0
+    first_arrival: float | None = None
+    last_finish = 0.0
+
+    def fail(reason: str) -> None:
+        reasons[reason] = reasons.get(reason, 0) + 1
+
+    def preempt(victim: _Live) -> None:
+        nonlocal swaps, recomputes, preempted_requests
+        running.remove(victim)
+        if not victim.preempted:
+            victim.preempted = True
+            preempted_requests += 1
+        if swap_first:
+            try:
+                cache.preempt(victim.rid, mode="swap")
+            except (OutOfBlocksError, InvalidCacheOperationError):
+                pass
+            else:
+                swaps += 1
+                swapped.append(victim)
+                return
+        victim.readmit = cache.preempt(victim.rid, mode="recompute")
+        recomputes += 1
+        victim.context = 0
+        waiting.appendleft(victim)
+
+    def _make_room(live: _Live) -> bool:
+        """Preempt the newest running requests until ``live`` reserves; False when
+        ``live`` itself was preempted or dropped."""
+        while True:
+            victim = running[-1]
+            if victim is live and len(running) == 1:
+                running.remove(live)
+                cache.free(live.rid)
+                fail("outgrew_gpu")
+                return False
+            preempt(victim)
+            if victim is live:
+                return False
+            try:
+                reserve(live.rid, step_slots)
+                return True
+            except OutOfBlocksError:
+                continue
+
+    reserve = cache.reserve
+    commit = cache.commit
+    rand = accept.random
+    thresholds = accept.thresholds
+    it = iter(trace)
+    pending = next(it, None)
+    while True:
+        while pending is not None and pending.arrival_s <= clock:
+            if first_arrival is None:
+                first_arrival = pending.arrival_s
+            arrived += 1
+            live = _admissible(pending, max_seq, gpu_blocks, tpb, reasons)
+            if live is not None:
+                if live.output < pending.output_tokens:
+                    truncated += 1
+                waiting.append(live)
+            pending = next(it, None)
+        if not running and not waiting and not swapped:
+            if pending is None:
+                break
+            clock = max(clock, pending.arrival_s)
+            continue
+
+        # 1. decode reservations (oldest first; victims are the newest)
+        decoders: list[_Live] = []
+        context = 0
+        i = 0
+        while i < len(running):
+            live = running[i]
+            if live.prefill_left:
+                i += 1
+                continue
+            try:
+                reserve(live.rid, step_slots)
+            except OutOfBlocksError:
+                if not _make_room(live):
+                    continue  # live left running; the next request moved to index i
+            decoders.append(live)
+            context += live.context
+            i += 1
+        budget = config.max_num_batched_tokens - len(decoders) * step_slots
+
+        # 2. swapped requests come back first
+        while swapped and len(running) < max_batch:
+            live = swapped[0]
+            try:
+                cache.resume(live.rid)
+            except OutOfBlocksError:
+                if running:
+                    break
+                swapped.popleft()
+                cache.free(live.rid)
+                fail("outgrew_gpu")
+                continue
+            swapped.popleft()
+            running.append(live)
+
+        # 3. prefill chunks: running prefills first, then admissions
+        prefill_tokens = pairs = kv_tokens = 0
+        prefilled: list[_Live] = []
+        for live in running:
+            if budget <= 0:
+                break
+            if live.prefill_left:
+                chunk = min(live.prefill_left, budget)
+                budget -= chunk
+                pairs += chunk * live.context + chunk * (chunk + 1) // 2
+                kv_tokens += live.context + chunk
+                prefill_tokens += chunk
+                live.context += chunk
+                live.prefill_left -= chunk
+                if not live.prefill_left:
+                    prefilled.append(live)
+        while waiting and budget > 0 and len(running) < max_batch:
+            live = waiting[0]
+            ids = live.readmit if live.readmit is not None else tokens.prompt(live.req)
+            try:
+                hit = cache.admit(live.rid, ids)
+            except OutOfBlocksError:
+                if running or swapped:
+                    break
+                waiting.popleft()
+                fail("not_admissible")
+                continue
+            waiting.popleft()
+            live.readmit = None
+            running.append(live)
+            live.context = hit
+            left = len(ids) - hit
+            chunk = min(left, budget)
+            budget -= chunk
+            pairs += chunk * hit + chunk * (chunk + 1) // 2
+            kv_tokens += hit + chunk
+            prefill_tokens += chunk
+            live.context += chunk
+            live.prefill_left = left - chunk
+            if not live.prefill_left:
+                prefilled.append(live)
+
+        # 4. the clock
+        steps += 1
+        host_bytes = 0
+        sample = steps % config.sample_steps == 0
+        if sample:
+            stats = cache.stats()
+            gpu_pool = stats.pool(plan.managers[0].role, "gpu")
+            host_pool = stats.pool(plan.managers[0].role, "host")
+            moved = host_pool.offloaded_blocks + host_pool.onboarded_blocks
+            host_bytes = (moved - host_moved_blocks) * block_pair_bytes
+            host_moved_blocks = moved
+            series.add(
+                (
+                    clock,
+                    len(running),
+                    len(waiting),
+                    len(swapped),
+                    gpu_pool.used_blocks,
+                    gpu_pool.cached_blocks,
+                    host_pool.used_blocks,
+                    host_pool.cached_blocks,
+                )
+            )
+        clock += roofline.step_seconds(
+            decoding=len(decoders),
+            decode_context_tokens=context,
+            prefill_tokens=prefill_tokens,
+            prefill_attention_pairs=pairs,
+            prefill_kv_tokens=kv_tokens,
+            host_bytes=host_bytes if link is not None else 0,
+        )
+
+        # 5. commits, first tokens, finishes
+        finished: list[_Live] = []
+        for live in decoders:
+            u = rand()
+            n = 1
+            for p in thresholds:
+                if u < p:
+                    n += 1
+                else:
+                    break
+            left = live.output - live.generated
+            if n > left:
+                n = left
+            commit(live.rid, out_ids[n])
+            live.generated += n
+            live.context += n
+            if live.generated >= live.output:
+                finished.append(live)
+        for live in prefilled:
+            if live.generated == 0:
+                live.generated = 1
+                live.first_token_s = clock
+                latencies.ttft.append(clock - live.req.arrival_s)
+                if live.output <= 1:
+                    finished.append(live)
+        for live in finished:
+            running.remove(live)
+            cache.free(live.rid)
+            completed += 1
+            output_total += live.generated
+            last_finish = clock
+            if live.output > 1:
+                latencies.tpot.append((clock - live.first_token_s) / (live.output - 1))
+        max_waiting = max(max_waiting, len(waiting))
+        max_running = max(max_running, len(running))
+        if check_every and steps % check_every == 0:
+            cache.check_invariants()
+        if progress is not None and steps % 256 == 0:
+            progress(completed + sum(reasons.values()))
+
+    stats = cache.stats()
+    role = plan.managers[0].role
+    gpu_pool = stats.pool(role, "gpu")
+    host_pool = stats.pool(role, "host")
+    if progress is not None:
+        progress(completed + sum(reasons.values()))
+    start = first_arrival or 0.0
+    makespan = max(0.0, last_finish - start)
+    return PolicyMetrics(
+        policy=policy.name,
+        requests=arrived,
+        completed=completed,
+        not_finished=dict(sorted(reasons.items())),
+        truncated_outputs=truncated,
+        preempted_requests=preempted_requests,
+        preemptions=swaps + recomputes,
+        swapped_out=swaps,
+        recomputed=recomputes,
+        max_waiting=max_waiting,
+        max_running=max_running,
+        steps=steps,
+        prompt_tokens=stats.prompt_tokens,
+        hit_tokens=stats.hit_tokens,
+        hit_tokens_by_tier={
+            "gpu": gpu_pool.hit_blocks * tpb,
+            "host": host_pool.hit_blocks * tpb,
+        },
+        output_tokens=output_total,
+        host_offloaded_bytes=host_pool.offloaded_blocks * block_pair_bytes,
+        host_onboarded_bytes=host_pool.onboarded_blocks * block_pair_bytes,
+        pinned_host_bytes=policy.pinned_host_bytes,
+        host_budget_bytes=policy.host_budget_bytes,
+        node_pinned_host_bytes=policy.node_pinned_host_bytes,
+        node_host_memory_bytes=policy.node_host_memory_bytes,
+        gpu_overcommit_bytes=policy.gpu_overcommit_bytes,
+        gpu_blocks=gpu_blocks,
+        host_blocks=host_blocks,
+        makespan_s=makespan,
+        output_tokens_per_s=output_total / makespan if makespan > 0 else 0.0,
+        ttft_s=Percentiles.of(latencies.ttft),
+        tpot_s=Percentiles.of(latencies.tpot),
+        series=series.columns(),
+        notes=policy.notes,
+    )
+
+
+def _admissible(
+    req: TraceRequest, max_seq: int, gpu_blocks: int, tpb: int, reasons: dict[str, int]
+) -> _Live | None:
+    """A live request for ``req``, or None (counted in ``reasons``) when it can never run."""
+    if req.prompt_tokens >= max_seq:
+        reasons["prompt_exceeds_max_seq_len"] = reasons.get("prompt_exceeds_max_seq_len", 0) + 1
+        return None
+    if -(-req.prompt_tokens // tpb) > gpu_blocks:
+        reasons["prompt_exceeds_gpu_blocks"] = reasons.get("prompt_exceeds_gpu_blocks", 0) + 1
+        return None
+    return _Live(req, min(req.output_tokens, max_seq - req.prompt_tokens))

@@ -1,0 +1,239 @@
+"""Step time of one engine step on one rank, from a roofline of the GPU preset.
+
+One step runs every decoding request's speculative step (the draft proposes ``K`` tokens
+one at a time, the target verifies ``K + 1`` in one pass) and the prefill chunks
+scheduled with them. Its time on one rank is::
+
+    memory_s  = (W_t + K x W_d + KV_read) / hbm_bandwidth
+    compute_s = (F_t x tokens_t + F_d x tokens_d + attention FLOPs) / peak_flops
+    host_s    = host_bytes / host_link
+    step_s    = max(memory_s, compute_s, host_s)
+
+* ``W_t``, ``W_d``: weight bytes of the target (MTP layers included with ``spec mtp``)
+  and the draft on the rank (:func:`kvbudget.weights.weights_bytes`), read once per
+  target pass and once per draft pass;
+* ``KV_read``: every decoding request reads its context's KV once per target pass and once
+  per draft pass: ``context x (S_t + K x S_d)`` bytes, ``S`` the plan's bytes per token
+  per rank; a prefill chunk reads and writes its prefix and its own tokens once;
+* ``F = 2 x parameters / (tp x pp)`` FLOPs per token (MoE: every routed expert counted:
+  an upper bound on FLOPs); ``tokens_t = decoding x (K + 1) + prefill tokens``,
+  ``tokens_d = decoding x K + prefill tokens``; attention ``4 x heads x head_dim`` FLOPs
+  per query and context token per attention layer (MLA: ``kv_lora_rank +
+  qk_rope_head_dim`` for the head size; sliding windows not capped: an upper bound),
+  over ``tp x pp`` ranks;
+* ``host_bytes``: blocks offloaded to and onboarded from the host tier (every role's
+  bytes of each block), over the host link of ``gpus.csv`` (per direction); copies run
+  on the copy engines alongside compute, so the link is a third roof, not an addition.
+
+Rates are the preset's peaks: ``hbm_bandwidth_tb_s`` and ``host_link_gb_s`` from
+``data/gpus.csv`` (first value), BF16 dense tensor FLOPs from ``data/gpu_flops.csv``
+(``data/GPU_FLOPS.md`` for sources). **Limits**: peaks are never reached (NVIDIA's own
+aiconfigurator scales bandwidth by 0.8), so times are lower bounds and throughputs upper
+bounds, good for comparing policies on one GPU, not for predicting one engine's
+latency; kernel launch, scheduling and sampling overheads, tensor- and pipeline-parallel
+communication, pipeline bubbles, quantized-weight FLOP rates and contention between
+host copies and compute are not modelled.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvbudget.errors import InvalidArgumentError
+from kvbudget.gpus import get_gpu
+from kvbudget.layers import AttentionLayer, Layer, MLALayer
+from kvbudget.model import ModelSpec, load_model
+from kvbudget.plan_types import Plan
+from kvbudget.weights import count_params, weights_bytes
+
+_DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuRates:
+    """The peak rates of one GPU: bytes/s of device memory and of the host link (one
+    direction), and dense BF16 tensor FLOP/s; where each came from."""
+
+    name: str
+    hbm_bytes_per_s: float
+    host_link_bytes_per_s: float | None
+    peak_flops_per_s: float | None
+    source: str
+
+
+def gpu_rates(gpu: str, *, peak_tflops: float | None = None) -> GpuRates:
+    """The rates of the preset ``gpu`` (a ``kvbudget gpus`` name).
+
+    ``peak_tflops`` overrides (or supplies) the FLOPs figure. Raises
+    InvalidArgumentError for an unknown GPU or one without a bandwidth figure.
+    """
+    spec = get_gpu(gpu)
+    rows = _csv("gpus.csv")
+    row = rows.get(spec.name, {})
+    bandwidth = _first_float(row.get("hbm_bandwidth_tb_s", ""))
+    if bandwidth is None:
+        raise InvalidArgumentError(
+            f"GPU {spec.name!r} has no memory bandwidth in gpus.csv; simulate with another --gpu"
+        )
+    flops_row = _csv("gpu_flops.csv").get(spec.name, {})
+    tflops = (
+        peak_tflops
+        if peak_tflops is not None
+        else _first_float(flops_row.get("bf16_dense_tflops", ""))
+    )
+    if peak_tflops is not None and not peak_tflops > 0:
+        raise InvalidArgumentError(f"peak_tflops must be > 0, got {peak_tflops!r}")
+    link = _first_float(row.get("host_link_gb_s", ""))
+    return GpuRates(
+        name=spec.name,
+        hbm_bytes_per_s=bandwidth * 1e12,
+        host_link_bytes_per_s=None if link is None else link * 1e9,
+        peak_flops_per_s=None if tflops is None else tflops * 1e12,
+        source=(
+            f"gpus.csv hbm {bandwidth:g} TB/s, host link "
+            f"{'n/a' if link is None else f'{link:g} GB/s'}; "
+            + (
+                f"--peak-tflops {peak_tflops:g}"
+                if peak_tflops is not None
+                else f"gpu_flops.csv bf16 dense {tflops:g} TFLOPS"
+                if tflops is not None
+                else "no FLOPs figure"
+            )
+        ),
+    )
+
+
+def _csv(name: str) -> dict[str, dict[str, str]]:
+    text = (_DATA / name).read_text(encoding="utf-8")
+    return {row["name"]: row for row in csv.DictReader(io.StringIO(text))}
+
+
+def _first_float(cell: str) -> float | None:
+    head = cell.split(";")[0].strip()
+    try:
+        return float(head)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Roofline:
+    """The per-rank constants of the step-time formula (module docstring).
+
+    ``target_weights_bytes``/``draft_weights_bytes``: ``W_t``/``W_d``;
+    ``target_kv_bytes_per_token``/``draft_kv_bytes_per_token``: ``S_t``/``S_d``;
+    ``*_flops_per_token``: ``F``; ``*_attention_flops``: per query and context token.
+    """
+
+    rates: GpuRates
+    draft_len: int
+    target_weights_bytes: int
+    draft_weights_bytes: int
+    target_kv_bytes_per_token: int
+    draft_kv_bytes_per_token: int
+    target_flops_per_token: float
+    draft_flops_per_token: float
+    target_attention_flops: float
+    draft_attention_flops: float
+
+    def step_seconds(
+        self,
+        *,
+        decoding: int,
+        decode_context_tokens: int,
+        prefill_tokens: int,
+        prefill_attention_pairs: int,
+        prefill_kv_tokens: int,
+        host_bytes: int,
+    ) -> float:
+        """Seconds of one step on one rank.
+
+        ``decoding`` requests in a speculative step over ``decode_context_tokens`` tokens
+        of context in all; ``prefill_tokens`` prompt tokens computed, with
+        ``prefill_attention_pairs`` (query, context) token pairs and
+        ``prefill_kv_tokens`` tokens of KV read or written; ``host_bytes`` moved over the
+        host link. Pure.
+        """
+        k = self.draft_len
+        r = self.rates
+        kv = decode_context_tokens * (
+            self.target_kv_bytes_per_token + k * self.draft_kv_bytes_per_token
+        ) + prefill_kv_tokens * (self.target_kv_bytes_per_token + self.draft_kv_bytes_per_token)
+        weights = self.target_weights_bytes + (k * self.draft_weights_bytes if decoding else 0)
+        if prefill_tokens and not decoding:
+            weights += self.draft_weights_bytes
+        memory_s = (weights + kv) / r.hbm_bytes_per_s
+        compute_s = 0.0
+        if r.peak_flops_per_s is not None:
+            tokens_t = decoding * (k + 1) + prefill_tokens
+            tokens_d = decoding * k + prefill_tokens
+            flops = (
+                self.target_flops_per_token * tokens_t
+                + self.draft_flops_per_token * tokens_d
+                + self.target_attention_flops
+                * (decode_context_tokens * (k + 1) + prefill_attention_pairs)
+                + self.draft_attention_flops * (decode_context_tokens * k + prefill_attention_pairs)
+            )
+            compute_s = flops / r.peak_flops_per_s
+        host_s = 0.0
+        if host_bytes:
+            link = r.host_link_bytes_per_s
+            if link is None:
+                raise InvalidArgumentError(
+                    f"{r.name} has no host-link bandwidth in gpus.csv, but the plan moves "
+                    "blocks to the host tier; simulate with --host-budget 0 or another --gpu"
+                )
+            host_s = host_bytes / link
+        return max(memory_s, compute_s, host_s)
+
+
+def roofline_for(plan: Plan, rates: GpuRates) -> Roofline:
+    """The constants of ``plan`` (its models at its ``tp``/``pp``) on ``rates``.
+
+    Raises ConfigError when a model's weights cannot be counted (an unknown family).
+    """
+    target = load_model(plan.target_source)
+    mtp = plan.spec == "mtp"
+    tw = weights_bytes(target, tp=plan.tp, pp=plan.pp, include_mtp=mtp).total_bytes
+    params = count_params(target)
+    tparams = params.language_model + (params.mtp if mtp else 0)
+    ranks = plan.tp * plan.pp
+    draft_model: ModelSpec | None = None
+    dw, dparams = 0, 0
+    if plan.draft_source is not None:
+        draft_model = load_model(plan.draft_source)
+        dtp = plan.draft_tp or plan.tp
+        dw = weights_bytes(draft_model, tp=dtp).total_bytes
+        dparams = count_params(draft_model).total // dtp
+    t = plan.manager("target")
+    d = plan.manager("draft")
+    return Roofline(
+        rates=rates,
+        draft_len=plan.capacity.lookahead_tokens,
+        target_weights_bytes=tw,
+        draft_weights_bytes=dw,
+        target_kv_bytes_per_token=t.slope_bytes_per_token if t else 0,
+        draft_kv_bytes_per_token=d.slope_bytes_per_token if d else 0,
+        target_flops_per_token=2.0 * tparams / ranks,
+        draft_flops_per_token=2.0 * dparams,
+        target_attention_flops=_attention_flops(target, target.layers) / ranks,
+        draft_attention_flops=(
+            0.0
+            if draft_model is None
+            else _attention_flops(draft_model, draft_model.layers) / (plan.draft_tp or plan.tp)
+        ),
+    )
+
+
+def _attention_flops(model: ModelSpec, layers: tuple[Layer, ...]) -> float:
+    """FLOPs per (query, context) token pair over ``layers`` (QK^T and AV, all heads)."""
+    total = 0
+    for layer in layers:
+        if isinstance(layer, AttentionLayer):
+            total += 4 * model.num_attention_heads * layer.head_dim
+        elif isinstance(layer, MLALayer):
+            total += 4 * model.num_attention_heads * (layer.kv_lora_rank + layer.qk_rope_head_dim)
+    return float(total)

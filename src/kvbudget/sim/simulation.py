@@ -1,0 +1,217 @@
+"""One simulation: a base plan, its policy variants, one trace replayed through each.
+
+:func:`simulate` is the library entry point behind ``kvbudget simulate``; its result's
+:meth:`SimulationResult.to_dict` is the ``--json`` document (schema
+:data:`SIM_SCHEMA_VERSION`)::
+
+    {"schema": 1, "kind": "kvbudget-simulation",
+     "trace": {"path", "format", "requests", "rate_scale", "prefixes": {...}},
+     "settings": {"acceptance", "expected_accepted_per_step", "draft_len", "seed",
+                  "max_num_batched_tokens", "preempt", "sample_steps"},
+     "roofline": {"gpu", "source", "hbm_bytes_per_s", "host_link_bytes_per_s",
+                  "peak_flops_per_s", "target_weights_bytes", "draft_weights_bytes", ...},
+     "plan": <Plan.to_dict()>, "engine_flags": {engine: {flag: value}},
+     "policies": [<PolicyMetrics.to_dict()>, ...],
+     "replay_wall_s": {policy: seconds}}
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kvbudget.plan_types import Plan
+from kvbudget.sim.acceptance import AcceptanceModel
+from kvbudget.sim.metrics import PolicyMetrics
+from kvbudget.sim.policies import POLICIES, policy_plans
+from kvbudget.sim.replay import ReplayConfig, replay
+from kvbudget.sim.roofline import Roofline, gpu_rates, roofline_for
+from kvbudget.sim.trace import PrefixSynthesis, default_trace_path, read_trace
+
+SIM_SCHEMA_VERSION = 1
+
+PolicyProgress = Callable[[str, int], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulationResult:
+    """The plan, the replay settings and every policy's metrics, in policy order."""
+
+    plan: Plan
+    trace_path: str
+    rate_scale: float
+    limit: int | None
+    prefixes: PrefixSynthesis
+    config: ReplayConfig
+    roofline: Roofline
+    policies: tuple[PolicyMetrics, ...]
+    wall_s: dict[str, float]
+    engine_flags: dict[str, dict[str, Any]]
+
+    def policy(self, name: str) -> PolicyMetrics:
+        """The metrics of policy ``name``; KeyError when it was not run."""
+        for p in self.policies:
+            if p.policy == name:
+                return p
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document (module docstring)."""
+        r = self.roofline
+        requests = self.policies[0].requests if self.policies else 0
+        return {
+            "schema": SIM_SCHEMA_VERSION,
+            "kind": "kvbudget-simulation",
+            "trace": {
+                "path": self.trace_path,
+                "requests": requests,
+                "limit": self.limit,
+                "rate_scale": self.rate_scale,
+                "prefixes": asdict(self.prefixes),
+            },
+            "settings": {
+                "acceptance": list(self.config.acceptance.rates),
+                "draft_len": r.draft_len,
+                "expected_accepted_per_step": self.config.acceptance.expected_accepted(r.draft_len),
+                "seed": self.config.seed,
+                "max_num_batched_tokens": self.config.max_num_batched_tokens,
+                "preempt": self.config.preempt,
+                "sample_steps": self.config.sample_steps,
+            },
+            "roofline": {
+                "gpu": r.rates.name,
+                "source": r.rates.source,
+                "hbm_bytes_per_s": r.rates.hbm_bytes_per_s,
+                "host_link_bytes_per_s": r.rates.host_link_bytes_per_s,
+                "peak_flops_per_s": r.rates.peak_flops_per_s,
+                "target_weights_bytes": r.target_weights_bytes,
+                "draft_weights_bytes": r.draft_weights_bytes,
+                "target_kv_bytes_per_token": r.target_kv_bytes_per_token,
+                "draft_kv_bytes_per_token": r.draft_kv_bytes_per_token,
+                "target_flops_per_token": r.target_flops_per_token,
+                "draft_flops_per_token": r.draft_flops_per_token,
+            },
+            "plan": self.plan.to_dict(),
+            "engine_flags": self.engine_flags,
+            "policies": [p.to_dict() for p in self.policies],
+            "replay_wall_s": dict(self.wall_s),
+        }
+
+
+def simulate(
+    plan: Plan,
+    trace: str | Path | None = None,
+    *,
+    policies: tuple[str, ...] = POLICIES,
+    acceptance: AcceptanceModel | str | float = 0.7,
+    rate_scale: float = 1.0,
+    limit: int | None = None,
+    prefixes: PrefixSynthesis | None = None,
+    gpu: str | None = None,
+    peak_tflops: float | None = None,
+    max_num_batched_tokens: int = 8192,
+    preempt: str = "auto",
+    seed: int = 0,
+    sample_steps: int = 8,
+    progress: PolicyProgress | None = None,
+    engine_flags: Mapping[str, Mapping[str, Any]] | None = None,
+) -> SimulationResult:
+    """Replay ``trace`` (default: the shipped Azure conversation trace) through each of
+    ``policies``' variants of ``plan`` (made with ``engine="kvbudget"``).
+
+    The trace is streamed once per policy. ``gpu`` names the roofline's GPU (default: the
+    plan's); ``peak_tflops`` supplies its FLOPs where ``gpu_flops.csv`` has none.
+    ``progress(policy, requests_done)`` reports as replays go. ``engine_flags`` (from
+    :func:`engine_flags_for`) are carried into the result for the reports.
+
+    Raises:
+        InvalidArgumentError: bad settings, an unknown policy or GPU, a bad trace row, or
+            a plan the cache cannot be built from.
+        OSError: the trace cannot be read.
+    """
+    model = (
+        acceptance if isinstance(acceptance, AcceptanceModel) else AcceptanceModel.parse(acceptance)
+    )
+    from kvbudget.errors import InvalidArgumentError
+
+    gpu_name = gpu or plan.budget.gpu_name
+    if gpu_name is None:
+        raise InvalidArgumentError(
+            "the roofline needs a GPU preset: pass --gpu (the plan names none)"
+        )
+    rates = gpu_rates(gpu_name, peak_tflops=peak_tflops)
+    if rates.peak_flops_per_s is None:
+        raise InvalidArgumentError(
+            f"no peak FLOPs figure for {rates.name} in gpu_flops.csv; pass --peak-tflops "
+            "(its dense BF16 tensor TFLOPS) or another --gpu"
+        )
+    roof = roofline_for(plan, rates)
+    config = ReplayConfig(
+        acceptance=model,
+        max_num_batched_tokens=max_num_batched_tokens,
+        preempt=preempt,  # type: ignore[arg-type]
+        sample_steps=sample_steps,
+        seed=seed,
+    )
+    synth = prefixes if prefixes is not None else PrefixSynthesis(seed=seed)
+    path = Path(trace) if trace is not None else default_trace_path()
+    results: list[PolicyMetrics] = []
+    wall: dict[str, float] = {}
+    for variant in policy_plans(plan, policies):
+        requests = read_trace(path, prefixes=synth, rate_scale=rate_scale, limit=limit)
+        report = None
+        if progress is not None:
+            name = variant.name
+
+            def report(done: int, name: str = name) -> None:
+                progress(name, done)
+
+        start = time.perf_counter()
+        results.append(replay(variant, requests, roof, config, progress=report))
+        wall[variant.name] = time.perf_counter() - start
+    return SimulationResult(
+        plan=plan,
+        trace_path=str(path),
+        rate_scale=rate_scale,
+        limit=limit,
+        prefixes=synth,
+        config=config,
+        roofline=roof,
+        policies=tuple(results),
+        wall_s=wall,
+        engine_flags={k: dict(v) for k, v in (engine_flags or {}).items()},
+    )
+
+
+def engine_flags_for(plan_kwargs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The settings each engine is given for the plan of ``plan_kwargs`` (the arguments
+    of :func:`kvbudget.plan`, without ``engine``): engine -> flag -> value, as
+    ``kvbudget plan --emit ENGINE`` prints them; ``{"error": message}`` for an engine
+    that cannot run that plan. Re-plans once per engine."""
+    from kvbudget.engines import ENGINES
+    from kvbudget.errors import KvBudgetError
+    from kvbudget.planner import plan as make_plan
+
+    out: dict[str, dict[str, Any]] = {}
+    for name in ENGINES:
+        try:
+            planned = make_plan(**{**plan_kwargs, "engine": name})
+        except KvBudgetError as exc:
+            out[name] = {"error": str(exc)}
+            continue
+        assert planned.engine is not None
+        out[name] = {k: _plain(v) for k, v in planned.engine.settings.items()}
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)

@@ -1,0 +1,284 @@
+"""Request traces: reading them as a stream, and the shared prefixes given to them.
+
+Formats (:func:`read_trace` picks one by the header):
+
+* **Azure LLM inference trace** CSV: ``TIMESTAMP,ContextTokens,GeneratedTokens``,
+  timestamps ``YYYY-MM-DD HH:MM:SS[.fraction]`` (UTC); arrival seconds are counted from
+  the first row.
+* **simple** CSV or JSONL: ``arrival_s, prompt_tokens, output_tokens[, prefix_group]``
+  (CSV with that header; JSONL one object per line with those keys). ``prefix_group``
+  names requests that start with the same prefix (any string; empty or absent: none).
+
+Rows are read one at a time (:func:`read_trace` is a generator): memory does not grow
+with the trace. Arrivals must not go backwards; a bad row raises
+:class:`~kvbudget.errors.InvalidArgumentError` naming the file, the line and the field.
+
+Shared prefixes (:class:`PrefixSynthesis`): a trace without ``prefix_group`` gets them
+synthesised, reproducibly from ``seed``: each request, in trace order, draws one uniform
+number; with probability ``share`` it belongs to one of ``groups`` groups (uniform), and
+group ``g`` is a prefix of ``base_tokens x (1 + g mod 4)`` tokens (256, 512, 768, 1024
+with the defaults: system prompts and few-shot headers), cut to the prompt length less
+one token. A trace's own ``prefix_group`` comes with no length: the group's prefix is
+then ``base_tokens x (1 + hash mod 4)`` tokens, the hash a stable CRC-32 of its name.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from kvbudget.errors import InvalidArgumentError
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+SIMPLE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """One request of a trace: when it arrives and how many tokens it reads and writes.
+
+    ``index`` is its position in the trace (0-based); ``prefix_group`` the shared prefix
+    it starts with (None: none) and ``prefix_tokens`` that prefix's length (0 with none;
+    always less than ``prompt_tokens``).
+    """
+
+    index: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    prefix_group: str | None = None
+    prefix_tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixSynthesis:
+    """How shared prefixes are given to a trace that has none (module docstring).
+
+    ``share`` of the requests (0 to 1) start with one of ``groups`` prefixes of
+    ``base_tokens x (1 + g mod 4)`` tokens; ``seed`` makes the draw reproducible.
+    """
+
+    groups: int = 8
+    share: float = 0.5
+    base_tokens: int = 256
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if type(self.groups) is not int or self.groups < 1:
+            raise InvalidArgumentError(f"prefix_groups must be an int >= 1, got {self.groups!r}")
+        if not 0.0 <= self.share <= 1.0:
+            raise InvalidArgumentError(f"prefix_share must be in [0, 1], got {self.share!r}")
+        if type(self.base_tokens) is not int or self.base_tokens < 1:
+            raise InvalidArgumentError(
+                f"prefix_tokens must be an int >= 1, got {self.base_tokens!r}"
+            )
+
+    def group_tokens(self, group: int) -> int:
+        """Tokens of synthetic group ``group``'s prefix (before the per-prompt cut)."""
+        return self.base_tokens * (1 + group % 4)
+
+
+def default_trace_path() -> Path:
+    """The shipped Azure conversation trace (CC-BY 4.0; see ``data/traces/README.md``)."""
+    return (
+        Path(__file__).resolve().parents[1]
+        / "data"
+        / "traces"
+        / "azure-llm-inference-2023-conv.csv"
+    )
+
+
+def read_trace(
+    path: str | Path,
+    *,
+    prefixes: PrefixSynthesis | None = None,
+    rate_scale: float = 1.0,
+    limit: int | None = None,
+) -> Iterator[TraceRequest]:
+    """The requests of the trace at ``path``, one at a time, in arrival order.
+
+    ``rate_scale`` divides every arrival time (2.0: twice the request rate); ``limit``
+    stops after that many requests. Requests of a trace without prefix groups get them
+    from ``prefixes`` (default :class:`PrefixSynthesis()`); pass
+    ``PrefixSynthesis(share=0.0)`` for none. The file is opened when iteration starts.
+
+    Raises:
+        InvalidArgumentError: an unknown format, a bad row (file, line and field named),
+            arrivals out of order, or a bad ``rate_scale``/``limit``.
+        OSError: the file cannot be read.
+    """
+    if not isinstance(rate_scale, (int, float)) or not rate_scale > 0:
+        raise InvalidArgumentError(f"rate_scale must be > 0, got {rate_scale!r}")
+    if limit is not None and (type(limit) is not int or limit < 0):
+        raise InvalidArgumentError(f"limit must be an int >= 0, got {limit!r}")
+    synth = prefixes if prefixes is not None else PrefixSynthesis()
+    return _read(Path(path), synth, float(rate_scale), limit)
+
+
+def _read(
+    path: Path, synth: PrefixSynthesis, rate_scale: float, limit: int | None
+) -> Iterator[TraceRequest]:
+    rng = random.Random(synth.seed)
+    last = 0.0
+    for count, (line, arrival, prompt, output, group) in enumerate(_rows(path)):
+        if limit is not None and count >= limit:
+            return
+        where = f"{path}: line {line}"
+        if prompt < 1:
+            raise InvalidArgumentError(f"{where}: prompt tokens must be >= 1, got {prompt}")
+        if output < 1:
+            raise InvalidArgumentError(f"{where}: output tokens must be >= 1, got {output}")
+        if arrival < last:
+            raise InvalidArgumentError(
+                f"{where}: arrival {arrival} s is before the previous row's {last} s; sort "
+                "the trace by arrival"
+            )
+        last = arrival
+        draw = rng.random()
+        if group is None and draw < synth.share:
+            g = rng.randrange(synth.groups)
+            group, length = f"g{g}", synth.group_tokens(g)
+        elif group is not None:
+            length = synth.base_tokens * (1 + zlib.crc32(group.encode()) % 4)
+        else:
+            length = 0
+        shared = min(length, prompt - 1)
+        yield TraceRequest(
+            index=count,
+            arrival_s=arrival / rate_scale,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            prefix_group=group if shared > 0 else None,
+            prefix_tokens=shared if shared > 0 else 0,
+        )
+
+
+Row = tuple[int, float, int, int, str | None]  # line, arrival_s, prompt, output, group
+
+
+def _rows(path: Path) -> Iterator[Row]:
+    with path.open(newline="", encoding="utf-8") as f:
+        first = f.readline()
+        if first.lstrip().startswith("{"):
+            yield from _jsonl_rows(path, first, f)
+            return
+        header = next(csv.reader([first]), [])
+        names = [h.strip() for h in header]
+        if all(c in names for c in AZURE_COLUMNS):
+            yield from _azure_rows(path, names, f)
+        elif all(c in names for c in SIMPLE_COLUMNS):
+            yield from _simple_rows(path, names, f)
+        else:
+            raise InvalidArgumentError(
+                f"{path}: unknown trace format (header {first.strip()!r}); expected the Azure "
+                f"columns {','.join(AZURE_COLUMNS)} or {','.join(SIMPLE_COLUMNS)}"
+                "[,prefix_group] (CSV) or JSONL objects with those keys"
+            )
+
+
+def _int(value: object, where: str, field: str) -> int:
+    try:
+        text = str(value).strip()
+        return int(text)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{where}: field {field!r} must be a whole number of tokens, got {value!r}"
+        ) from None
+
+
+def _float(value: object, where: str, field: str) -> float:
+    try:
+        out = float(str(value).strip())
+    except ValueError:
+        out = float("nan")
+    if out != out or out < 0 or out == float("inf"):
+        raise InvalidArgumentError(f"{where}: field {field!r} must be seconds >= 0, got {value!r}")
+    return out
+
+
+def _azure_rows(path: Path, names: list[str], f: Iterator[str]) -> Iterator[Row]:
+    ts, ctx, gen = (names.index(c) for c in AZURE_COLUMNS)
+    start: datetime | None = None
+    for line, row in enumerate(csv.reader(f), start=2):
+        if not row:
+            continue
+        where = f"{path}: line {line}"
+        try:
+            stamp = _timestamp(row[ts])
+            prompt = _int(row[ctx], where, AZURE_COLUMNS[1])
+            output = _int(row[gen], where, AZURE_COLUMNS[2])
+        except IndexError:
+            raise InvalidArgumentError(f"{where}: expected {len(names)} columns") from None
+        except ValueError:
+            raise InvalidArgumentError(
+                f"{where}: field 'TIMESTAMP' must be 'YYYY-MM-DD HH:MM:SS[.fraction]', got "
+                f"{row[ts]!r}"
+            ) from None
+        if start is None:
+            start = stamp
+        yield line, (stamp - start).total_seconds(), prompt, output, None
+
+
+def _timestamp(text: str) -> datetime:
+    """An Azure trace timestamp; its fraction has 7 digits, more than ``datetime`` reads."""
+    head, _, frac = text.strip().partition(".")
+    stamp = datetime.strptime(head, "%Y-%m-%d %H:%M:%S")
+    if frac:
+        if not frac.isdigit():
+            raise ValueError(text)
+        stamp = stamp.replace(microsecond=int((frac + "000000")[:6]))
+    return stamp
+
+
+def _simple_rows(path: Path, names: list[str], f: Iterator[str]) -> Iterator[Row]:
+    cols = [names.index(c) for c in SIMPLE_COLUMNS]
+    group_col = names.index("prefix_group") if "prefix_group" in names else None
+    for line, row in enumerate(csv.reader(f), start=2):
+        if not row:
+            continue
+        where = f"{path}: line {line}"
+        if len(row) < len(names):
+            raise InvalidArgumentError(f"{where}: expected {len(names)} columns, got {len(row)}")
+        arrival = _float(row[cols[0]], where, "arrival_s")
+        group = row[group_col].strip() if group_col is not None else ""
+        yield (
+            line,
+            arrival,
+            _int(row[cols[1]], where, "prompt_tokens"),
+            _int(row[cols[2]], where, "output_tokens"),
+            group or None,
+        )
+
+
+def _jsonl_rows(path: Path, first: str, f: Iterator[str]) -> Iterator[Row]:
+    def lines() -> Iterator[tuple[int, str]]:
+        yield 1, first
+        yield from enumerate(f, start=2)
+
+    for line, text in lines():
+        if not text.strip():
+            continue
+        where = f"{path}: line {line}"
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidArgumentError(f"{where}: not a JSON object ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise InvalidArgumentError(f"{where}: expected a JSON object per line")
+        missing = [c for c in SIMPLE_COLUMNS if c not in obj]
+        if missing:
+            raise InvalidArgumentError(f"{where}: missing {', '.join(missing)}")
+        group = obj.get("prefix_group")
+        yield (
+            line,
+            _float(obj["arrival_s"], where, "arrival_s"),
+            _int(obj["prompt_tokens"], where, "prompt_tokens"),
+            _int(obj["output_tokens"], where, "output_tokens"),
+            None if group in (None, "") else str(group),
+        )
