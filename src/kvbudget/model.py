@@ -30,111 +30,21 @@ A config that is malformed, incomplete or of an unknown architecture raises a
 
 from __future__ import annotations
 
-import builtins
 import difflib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from kvbudget.architectures import SUPPORTED_MODEL_TYPES, architecture_for
+from kvbudget.architectures.decoder import attention_layers, uniform_window
+from kvbudget.config_fields import MAX_CONFIG_COUNT, ConfigFields
 from kvbudget.dtypes import normalize_dtype_name
 from kvbudget.errors import ConfigError, UnknownModelError, UnsupportedArchitectureError
-from kvbudget.layers import (
-    AttentionLayer,
-    GatedDeltaNetLayer,
-    Layer,
-    Mamba2Layer,
-    MLALayer,
-    NoCacheLayer,
-)
-
-_QWEN = frozenset({"qwen2", "qwen3", "qwen3_moe"})
-# MiniMax-M2: plain GQA on every layer (vLLM minimax_m2.py passes no window)
-_LLAMA_LIKE = frozenset({"llama", "mistral", "gpt_oss", "minimax_m2"}) | _QWEN
-_GEMMA = frozenset({"gemma2", "gemma3", "gemma3_text"})
-# Kimi-K2 ships DeepseekV3ForCausalLM under its own model_type; DeepSeek-V3.2's MLA
-# layers also keep a sparse-attention indexer key cache (not modelled: refused)
-MLA_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
-_MLA = MLA_MODEL_TYPES
-# Qwen3.5: Qwen3-Next's hybrid text model inside a vision-language wrapper
-# (``text_config``; vLLM qwen3_5.py builds its text layers as Qwen3-Next's)
-QWEN35_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
-_QWEN35 = QWEN35_MODEL_TYPES
-_GATED_DELTANET = frozenset({"qwen3_next"}) | _QWEN35
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(
-    sorted(_LLAMA_LIKE | _GEMMA | _MLA | _GATED_DELTANET | {"nemotron_h"})
-)
-
-# Recurrent (SSM) state dtype where the config names none (``mamba_ssm_cache_dtype``):
-# Nemotron-H keeps its SSM state in float32 (vLLM's NemotronHForCausalLMConfig
-# .DEFAULT_MAMBA_SSM_CACHE_DTYPE, vllm/model_executor/models/config.py, vllm 0.33.0);
-# other models keep it in the model's dtype.
-_SSM_STATE_DEFAULTS: Mapping[str, str] = MappingProxyType({"nemotron_h": "float32"})
-
-# transformers' Gemma3TextConfig defaults for fields the gemma-3 checkpoints leave out
-# (src/transformers/models/gemma3/configuration_gemma3.py).
-_GEMMA3_TEXT_DEFAULTS: Mapping[str, Any] = MappingProxyType(
-    {"vocab_size": 262208, "max_position_embeddings": 131072, "sliding_window_pattern": 6}
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelSpec:
-    """The cache-relevant facts of one model, immutable.
-
-    ``layers`` are the model's own decoder layers in order (one entry per layer, including
-    layers that cache nothing, so indices match the checkpoint and PP stages split them
-    as engines do). ``mtp_layers`` are multi-token-prediction layers shipped with the
-    model: draft layers, never part of the target's own cache. ``ssm_state_dtype`` is the
-    dtype of recurrent layers' SSM/recurrent state when it differs from ``dtype``
-    (``mamba_ssm_cache_dtype``; float32 for Nemotron-H), else None. ``config`` is the raw
-    (text) config with architecture defaults applied, ``raw_config`` the whole file as
-    read (e.g. Gemma-3's ``vision_config``); both read-only, for consumers that need more
-    fields (weights).
-    """
-
-    name: str
-    source: str
-    model_type: str
-    architectures: tuple[str, ...]
-    dtype: str | None
-    max_position_embeddings: int
-    vocab_size: int
-    hidden_size: int
-    num_attention_heads: int
-    layers: tuple[Layer, ...]
-    mtp_layers: tuple[Layer, ...] = ()
-    is_eagle3: bool = False
-    ssm_state_dtype: str | None = None
-    location: str | None = None  # absolute folder of a local config; None for a preset
-    assumed: tuple[str, ...] = ()  # what was assumed to read an unknown model_type
-    config: Mapping[str, Any] = field(
-        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
-    )
-    raw_config: Mapping[str, Any] = field(
-        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
-    )
-
-    @property
-    def num_layers(self) -> int:
-        """Number of decoder layers (MTP layers excluded)."""
-        return len(self.layers)
-
-    def describe(self) -> str:
-        """One line: name, layer kinds and their counts."""
-        counts: dict[str, int] = {}
-        for layer in self.layers:
-            key: str = layer.kind
-            if isinstance(layer, AttentionLayer) and layer.sliding_window is not None:
-                key = f"sliding({layer.sliding_window})"
-            counts[key] = counts.get(key, 0) + 1
-        parts = ", ".join(f"{n} {k}" for k, n in counts.items())
-        extra = f", {len(self.mtp_layers)} mtp" if self.mtp_layers else ""
-        tag = " [eagle3 head]" if self.is_eagle3 else ""
-        return f"{self.name}: {parts}{extra}{tag}"
-
+from kvbudget.layers import AttentionLayer, Layer
+from kvbudget.model_spec import ModelSpec
 
 # --------------------------------------------------------------------------- presets
 
@@ -238,64 +148,19 @@ def _parse_json(raw: str, source: str) -> Mapping[str, Any]:
 
 # --------------------------------------------------------------------------- field access
 
-# No count in a real config comes near this (vocabularies are ~10^5-10^6, hidden sizes
-# ~10^4, layers ~10^2); a larger one is a mistake that would otherwise make the planner
-# build billions of layer objects.
-MAX_CONFIG_COUNT = 10_000_000
-
-
-class _Fields:
-    """Typed access to a config's fields; every failure names the source and field."""
-
-    def __init__(self, cfg: Mapping[str, Any], source: str, prefix: str = "") -> None:
-        self.cfg = cfg
-        self.source = source
-        self.prefix = prefix
-
-    def error(self, key: str, message: str) -> ConfigError:
-        return ConfigError(message, source=self.source, field=self.prefix + key)
-
-    def has(self, key: str) -> bool:
-        return self.cfg.get(key) is not None
-
-    def int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
-        value = self.cfg.get(key)
-        if value is None:
-            if default is None:
-                raise self.error(key, "required but missing")
-            return default
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(key, f"expected an integer, got {value!r}")
-        if value < minimum:
-            raise self.error(key, f"must be >= {minimum}, got {value}")
-        if value > MAX_CONFIG_COUNT:
-            raise self.error(
-                key,
-                f"{value} is more than any real model has (kvbudget reads counts up to "
-                f"{MAX_CONFIG_COUNT:,})",
-            )
-        return value
-
-    def str_list(self, key: str, length: builtins.int) -> list[str]:
-        value = self.cfg.get(key)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.error(key, f"expected a list of strings, got {value!r}")
-        if len(value) != length:
-            raise self.error(key, f"has {len(value)} entries but the model has {length} layers")
-        return value
-
-
 # --------------------------------------------------------------------------- parsing
 
 
 def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec:
     """Build a :class:`ModelSpec` from a config mapping (already parsed JSON).
 
+    The ``model_type`` picks the family module (:mod:`kvbudget.architectures`) that reads
+    the cache layers; an unknown one is read as a generic decoder when its fields allow.
     Raises ConfigError / UnsupportedArchitectureError as :func:`load_model` does.
     """
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"expected a JSON object at the top level, got {cfg!r}", source=source)
-    outer = _Fields(cfg, source)
+    outer = ConfigFields(cfg, source)
     model_type = cfg.get("model_type")
     if model_type is None:
         raise outer.error("model_type", "required but missing (cannot tell the architecture)")
@@ -305,52 +170,47 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
     if not isinstance(architectures, list):
         raise outer.error("architectures", f"expected a list, got {architectures!r}")
     dtype_raw = cfg.get("torch_dtype", cfg.get("dtype"))
+    arch = architecture_for(model_type)
     inner_cfg = cfg.get("text_config")
     if (
-        model_type not in SUPPORTED_MODEL_TYPES
+        arch is None
         and isinstance(inner_cfg, Mapping)
-        and inner_cfg.get("model_type") in SUPPORTED_MODEL_TYPES
+        and isinstance(inner_cfg.get("model_type"), str)
+        and architecture_for(inner_cfg["model_type"]) is not None
     ):
         return _wrapped(cfg, inner_cfg, model_type, source=source, name=name)
     text_cfg: Mapping[str, Any] = cfg
     prefix = ""
-    if model_type == "gemma3":
-        inner = cfg.get("text_config")
-        if not isinstance(inner, dict):
-            raise outer.error("text_config", "required for gemma3 but missing")
-        text_cfg = {**_GEMMA3_TEXT_DEFAULTS, **inner}
-        prefix = "text_config."
-        dtype_raw = dtype_raw or inner.get("torch_dtype")
-    elif model_type == "gemma3_text":
-        text_cfg = {**_GEMMA3_TEXT_DEFAULTS, **cfg}
-    elif model_type in ("qwen3_5", "qwen3_5_moe"):
-        inner = cfg.get("text_config")
-        if not isinstance(inner, dict):
-            raise outer.error("text_config", f"required for {model_type} but missing")
-        text_cfg = inner
-        prefix = "text_config."
-        dtype_raw = dtype_raw or inner.get("torch_dtype", inner.get("dtype"))
-    f = _Fields(text_cfg, source, prefix)
-
     assumed: tuple[str, ...] = ()
-    if model_type in _LLAMA_LIKE or model_type in _GEMMA:
-        layers = _attention_layers(f, model_type)
-    elif model_type in _MLA:
-        layers = _mla_layers(f, f.int("num_hidden_layers"))
-    elif model_type in _GATED_DELTANET:
-        layers = _qwen3_next_layers(f)
-        if model_type in ("qwen3_5", "qwen3_5_moe"):
+    if arch is not None and model_type in arch.nested_types:
+        if not isinstance(inner_cfg, dict):
+            raise outer.error("text_config", f"required for {model_type} but missing")
+        text_cfg = {**arch.text_defaults, **inner_cfg}
+        prefix = "text_config."
+        dtype_raw = dtype_raw or inner_cfg.get("torch_dtype", inner_cfg.get("dtype"))
+        if arch.text_only_note:
             assumed = (
                 f"{name}: the text model of a vision-language checkpoint; the vision "
                 "tower keeps no KV cache and its weights are not counted (add them with "
                 "--weights-bytes for an exact budget)",
             )
-    elif model_type == "nemotron_h":
-        layers = _nemotron_h_layers(f)
+    elif arch is not None:
+        text_cfg = {**arch.text_defaults, **cfg}
+    f = ConfigFields(text_cfg, source, prefix)
+
+    if arch is not None:
+        layers = arch.layers(f)
     else:
         layers, assumed = _generic_layers(f, model_type, source)
-
-    mtp_layers = _mtp_layers(f, model_type, len(layers))
+    if arch is not None and arch.mtp_layers is not None:
+        mtp_layers = arch.mtp_layers(f, len(layers))
+    elif f.int("num_nextn_predict_layers", 0, minimum=0):
+        raise f.error(
+            "num_nextn_predict_layers",
+            f"MTP layers are modelled for DeepSeek, GLM and Qwen3-Next configs, not {model_type!r}",
+        )
+    else:
+        mtp_layers = ()
 
     arch_text = " ".join(str(a) for a in architectures).lower()
     is_eagle3 = (
@@ -364,7 +224,7 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
     hidden = f.int("hidden_size")
     ssm_raw = text_cfg.get(
         "mamba_ssm_cache_dtype",
-        text_cfg.get("mamba_ssm_dtype", _SSM_STATE_DEFAULTS.get(model_type)),  # Qwen3.5's key
+        text_cfg.get("mamba_ssm_dtype", arch.ssm_state_dtype if arch else None),  # Qwen3.5's key
     )
     ssm_dtype = normalize_dtype_name(ssm_raw) if isinstance(ssm_raw, str) else None
     if isinstance(ssm_raw, str) and ssm_dtype is None:
@@ -422,7 +282,7 @@ _NON_STANDARD_FIELDS = (
 
 
 def _generic_layers(
-    f: _Fields, model_type: str, source: str
+    f: ConfigFields, model_type: str, source: str
 ) -> tuple[list[Layer], tuple[str, ...]]:
     """An unknown ``model_type`` read as a plain decoder from the standard fields, with
     what was assumed; a field the standard reading cannot honour is an error naming it."""
@@ -444,7 +304,7 @@ def _generic_layers(
             source=source,
             field=missing,
         )
-    layers = _attention_layers(f, model_type)
+    layers = attention_layers(f, uniform_window)
     first = layers[0]
     assert isinstance(first, AttentionLayer)
     kv_note = (
@@ -466,172 +326,11 @@ def _generic_layers(
     )
 
 
-def _mtp_layers(f: _Fields, model_type: str, start: int) -> tuple[Layer, ...]:
-    """MTP draft layers shipped with the checkpoint, indexed after the model's layers.
-
-    DeepSeek: ``num_nextn_predict_layers`` MLA layers. Qwen3-Next: its checkpoint ships
-    one full-attention MTP layer (``mtp.*`` tensors) and its config names no count, so
-    ``num_nextn_predict_layers`` defaults to 1 there, as in vLLM's Qwen3-Next MTP model.
-    """
-    if model_type in _GATED_DELTANET:
-        # Qwen3.5 names the count (mtp_num_hidden_layers); Qwen3-Next does not
-        key = (
-            "mtp_num_hidden_layers"
-            if f.has("mtp_num_hidden_layers")
-            else "num_nextn_predict_layers"
-        )
-        count = f.int(key, 1, minimum=0)
-        kv_heads, head_dim = f.int("num_key_value_heads"), _head_dim(f)
-        return tuple(
-            AttentionLayer(index=start + i, num_kv_heads=kv_heads, head_dim=head_dim)
-            for i in range(count)
-        )
-    count = f.int("num_nextn_predict_layers", 0, minimum=0)
-    if count and model_type not in _MLA:
-        raise f.error(
-            "num_nextn_predict_layers",
-            f"MTP layers are modelled for DeepSeek and Qwen3-Next configs, not {model_type!r}",
-        )
-    return tuple(_mla_layers(f, count, start)) if count else ()
-
-
-def _head_dim(f: _Fields, key: str = "head_dim") -> int:
-    if f.has(key):
-        return f.int(key)
-    hidden = f.int("hidden_size")
-    heads = f.int("num_attention_heads")
-    if hidden % heads:
-        raise f.error(
-            key,
-            f"missing, and hidden_size {hidden} is not divisible by num_attention_heads {heads}",
-        )
-    return hidden // heads
-
-
-def _sliding_flags(f: _Fields, model_type: str, num_layers: int) -> list[bool]:
-    """Which layers use the sliding window, as the config (and transformers) defines it."""
-    if f.has("layer_types"):
-        types = f.str_list("layer_types", num_layers)
-        known = {"full_attention", "sliding_attention"}
-        for i, t in enumerate(types):
-            if t not in known:
-                raise f.error("layer_types", f"entry {i} is {t!r}; expected one of {sorted(known)}")
-        return [t == "sliding_attention" for t in types]
-    if model_type in ("gemma2", "gpt_oss"):
-        return [(i + 1) % 2 == 1 for i in range(num_layers)]
-    if model_type in ("gemma3", "gemma3_text"):
-        pattern = f.int("sliding_window_pattern")
-        return [(i + 1) % pattern != 0 for i in range(num_layers)]
-    if model_type in _QWEN:
-        if not (f.has("sliding_window") and f.cfg.get("use_sliding_window", False) is True):
-            return [False] * num_layers
-        first = f.int("max_window_layers", 28, minimum=0)
-        return [i >= first for i in range(num_layers)]
-    uses_window = f.has("sliding_window") and f.cfg.get("use_sliding_window", True) is not False
-    return [uses_window] * num_layers
-
-
-def _attention_layers(f: _Fields, model_type: str) -> list[Layer]:
-    num_layers = f.int("num_hidden_layers")
-    heads = f.int("num_attention_heads")
-    kv_heads = f.int("num_key_value_heads", heads)
-    if heads % kv_heads:
-        raise f.error(
-            "num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}"
-        )
-    head_dim = _head_dim(f)
-    flags = _sliding_flags(f, model_type, num_layers)
-    window = f.int("sliding_window") if any(flags) else None
-    return [
-        AttentionLayer(
-            index=i,
-            num_kv_heads=kv_heads,
-            head_dim=head_dim,
-            sliding_window=window if sliding else None,
-        )
-        for i, sliding in enumerate(flags)
-    ]
-
-
-def _mla_layers(f: _Fields, num_layers: int, start: int = 0) -> list[Layer]:
-    rank = f.int("kv_lora_rank")
-    rope = f.int("qk_rope_head_dim")
-    indexer = f.int("index_head_dim", 0, minimum=0)  # DeepSeek-V3.2's sparse attention
-    return [
-        MLALayer(index=start + i, kv_lora_rank=rank, qk_rope_head_dim=rope, index_head_dim=indexer)
-        for i in range(num_layers)
-    ]
-
-
-def _qwen3_next_layers(f: _Fields) -> list[Layer]:
-    num_layers = f.int("num_hidden_layers")
-    if f.has("layer_types"):
-        types = f.str_list("layer_types", num_layers)
-    else:
-        interval = f.int("full_attention_interval")
-        types = [
-            "full_attention" if (i + 1) % interval == 0 else "linear_attention"
-            for i in range(num_layers)
-        ]
-    kv_heads = f.int("num_key_value_heads")
-    head_dim = _head_dim(f)
-    layers: list[Layer] = []
-    for i, t in enumerate(types):
-        if t == "full_attention":
-            layers.append(AttentionLayer(index=i, num_kv_heads=kv_heads, head_dim=head_dim))
-        elif t == "linear_attention":
-            layers.append(
-                GatedDeltaNetLayer(
-                    index=i,
-                    num_k_heads=f.int("linear_num_key_heads"),
-                    num_v_heads=f.int("linear_num_value_heads"),
-                    k_head_dim=f.int("linear_key_head_dim"),
-                    v_head_dim=f.int("linear_value_head_dim"),
-                    conv_kernel=f.int("linear_conv_kernel_dim"),
-                )
-            )
-        else:
-            raise f.error(
-                "layer_types", f"entry {i} is {t!r}; expected full_attention or linear_attention"
-            )
-    return layers
-
-
-def _nemotron_h_layers(f: _Fields) -> list[Layer]:
-    num_layers = f.int("num_hidden_layers")
-    pattern = f.cfg.get("hybrid_override_pattern")
-    if not isinstance(pattern, str):
-        raise f.error("hybrid_override_pattern", "required but missing")
-    if len(pattern) != num_layers:
-        raise f.error(
-            "hybrid_override_pattern",
-            f"has {len(pattern)} characters but num_hidden_layers is {num_layers}",
-        )
-    layers: list[Layer] = []
-    for i, ch in enumerate(pattern):
-        if ch == "M":
-            layers.append(
-                Mamba2Layer(
-                    index=i,
-                    num_heads=f.int("mamba_num_heads"),
-                    head_dim=f.int("mamba_head_dim"),
-                    n_groups=f.int("n_groups"),
-                    ssm_state_size=f.int("ssm_state_size"),
-                    conv_kernel=f.int("conv_kernel"),
-                )
-            )
-        elif ch == "*":
-            head_dim = f.int("attention_head_dim") if f.has("attention_head_dim") else _head_dim(f)
-            layers.append(
-                AttentionLayer(
-                    index=i, num_kv_heads=f.int("num_key_value_heads"), head_dim=head_dim
-                )
-            )
-        elif ch in "-E":
-            layers.append(NoCacheLayer(index=i))
-        else:
-            raise f.error(
-                "hybrid_override_pattern",
-                f"character {i} is {ch!r}; expected M (Mamba2), * (attention), - (MLP) or E (MoE)",
-            )
-    return layers
+__all__ = [
+    "MAX_CONFIG_COUNT",
+    "SUPPORTED_MODEL_TYPES",
+    "ModelSpec",
+    "list_presets",
+    "load_model",
+    "parse_config",
+]

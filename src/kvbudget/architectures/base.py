@@ -1,0 +1,53 @@
+"""``Architecture``: what one family module registers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from kvbudget.architectures.decoder import AttentionStyle
+from kvbudget.config_fields import ConfigFields
+from kvbudget.inventory import Inventory, ModelFields
+from kvbudget.layers import Layer
+
+LayersReader = Callable[[ConfigFields], list[Layer]]
+MtpReader = Callable[[ConfigFields, int], tuple[Layer, ...]]
+WeightsBuilder = Callable[[Inventory, ModelFields], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Architecture:
+    """One model family (or one variant of it), registered by ``model_type``.
+
+    * ``layers``: the decoder's cache layers, one per decoder layer, from the parsed
+      (text) config fields;
+    * ``mtp_layers``: MTP draft layers the checkpoint ships, indexed from the given
+      start (None: the family has none, and a ``num_nextn_predict_layers`` > 0 is an
+      error naming the field);
+    * ``weights``: adds every checkpoint tensor to the inventory, from the same fields;
+    * ``nested_types``: model types whose text model sits under ``text_config``;
+      ``text_defaults``: transformers' defaults for fields the checkpoints leave out;
+    * ``attention``: how its softmax attention stores weights (an EAGLE3 head of this
+      family reuses it); ``eagle3_heads``: EAGLE3 heads of this family are modelled;
+    * ``ties_embeddings``: ``tie_word_embeddings`` when the config leaves it out;
+    * ``ssm_state_dtype``: the recurrent state's dtype when the config names none;
+    * ``text_only_note``: a note for nested types whose vision weights are not counted.
+    """
+
+    family: str
+    model_types: frozenset[str]
+    layers: LayersReader
+    weights: WeightsBuilder
+    mtp_layers: MtpReader | None = None
+    attention: AttentionStyle = field(default_factory=AttentionStyle)
+    eagle3_heads: bool = False
+    nested_types: frozenset[str] = frozenset()
+    text_defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    ties_embeddings: bool = False
+    ssm_state_dtype: str | None = None
+    text_only_note: bool = False
+
+
+__all__ = ["Architecture", "LayersReader", "MtpReader", "WeightsBuilder"]
