@@ -13,6 +13,7 @@ Modules::
     scheduler       continuous batching: admit, reserve, preempt (swap/recompute), resume
     runner          one step's passes: propose, verify, draft catch-up
     accounting      storage bytes against the plan's, per role and tier
+    demo            tiny demo checkpoints (kvbudget run, README, tests)
     engine          Engine, RequestOutput: the public facade
 
 Example::
@@ -24,7 +25,16 @@ Example::
 """
 
 from kvbudget.engine.checkpoint import noisy_copy, save_checkpoint
+from kvbudget.engine.demo import DemoModels, write_demo_models
 from kvbudget.engine.engine import Engine, RequestOutput
 from kvbudget.engine.sampling import SamplingParams
 
-__all__ = ["Engine", "RequestOutput", "SamplingParams", "noisy_copy", "save_checkpoint"]
+__all__ = [
+    "DemoModels",
+    "Engine",
+    "RequestOutput",
+    "SamplingParams",
+    "noisy_copy",
+    "save_checkpoint",
+    "write_demo_models",
+]
