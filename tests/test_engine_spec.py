@@ -19,7 +19,7 @@ from test_engine_support import (
     target_only,
 )
 
-from kvbudget.engine import DemoModels, Engine, SamplingParams
+from kvbudget.engine import DemoModels, Engine, SamplingParams, noisy_copy
 
 __all__ = ["demo"]  # the session fixture, imported for pytest
 
@@ -109,3 +109,26 @@ def test_a_budget_of_one_sequence_runs_every_request_to_max_seq_len(demo: DemoMo
     expected = target_only(demo.target, prompts, 100)
     assert [o.token_ids for o in outs] == expected
     assert engine.stats()["preemptions"] > 0
+
+
+@pytest.mark.parametrize(("mode", "host"), [("swap", 0), ("swap", TIGHT_BYTES), ("recompute", 0)])
+def test_a_draft_equal_to_the_target_is_always_accepted(
+    demo: DemoModels,
+    tmp_path_factory: pytest.TempPathFactory,
+    expected: list[list[int]],
+    mode: str,
+    host: int,
+) -> None:
+    # the draft's K/V go through the same pages, offloads, swaps and prefix hits as the
+    # target's: any misplaced draft K/V would make it disagree and be rejected
+    same = str(noisy_copy(demo.target, tmp_path_factory.mktemp("same"), noise_std=0.0, seed=0))
+    budget = TIGHT_BYTES if host or mode == "recompute" else 400_000
+    plan = make_plan(demo.target, same, "draft-target", kv_budget=budget, host_budget=host)
+    engine = Engine(plan, target=demo.target, draft=same, preempt_mode=mode)  # type: ignore[arg-type]
+    outs = engine.generate(shared_prefix_prompts(), SamplingParams(max_new_tokens=MAX_NEW))
+    assert [o.token_ids for o in outs] == expected
+    stats = engine.stats()
+    assert stats["acceptance_rate"] == 1.0
+    assert stats["proposed_tokens"] > 0 and stats["prefix_hit_tokens"] > 0
+    if budget == TIGHT_BYTES:
+        assert stats["preemptions"] > 0
