@@ -1,0 +1,224 @@
+"""``kvbudget simulate`` on the command line: shared plan options, the JSON schema,
+reports, one-line errors."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import kvbudget
+from kvbudget.cli import _PLAN_OUTPUT_OPTIONS, app, plan_command
+from kvbudget.sim.simulation import SIM_SCHEMA_VERSION
+
+RUNNER = CliRunner()
+SMALL = ["--kv-budget", "4GiB", "--host-budget", "8GiB", "--max-seq-len", "16384"]
+
+
+def run(*args: str) -> Any:
+    return RUNNER.invoke(app, list(args), env={"COLUMNS": "160", "NO_COLOR": "1"})
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    result = run("simulate", *SMALL, "--limit", "40", "--rate-scale", "20", "--json")
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def shape(value: Any) -> Any:
+    """Keys and value kinds, recursively (lists by their first item)."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    return type(value).__name__
+
+
+POLICY_SHAPE = {
+    "completed": "int",
+    "gpu_blocks": "int",
+    "gpu_overcommit_bytes": "int",
+    "hit_tokens": "int",
+    "hit_tokens_by_tier": {"gpu": "int", "host": "int"},
+    "host_blocks": "int",
+    "host_budget_bytes": "int",
+    "host_offloaded_bytes": "int",
+    "host_onboarded_bytes": "int",
+    "host_traffic_bytes": "int",
+    "makespan_s": "float",
+    "max_running": "int",
+    "max_waiting": "int",
+    "node_host_memory_bytes": "NoneType",
+    "node_pinned_host_bytes": "int",
+    "not_finished": {},
+    "notes": [],
+    "output_tokens": "int",
+    "output_tokens_per_s": "float",
+    "pinned_host_bytes": "int",
+    "policy": "str",
+    "preempted_requests": "int",
+    "preemptions": "int",
+    "prompt_tokens": "int",
+    "recomputed": "int",
+    "requests": "int",
+    "series": {
+        "time_s": ["float"],
+        **{
+            name: ["int"]  # counts stay exact integers
+            for name in (
+                "gpu_cached_blocks",
+                "gpu_used_blocks",
+                "host_cached_blocks",
+                "host_used_blocks",
+                "running",
+                "swapped",
+                "waiting",
+            )
+        },
+    },
+    "steps": "int",
+    "swapped_out": "int",
+    "tpot_s": {k: "float" for k in ("mean", "p50", "p90", "p99")} | {"count": "int"},
+    "truncated_outputs": "int",
+    "ttft_s": {k: "float" for k in ("mean", "p50", "p90", "p99")} | {"count": "int"},
+}
+
+
+def test_json_schema_snapshot(doc: dict[str, Any]) -> None:
+    assert doc["schema"] == SIM_SCHEMA_VERSION == 1
+    assert sorted(doc) == [
+        "engine_flags",
+        "kind",
+        "plan",
+        "policies",
+        "replay_wall_s",
+        "roofline",
+        "schema",
+        "settings",
+        "trace",
+    ]
+    assert shape(doc["trace"]) == {
+        "limit": "int",
+        "path": "str",
+        "prefixes": {"base_tokens": "int", "groups": "int", "seed": "int", "share": "float"},
+        "rate_scale": "float",
+        "requests": "int",
+    }
+    assert shape(doc["settings"]) == {
+        "acceptance": ["float"],
+        "draft_len": "int",
+        "expected_accepted_per_step": "float",
+        "max_num_batched_tokens": "int",
+        "preempt": "str",
+        "sample_steps": "int",
+        "seed": "int",
+    }
+    assert sorted(doc["roofline"]) == [
+        "draft_flops_per_token",
+        "draft_kv_bytes_per_token",
+        "draft_weights_bytes",
+        "gpu",
+        "hbm_bytes_per_s",
+        "host_link_bytes_per_s",
+        "peak_flops_per_s",
+        "source",
+        "target_flops_per_token",
+        "target_kv_bytes_per_token",
+        "target_weights_bytes",
+    ]
+    assert [p["policy"] for p in doc["policies"]] == [
+        "kvbudget",
+        "doubled-host",
+        "equal-split",
+        "target-geometry-draft",
+        "no-host",
+    ]
+    no_notes = {**shape(doc["policies"][0]), "notes": []}
+    assert no_notes == POLICY_SHAPE
+    assert sorted(doc["engine_flags"]) == ["sglang", "trtllm", "vllm"]
+    assert sorted(doc["replay_wall_s"]) == sorted(p["policy"] for p in doc["policies"])
+
+
+def test_the_json_plan_is_the_plan(doc: dict[str, Any]) -> None:
+    plan = kvbudget.plan(kv_budget="4GiB", host_budget="8GiB", max_seq_len=16384)
+    assert doc["plan"] == json.loads(plan.to_json())
+
+
+def test_the_json_engine_flags_are_plan_emit_settings(doc: dict[str, Any]) -> None:
+    vllm = kvbudget.plan(kv_budget="4GiB", host_budget="8GiB", max_seq_len=16384, engine="vllm")
+    assert vllm.engine is not None
+    assert doc["engine_flags"]["vllm"] == json.loads(json.dumps(dict(vllm.engine.settings)))
+
+
+def test_doubled_host_in_the_json(doc: dict[str, Any]) -> None:
+    by = {p["policy"]: p for p in doc["policies"]}
+    host = 8 * 2**30
+    assert by["kvbudget"]["pinned_host_bytes"] == host
+    assert by["doubled-host"]["pinned_host_bytes"] == 2 * host
+    assert by["no-host"]["pinned_host_bytes"] == 0
+    for p in doc["policies"]:
+        assert p["completed"] + sum(p["not_finished"].values()) == p["requests"] == 40
+
+
+def test_simulate_takes_every_plan_option() -> None:
+    plan_opts = {
+        n for n in inspect.signature(plan_command).parameters if n not in _PLAN_OUTPUT_OPTIONS
+    }
+    result = run("simulate", "--help")
+    assert result.exit_code == 0
+    for name in plan_opts:
+        flag = "--" + name.replace("_", "-")
+        assert flag in result.output, flag
+    assert "--emit" not in result.output
+    for flag in ("--trace", "--acceptance", "--rate-scale", "--policies", "--html", "--json"):
+        assert flag in result.output
+
+
+def test_summary_table(tmp_path: Path) -> None:
+    result = run("simulate", *SMALL, "--limit", "30", "--policies", "kvbudget,no-host")
+    assert result.exit_code == 0, result.output
+    assert "kvbudget" in result.stdout and "no-host" in result.stdout
+    assert "TTFT p50 / p90 / p99 (ms)" in result.stdout
+    assert "30 / 30" in result.stdout  # completed / requests
+
+
+def test_html_and_plots(tmp_path: Path) -> None:
+    page = tmp_path / "out" / "report.html"
+    result = run(
+        "simulate", *SMALL, "--limit", "30", "--html", str(page), "--plots", str(tmp_path / "p")
+    )
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert text.count('src="data:image/png;base64,') == 4
+    assert 'id="summary"' in text and 'id="plan"' in text and 'id="engine-flags"' in text
+    assert "<script" not in text and "http://" not in text and "https://" not in text
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
+        "concurrency.png",
+        "gpu_blocks.png",
+        "host.png",
+        "latency.png",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policies", "kvbudget,nope"], "error: unknown policy 'nope'"),
+        (["--acceptance", "2"], "error: acceptance rates must be numbers in [0, 1]"),
+        (["--trace", "/nonexistent/trace.csv"], "error: No such file or directory"),
+        (["--rate-scale", "0"], "error: rate_scale must be > 0"),
+        (["--preempt", "later"], "error: preempt must be auto, swap or recompute"),
+        (["--tp", "0"], "error: --tp must be >= 1"),
+    ],
+)
+def test_user_mistakes_are_one_line(args: list[str], message: str) -> None:
+    result = run("simulate", *SMALL, "--limit", "3", *args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
