@@ -1,0 +1,132 @@
+"""The engine's public surface: exact memory accounting, stats, sampling runs, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_engine_support import (
+    EAGLE3_BYTES_PER_TOKEN,
+    TARGET_BYTES_PER_TOKEN,
+    demo,
+    make_plan,
+    shared_prefix_prompts,
+)
+
+torch = pytest.importorskip("torch")
+
+from kvbudget.engine import DemoModels, Engine, SamplingParams  # noqa: E402
+from kvbudget.engine.demo import llama_config, write_model  # noqa: E402
+from kvbudget.errors import ConfigError, InvalidArgumentError  # noqa: E402
+
+__all__ = ["demo"]
+
+
+def test_storage_bytes_equal_the_plan_per_role_and_tier(demo: DemoModels) -> None:
+    plan = make_plan(demo.target, demo.eagle3, "eagle3", kv_budget=400_000, host_budget=100_000)
+    engine = Engine(plan, target=demo.target, draft=demo.eagle3)
+    storage = engine.stats()["storage"]
+    # slopes: target 1024 B/token, EAGLE3 head 256 B/token; blocks of 4 tokens
+    assert (TARGET_BYTES_PER_TOKEN, EAGLE3_BYTES_PER_TOKEN) == (1024, 256)
+    # gpu: draft = floor(400_000 x 256 / 1280) = 80_000, target = 320_000
+    #   target: floor(320_000 / 4096) = 78 blocks = 319_488 B, padding 512
+    #   draft:  floor(80_000 / 1024) = 78 blocks = 79_872 B, padding 128
+    # host: draft = floor(100_000 x 256 / 1280) = 20_000, target = 80_000
+    #   target: floor(80_000 / 4096) = 19 blocks = 77_824 B, padding 2_176
+    #   draft:  floor(20_000 / 1024) = 19 blocks = 19_456 B, padding 544
+    assert storage == {
+        "target": {
+            "gpu": {"bytes": 319_488, "plan_bytes": 320_000, "padding_bytes": 512},
+            "host": {"bytes": 77_824, "plan_bytes": 80_000, "padding_bytes": 2_176},
+            "disk": {"bytes": 0, "plan_bytes": 0, "padding_bytes": 0},
+        },
+        "draft": {
+            "gpu": {"bytes": 79_872, "plan_bytes": 80_000, "padding_bytes": 128},
+            "host": {"bytes": 19_456, "plan_bytes": 20_000, "padding_bytes": 544},
+            "disk": {"bytes": 0, "plan_bytes": 0, "padding_bytes": 0},
+        },
+    }
+    # the bytes are the tensors the layers read and write: 78 rows of 4096 B on the GPU
+    cache_storage = engine.cache.storage
+    assert cache_storage is not None
+    assert tuple(cache_storage.roles[0].kv[0].shape) == (78, 4096)
+    assert tuple(cache_storage.roles[1].kv[1].shape) == (19, 1024)
+
+
+def test_window_pools_are_counted_in_the_gpu_bytes(tmp_path: Path) -> None:
+    types = ["sliding_attention", "full_attention"] * 2
+    target = write_model(llama_config(layer_types=types, sliding_window=8), tmp_path, seed=0)
+    engine = Engine(make_plan(target, None, "none"), target=target)
+    # growing layers: 2 full layers x 2 x 2 heads x 16 x 4 B = 512 B/token, blocks of
+    # 2048 B; window group: 2 layers, 512 B/token, with no lookahead (spec none)
+    # ceil((8 - 1) / 4) + 1 = 3 blocks per sequence x 8 sequences x 4 tokens x 512 B
+    window_bytes = 3 * 8 * 4 * 512
+    assert window_bytes == 49_152
+    # kv: floor((400_000 - 49_152) / 2048) = 171 blocks = 350_208 B; padding 640
+    assert engine.stats()["storage"]["target"]["gpu"] == {
+        "bytes": 350_208 + 49_152,
+        "plan_bytes": 400_000,
+        "padding_bytes": 640,
+    }
+
+
+def test_stats_count_what_happened(demo: DemoModels) -> None:
+    plan = make_plan(demo.target, demo.draft, "draft-target")
+    engine = Engine(plan, target=demo.target, draft=demo.draft)
+    prompts = shared_prefix_prompts()
+    outs = engine.generate(prompts, SamplingParams(max_new_tokens=10))
+    stats = engine.stats()
+    assert stats["requests"] == 10 and stats["generated_tokens"] == 100
+    assert sum(len(o.token_ids) for o in outs) == 100
+    assert [o.prompt_tokens for o in outs] == [len(p) for p in prompts]
+    assert 0 < stats["accepted_tokens"] <= stats["proposed_tokens"]
+    assert stats["acceptance_rate"] == stats["accepted_tokens"] / stats["proposed_tokens"]
+    # the six prompts sharing 12 tokens: the first computes them, the other five reuse
+    # 3 blocks x 4 tokens each (admitted together, they hit blocks written that step)
+    assert stats["prefix_hit_tokens"] == 5 * 12
+    # every prompt token is computed once except the hits
+    assert stats["prefill_tokens"] == sum(len(p) for p in prompts) - 5 * 12
+    assert stats["preemptions"] == 0
+
+
+def test_sampling_runs_are_reproducible_by_seed(demo: DemoModels) -> None:
+    plan = make_plan(demo.target, demo.draft, "draft-target")
+    params = SamplingParams(max_new_tokens=12, temperature=0.8)
+    prompts = shared_prefix_prompts()[:4]
+
+    def run(seed: int) -> list[list[int]]:
+        engine = Engine(plan, target=demo.target, draft=demo.draft, seed=seed)
+        return [o.token_ids for o in engine.generate(prompts, params)]
+
+    first = run(0)
+    assert first == run(0)
+    assert first != run(1)
+    assert all(len(t) == 12 for t in first)
+
+
+def test_mistakes_raise_typed_errors(demo: DemoModels, tmp_path: Path) -> None:
+    plan = make_plan(demo.target, demo.draft, "draft-target")
+    with pytest.raises(InvalidArgumentError, match="pass a draft"):
+        Engine(plan, target=demo.target)
+    none_plan = make_plan(demo.target, None, "none")
+    with pytest.raises(InvalidArgumentError, match="pass no draft"):
+        Engine(none_plan, target=demo.target, draft=demo.draft)
+    with pytest.raises(InvalidArgumentError, match="EAGLE3 head"):
+        Engine(plan, target=demo.target, draft=demo.eagle3)
+    # a plan made for another geometry is refused, not misread
+    with pytest.raises(InvalidArgumentError, match="bytes per token"):
+        Engine(make_plan(demo.small_draft, None, "none"), target=demo.target)
+    with pytest.raises(InvalidArgumentError, match="preempt_mode"):
+        Engine(none_plan, target=demo.target, preempt_mode="drop")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        Engine(none_plan, target=tmp_path / "nothing")
+    engine = Engine(none_plan, target=demo.target)
+    for prompts, match in (
+        ([[]], "empty"),
+        ([[1, 256]], "vocabulary"),
+        ([list(range(65))], "max_seq_len"),
+        (["abc"], "list of token ids"),
+    ):
+        with pytest.raises(InvalidArgumentError, match=match):
+            engine.generate(prompts)  # type: ignore[arg-type]
+    assert engine.stats()["requests"] == 0
