@@ -1,0 +1,94 @@
+"""``kvbudget run``: the demo end to end, its JSON and table, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from kvbudget.cli import app
+
+pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+
+RUNNER = CliRunner()
+SMALL = ["--requests", "4", "--prompt-len", "10", "--shared-prefix", "8", "--max-new-tokens", "6"]
+
+
+def run(*args: str) -> Any:
+    return RUNNER.invoke(app, ["run", *args], env={"COLUMNS": "120", "NO_COLOR": "1"})
+
+
+@pytest.mark.parametrize("spec", ["draft-target", "eagle3", "none"])
+def test_json_reports_the_run(spec: str) -> None:
+    result = run("--json", "--spec", spec, *SMALL)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    stats = data["stats"]
+    assert data["spec"] == spec
+    assert stats["requests"] == 4 and stats["generated_tokens"] == 4 * 6
+    assert [len(o) for o in data["outputs"]] == [6] * 4
+    # 4 prompts share 8 tokens = 2 blocks of 4: the three admitted after the first reuse
+    # them; an EAGLE3 head's K/V at a position depends on the next token, so the cache
+    # recomputes the last hit block (policy drop_last_block): 1 block each
+    assert stats["prefix_hit_tokens"] == 3 * (4 if spec == "eagle3" else 8)
+    for tiers in stats["storage"].values():
+        for b in tiers.values():
+            assert b["bytes"] + b["padding_bytes"] == b["plan_bytes"]
+    assert (stats["proposed_tokens"] > 0) == (spec != "none")
+
+
+def test_table_and_pressure() -> None:
+    # 96 KiB: 98_304 / 2048 B per token (target + same-size draft) = 48 tokens = 12 blocks
+    # of 4; sequences of 10 + 24 tokens need 9 blocks each, so requests preempt each other
+    result = run(
+        *SMALL[:6], "--max-new-tokens", "24", "--kv-budget", "96KiB", "--max-seq-len", "48"
+    )
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for word in ("acceptance", "tokens/s", "preemptions", "offloaded", "cache bytes", "draft"):
+        assert word in out
+    data = json.loads(
+        run("--json", *SMALL[:6], "--max-new-tokens", "24", "--kv-budget", "96KiB",
+            "--max-seq-len", "48").stdout
+    )  # fmt: skip
+    assert data["stats"]["preemptions_swap"] > 0
+    assert data["capacity"]["gpu_blocks"] == 12
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--spec", "ngram"], "--spec must be one of"),
+        (["--draft", "x"], "--draft needs --target"),
+        (["--target", "/nonexistent", "--spec", "none"], "no config file"),
+        (["--kv-budget", "1KiB"], "GPU budget"),
+        (["--preempt", "drop"], "--preempt must be"),
+        (["--requests", "0"], "--requests"),
+    ],
+)
+def test_mistakes_are_one_line_errors(args: list[str], message: str) -> None:
+    result = run(*args)
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert result.output.startswith("error:") and message in result.output
+
+
+def test_missing_torch_says_to_install_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    result = run(*SMALL)
+    assert result.exit_code == 2
+    assert "install the torch extra" in result.output and "Traceback" not in result.output
+
+
+def test_the_cli_starts_without_importing_torch() -> None:
+    import subprocess
+
+    code = (
+        "import sys, kvbudget.cli; print('torch' in sys.modules, 'kvbudget.engine' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
