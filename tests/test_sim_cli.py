@@ -222,3 +222,14 @@ def test_user_mistakes_are_one_line(args: list[str], message: str) -> None:
     assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def test_worker_processes_give_the_same_results() -> None:
+    from kvbudget.sim import simulate
+
+    plan = kvbudget.plan(kv_budget="4GiB", host_budget="8GiB", max_seq_len=16384)
+    one = simulate(plan, limit=40, rate_scale=20.0, jobs=1)
+    two = simulate(plan, limit=40, rate_scale=20.0, jobs=2)
+    assert one.policies == two.policies
+    with pytest.raises(kvbudget.InvalidArgumentError, match="--jobs"):
+        simulate(plan, limit=1, jobs=0)

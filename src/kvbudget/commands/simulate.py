@@ -8,6 +8,7 @@ keyword arguments. matplotlib is imported only when plots or HTML are asked for.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -89,7 +90,14 @@ def simulate_options(
     ] = None,
     sample_steps: Annotated[
         int, typer.Option(metavar="N", help="Steps between samples of the cache's counters.")
-    ] = 8,
+    ] = 32,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            help="Replay the policies in N processes (default: the CPU count, at most 5).",
+        ),
+    ] = 0,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the plan and per-policy metrics as JSON.")
     ] = False,
@@ -123,6 +131,7 @@ def run_simulate(
     preempt: str,
     peak_tflops: float | None,
     sample_steps: int,
+    jobs: int,
     json_out: bool,
     plots: str | None,
     html: str | None,
@@ -173,6 +182,7 @@ def run_simulate(
                 seed=seed,
                 sample_steps=sample_steps,
                 progress=progress,
+                jobs=jobs or min(len(names), os.cpu_count() or 1),
                 engine_flags=flags,
             )
         )

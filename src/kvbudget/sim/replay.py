@@ -10,8 +10,10 @@ The engine loop, one step at a time (a continuous-batching scheduler, vLLM-like)
     3. prefills continue in chunks, then waiting requests are admitted (prefix hits from
          the cache), while the step has tokens left (max_num_batched_tokens, less K + 1
          per decoding request) and fewer than max_batch_size requests run
-    4. the clock advances by the roofline step time (host traffic charged every
-         sample_steps steps, when the cache's counters are read)
+    4. the clock advances by the roofline step time; every sample_steps steps the
+         cache's counters are read: the host copies of that window take bytes / host
+         link seconds on the copy engines, alongside the steps, and delay the clock only
+         by what they take beyond the window
     5. decoding requests commit 1 + accepted tokens (seeded acceptance draws); a request
          whose prefill completed emits its first token (TTFT); finished ones are freed
 
@@ -62,7 +64,7 @@ class ReplayConfig:
     acceptance: AcceptanceModel
     max_num_batched_tokens: int = 8192
     preempt: PreemptChoice = "auto"
-    sample_steps: int = 8
+    sample_steps: int = 32
     max_series_points: int = 2048
     seed: int = 0
 
@@ -85,6 +87,7 @@ class _Live:
     """A request inside the replay (internal, mutable)."""
 
     __slots__ = (
+        "active",
         "context",
         "first_token_s",
         "generated",
@@ -106,6 +109,7 @@ class _Live:
         self.first_token_s = -1.0
         self.preempted = False
         self.readmit: tuple[int, ...] | None = None  # verified tokens after a recompute
+        self.active = False  # in the running list
 
 
 class _Tokens:
@@ -179,6 +183,13 @@ def replay(
     accept = AcceptanceDraw(config.acceptance, k, config.seed)
     out_ids = [(1,) * n for n in range(step_slots + 1)]
     link = roofline.rates.host_link_bytes_per_s
+    if host_blocks and not link:
+        raise InvalidArgumentError(
+            f"{roofline.rates.name} has no host-link bandwidth in gpus.csv, but the plan has a "
+            "host tier; simulate with --host-budget 0 or another --gpu"
+        )
+    sample_steps = config.sample_steps
+    role = plan.managers[0].role
 
     waiting: deque[_Live] = deque()
     swapped: deque[_Live] = deque()
@@ -189,7 +200,7 @@ def replay(
     arrived = completed = truncated = preempted_requests = swaps = recomputes = 0
     output_total = steps = max_waiting = max_running = 0
     host_moved_blocks = 0
-    clock = 0.0
+    clock = window_start = 0.0
     first_arrival: float | None = None
     last_finish = 0.0
 
@@ -199,6 +210,7 @@ def replay(
     def preempt(victim: _Live) -> None:
         nonlocal swaps, recomputes, preempted_requests
         running.remove(victim)
+        victim.active = False
         if not victim.preempted:
             victim.preempted = True
             preempted_requests += 1
@@ -216,13 +228,14 @@ def replay(
         victim.context = 0
         waiting.appendleft(victim)
 
-    def _make_room(live: _Live) -> bool:
+    def make_room(live: _Live) -> bool:
         """Preempt the newest running requests until ``live`` reserves; False when
         ``live`` itself was preempted or dropped."""
         while True:
             victim = running[-1]
             if victim is live and len(running) == 1:
                 running.remove(live)
+                live.active = False
                 cache.free(live.rid)
                 fail("outgrew_gpu")
                 return False
@@ -255,28 +268,23 @@ def replay(
         if not running and not waiting and not swapped:
             if pending is None:
                 break
-            clock = max(clock, pending.arrival_s)
+            clock = window_start = max(clock, pending.arrival_s)
             continue
 
         # 1. decode reservations (oldest first; victims are the newest)
         decoders: list[_Live] = []
         context = 0
-        i = 0
-        while i < len(running):
-            live = running[i]
-            if live.prefill_left:
-                i += 1
-                continue
+        for live in [r for r in running if not r.prefill_left]:
+            if not live.active:
+                continue  # preempted earlier in this step
             try:
                 reserve(live.rid, step_slots)
             except OutOfBlocksError:
-                if not _make_room(live):
-                    continue  # live left running; the next request moved to index i
+                if not make_room(live):
+                    continue
             decoders.append(live)
             context += live.context
-            i += 1
         budget = config.max_num_batched_tokens - len(decoders) * step_slots
-
         # 2. swapped requests come back first
         while swapped and len(running) < max_batch:
             live = swapped[0]
@@ -291,11 +299,12 @@ def replay(
                 continue
             swapped.popleft()
             running.append(live)
+            live.active = True
 
         # 3. prefill chunks: running prefills first, then admissions
         prefill_tokens = pairs = kv_tokens = 0
         prefilled: list[_Live] = []
-        for live in running:
+        for live in [r for r in running if r.prefill_left]:
             if budget <= 0:
                 break
             if live.prefill_left:
@@ -322,6 +331,7 @@ def replay(
             waiting.popleft()
             live.readmit = None
             running.append(live)
+            live.active = True
             live.context = hit
             left = len(ids) - hit
             chunk = min(left, budget)
@@ -336,15 +346,27 @@ def replay(
 
         # 4. the clock
         steps += 1
-        host_bytes = 0
-        sample = steps % config.sample_steps == 0
-        if sample:
+        clock += roofline.step_seconds(
+            decoding=len(decoders),
+            decode_context_tokens=context,
+            prefill_tokens=prefill_tokens,
+            prefill_attention_pairs=pairs,
+            prefill_kv_tokens=kv_tokens,
+            host_bytes=0,
+        )
+        if steps % sample_steps == 0:
             stats = cache.stats()
-            gpu_pool = stats.pool(plan.managers[0].role, "gpu")
-            host_pool = stats.pool(plan.managers[0].role, "host")
-            moved = host_pool.offloaded_blocks + host_pool.onboarded_blocks
-            host_bytes = (moved - host_moved_blocks) * block_pair_bytes
-            host_moved_blocks = moved
+            gpu_pool = stats.pool(role, "gpu")
+            host_pool = stats.pool(role, "host")
+            if host_blocks:
+                # the host link ran alongside the window's steps: it delays the clock
+                # only by what its copies take beyond the window
+                moved = host_pool.offloaded_blocks + host_pool.onboarded_blocks
+                host_s = (moved - host_moved_blocks) * block_pair_bytes / link if link else 0.0
+                host_moved_blocks = moved
+                if host_s > clock - window_start:
+                    clock = window_start + host_s
+            window_start = clock
             series.add(
                 (
                     clock,
@@ -357,14 +379,6 @@ def replay(
                     host_pool.cached_blocks,
                 )
             )
-        clock += roofline.step_seconds(
-            decoding=len(decoders),
-            decode_context_tokens=context,
-            prefill_tokens=prefill_tokens,
-            prefill_attention_pairs=pairs,
-            prefill_kv_tokens=kv_tokens,
-            host_bytes=host_bytes if link is not None else 0,
-        )
 
         # 5. commits, first tokens, finishes
         finished: list[_Live] = []
@@ -399,15 +413,16 @@ def replay(
             last_finish = clock
             if live.output > 1:
                 latencies.tpot.append((clock - live.first_token_s) / (live.output - 1))
-        max_waiting = max(max_waiting, len(waiting))
-        max_running = max(max_running, len(running))
+        if len(waiting) > max_waiting:
+            max_waiting = len(waiting)
+        if len(running) > max_running:
+            max_running = len(running)
         if check_every and steps % check_every == 0:
             cache.check_invariants()
         if progress is not None and steps % 256 == 0:
             progress(completed + sum(reasons.values()))
 
     stats = cache.stats()
-    role = plan.managers[0].role
     gpu_pool = stats.pool(role, "gpu")
     host_pool = stats.pool(role, "host")
     if progress is not None:

@@ -23,7 +23,8 @@ scheduled with them. Its time on one rank is::
   over ``tp x pp`` ranks;
 * ``host_bytes``: blocks offloaded to and onboarded from the host tier (every role's
   bytes of each block), over the host link of ``gpus.csv`` (per direction); copies run
-  on the copy engines alongside compute, so the link is a third roof, not an addition.
+  on the copy engines alongside compute, so the link is a third roof, not an addition
+  (the replay applies it over windows of steps, see :mod:`kvbudget.sim.replay`).
 
 Rates are the preset's peaks: ``hbm_bandwidth_tb_s`` and ``host_link_gb_s`` from
 ``data/gpus.csv`` (first value), BF16 dense tensor FLOPs from ``data/gpu_flops.csv``

@@ -23,10 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kvbudget.errors import InvalidArgumentError
 from kvbudget.plan_types import Plan
 from kvbudget.sim.acceptance import AcceptanceModel
 from kvbudget.sim.metrics import PolicyMetrics
-from kvbudget.sim.policies import POLICIES, policy_plans
+from kvbudget.sim.policies import POLICIES, PolicyPlan, policy_plans
 from kvbudget.sim.replay import ReplayConfig, replay
 from kvbudget.sim.roofline import Roofline, gpu_rates, roofline_for
 from kvbudget.sim.trace import PrefixSynthesis, default_trace_path, read_trace
@@ -115,8 +116,9 @@ def simulate(
     max_num_batched_tokens: int = 8192,
     preempt: str = "auto",
     seed: int = 0,
-    sample_steps: int = 8,
+    sample_steps: int = 32,
     progress: PolicyProgress | None = None,
+    jobs: int = 1,
     engine_flags: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> SimulationResult:
     """Replay ``trace`` (default: the shipped Azure conversation trace) through each of
@@ -124,7 +126,9 @@ def simulate(
 
     The trace is streamed once per policy. ``gpu`` names the roofline's GPU (default: the
     plan's); ``peak_tflops`` supplies its FLOPs where ``gpu_flops.csv`` has none.
-    ``progress(policy, requests_done)`` reports as replays go. ``engine_flags`` (from
+    ``progress(policy, requests_done)`` reports as replays go. ``jobs`` > 1 replays the
+    policies in that many worker processes (the results are the same: every replay is
+    seeded and independent). ``engine_flags`` (from
     :func:`engine_flags_for`) are carried into the result for the reports.
 
     Raises:
@@ -135,8 +139,6 @@ def simulate(
     model = (
         acceptance if isinstance(acceptance, AcceptanceModel) else AcceptanceModel.parse(acceptance)
     )
-    from kvbudget.errors import InvalidArgumentError
-
     gpu_name = gpu or plan.budget.gpu_name
     if gpu_name is None:
         raise InvalidArgumentError(
@@ -158,20 +160,39 @@ def simulate(
     )
     synth = prefixes if prefixes is not None else PrefixSynthesis(seed=seed)
     path = Path(trace) if trace is not None else default_trace_path()
-    results: list[PolicyMetrics] = []
-    wall: dict[str, float] = {}
-    for variant in policy_plans(plan, policies):
-        requests = read_trace(path, prefixes=synth, rate_scale=rate_scale, limit=limit)
-        report = None
-        if progress is not None:
-            name = variant.name
+    variants = policy_plans(plan, policies)
+    jobs = require_jobs(jobs)
+    done: dict[str, tuple[PolicyMetrics, float]] = {}
+    if jobs > 1 and len(variants) > 1:
+        # one process per policy replay, each streaming the trace itself; progress is
+        # reported as each policy completes
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
-            def report(done: int, name: str = name) -> None:
-                progress(name, done)
+        with ProcessPoolExecutor(max_workers=min(jobs, len(variants))) as pool:
+            futures = {
+                pool.submit(
+                    _replay_one, variant, path, synth, rate_scale, limit, roof, config, None
+                ): variant.name
+                for variant in variants
+            }
+            for future in as_completed(futures):
+                metrics, seconds = future.result()
+                done[metrics.policy] = (metrics, seconds)
+                if progress is not None:
+                    progress(metrics.policy, metrics.requests)
+    else:
+        for variant in variants:
+            report = None
+            if progress is not None:
 
-        start = time.perf_counter()
-        results.append(replay(variant, requests, roof, config, progress=report))
-        wall[variant.name] = time.perf_counter() - start
+                def report(count: int, name: str = variant.name) -> None:
+                    progress(name, count)
+
+            done[variant.name] = _replay_one(
+                variant, path, synth, rate_scale, limit, roof, config, report
+            )
+    results = [done[v.name][0] for v in variants]
+    wall = {v.name: done[v.name][1] for v in variants}
     return SimulationResult(
         plan=plan,
         trace_path=str(path),
@@ -184,6 +205,31 @@ def simulate(
         wall_s=wall,
         engine_flags={k: dict(v) for k, v in (engine_flags or {}).items()},
     )
+
+
+def require_jobs(jobs: object) -> int:
+    """``jobs`` checked: an int >= 1. Raises InvalidArgumentError."""
+    if type(jobs) is not int or jobs < 1:
+        raise InvalidArgumentError(f"--jobs must be an int >= 1, got {jobs!r}")
+    return jobs
+
+
+def _replay_one(
+    variant: PolicyPlan,
+    path: Path,
+    synth: PrefixSynthesis,
+    rate_scale: float,
+    limit: int | None,
+    roof: Roofline,
+    config: ReplayConfig,
+    progress: Callable[[int], None] | None,
+) -> tuple[PolicyMetrics, float]:
+    """One policy's replay over a fresh stream of the trace, and its wall seconds (a
+    module-level function, so that a worker process can run it)."""
+    requests = read_trace(path, prefixes=synth, rate_scale=rate_scale, limit=limit)
+    start = time.perf_counter()
+    metrics = replay(variant, requests, roof, config, progress=progress)
+    return metrics, time.perf_counter() - start
 
 
 def engine_flags_for(plan_kwargs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
