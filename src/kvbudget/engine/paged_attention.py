@@ -73,11 +73,14 @@ class AttentionBatch:
 
     ``positions`` ``[T]``: each flat token's position; ``seq_index``/``query_index``
     ``[T]``: its sequence and place among that sequence's new tokens; ``last_index``
-    ``[B]``: the flat index of each sequence's last new token.
+    ``[B]``: the flat index of each sequence's last new token. ``uniform``: every
+    sequence adds ``max_new`` tokens, so the flat tokens are already ``[B, max_new]``
+    (decode passes) and need no padding.
     """
 
     num_seqs: int
     max_new: int
+    uniform: bool
     positions: torch.Tensor
     seq_index: torch.Tensor
     query_index: torch.Tensor
@@ -194,6 +197,7 @@ def build_batch(
     return AttentionBatch(
         num_seqs=num,
         max_new=max_new,
+        uniform=max_new * num == total,
         positions=positions.to(device),
         seq_index=seq_index.to(device),
         query_index=query_index.to(device),
@@ -221,12 +225,17 @@ def attend(
         t = kb.write_tokens
         cache.k.index_put_((kb.write_rows, kb.write_offsets), k[t].to(cache.k.dtype))
         cache.v.index_put_((kb.write_rows, kb.write_offsets), v[t].to(cache.v.dtype))
-    qp = q.new_zeros((num, width, *q.shape[1:]))
-    qp[si, qi] = q
-    kn = k.new_zeros((num, width, *k.shape[1:]))
-    kn[si, qi] = k
-    vn = v.new_zeros((num, width, *v.shape[1:]))
-    vn[si, qi] = v
+    if batch.uniform:  # [B * Q] tokens in sequence order: a view, no padding
+        qp = q.view(num, width, *q.shape[1:])
+        kn = k.view(num, width, *k.shape[1:])
+        vn = v.view(num, width, *v.shape[1:])
+    else:
+        qp = q.new_zeros((num, width, *q.shape[1:]))
+        qp[si, qi] = q
+        kn = k.new_zeros((num, width, *k.shape[1:]))
+        kn[si, qi] = k
+        vn = v.new_zeros((num, width, *v.shape[1:]))
+        vn[si, qi] = v
     if cache is not None and kb.num_context:
         kc = cache.k[kb.ctx_rows, kb.ctx_offsets].to(k.dtype)
         vc = cache.v[kb.ctx_rows, kb.ctx_offsets].to(v.dtype)
@@ -239,4 +248,6 @@ def attend(
         attn_mask=kb.mask,
         enable_gqa=True,
     )
+    if batch.uniform:
+        return out.transpose(1, 2).reshape(q.shape)
     return out.transpose(1, 2)[si, qi]
