@@ -74,7 +74,7 @@ def test_the_report_loads_without_console_errors(browser: Any, report: Path) -> 
     errors = [entry for entry in logs if entry.get("level") in ("SEVERE", "ERROR")]
     assert errors == [], errors
     images = browser.find_elements(By.CSS_SELECTOR, "img.plot")
-    assert len(images) == 4
+    assert len(images) == 5
     for img in images:
         # the PNG decoded: a broken data URL leaves naturalWidth at 0
         assert browser.execute_script("return arguments[0].naturalWidth", img) > 100

@@ -195,7 +195,7 @@ def test_html_and_plots(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     text = page.read_text()
-    assert text.count('src="data:image/png;base64,') == 4
+    assert text.count('src="data:image/png;base64,') == 5
     assert 'id="summary"' in text and 'id="plan"' in text and 'id="engine-flags"' in text
     assert "<script" not in text and "http://" not in text and "https://" not in text
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
@@ -203,6 +203,7 @@ def test_html_and_plots(tmp_path: Path) -> None:
         "gpu_blocks.png",
         "host.png",
         "latency.png",
+        "overview.png",
     ]
 
 

@@ -3,7 +3,9 @@
 * ``concurrency.png``: running and queued requests over simulated time, per policy;
 * ``gpu_blocks.png``: GPU blocks used by running requests over time, per policy;
 * ``latency.png``: TTFT and TPOT p50/p90/p99 per policy (bars);
-* ``host.png``: pinned host bytes against the budget, and host traffic, per policy.
+* ``host.png``: pinned host bytes against the budget, and host traffic, per policy;
+* ``overview.png``: queued requests over time, TTFT p50/p99 and pinned host memory per
+  policy, side by side (the README's figure).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.sim.simulation import SimulationResult
 
-PLOT_NAMES = ("concurrency", "gpu_blocks", "latency", "host")
+PLOT_NAMES = ("overview", "concurrency", "gpu_blocks", "latency", "host")
 GIB = 2**30
 
 
@@ -121,7 +123,40 @@ def _host(plt: Any, result: SimulationResult) -> Any:
     return fig
 
 
+def _overview(plt: Any, result: SimulationResult) -> Any:
+    fig, (queue, ttft, host) = plt.subplots(1, 3, figsize=(15, 4.2))
+    names = [m.policy for m in result.policies]
+    x = list(range(len(names)))
+    for m in result.policies:
+        queue.plot(m.series["time_s"], m.series["waiting"], label=m.policy, linewidth=1)
+    queue.set_xlabel("simulated time (s)")
+    queue.set_ylabel("queued requests")
+    queue.set_title("Queue over time")
+    queue.legend(fontsize=8)
+    for j, q in enumerate(("p50", "p99")):
+        values = [(getattr(m.ttft_s, q) or 0.0) for m in result.policies]
+        ttft.bar([i + (j - 0.5) * 0.4 for i in x], values, width=0.4, label=q)
+    ttft.set_ylabel("seconds")
+    ttft.set_title("Time to first token")
+    ttft.legend(fontsize=8)
+    host.bar(x, [m.node_pinned_host_bytes / GIB for m in result.policies], label="pinned")
+    node_memory = result.plan.budget.host_memory_bytes
+    if node_memory is not None:
+        host.axhline(node_memory / GIB, color="red", linestyle=":", label="node host memory")
+    budget = result.plan.budget.node_host_bytes / GIB
+    host.axhline(budget, color="black", linestyle="--", label="host budget")
+    host.set_ylabel("GiB per node")
+    host.set_title("Pinned host memory")
+    host.legend(fontsize=8)
+    for ax in (ttft, host):
+        ax.set_xticks(x)
+        ax.set_xticklabels(names, rotation=25, ha="right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 _FIGURES = {
+    "overview": _overview,
     "concurrency": _concurrency,
     "gpu_blocks": _gpu_blocks,
     "latency": _latency,

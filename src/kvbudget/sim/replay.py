@@ -79,7 +79,7 @@ class ReplayConfig:
             )
         if type(self.sample_steps) is not int or self.sample_steps < 1:
             raise InvalidArgumentError(
-                f"sample_steps must be an int >= 1, got {self.sample_steps!r}"
+                f"--sample-steps must be an int >= 1, got {self.sample_steps!r}"
             )
 
 

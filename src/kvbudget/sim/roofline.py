@@ -86,7 +86,7 @@ def gpu_rates(gpu: str, *, peak_tflops: float | None = None) -> GpuRates:
         else _first_float(flops_row.get("bf16_dense_tflops", ""))
     )
     if peak_tflops is not None and not peak_tflops > 0:
-        raise InvalidArgumentError(f"peak_tflops must be > 0, got {peak_tflops!r}")
+        raise InvalidArgumentError(f"--peak-tflops must be > 0, got {peak_tflops!r}")
     link = _first_float(row.get("host_link_gb_s", ""))
     return GpuRates(
         name=spec.name,

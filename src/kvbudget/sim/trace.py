@@ -71,12 +71,12 @@ class PrefixSynthesis:
 
     def __post_init__(self) -> None:
         if type(self.groups) is not int or self.groups < 1:
-            raise InvalidArgumentError(f"prefix_groups must be an int >= 1, got {self.groups!r}")
+            raise InvalidArgumentError(f"--prefix-groups must be an int >= 1, got {self.groups!r}")
         if not 0.0 <= self.share <= 1.0:
-            raise InvalidArgumentError(f"prefix_share must be in [0, 1], got {self.share!r}")
+            raise InvalidArgumentError(f"--prefix-share must be in [0, 1], got {self.share!r}")
         if type(self.base_tokens) is not int or self.base_tokens < 1:
             raise InvalidArgumentError(
-                f"prefix_tokens must be an int >= 1, got {self.base_tokens!r}"
+                f"--prefix-tokens must be an int >= 1, got {self.base_tokens!r}"
             )
 
     def group_tokens(self, group: int) -> int:
@@ -114,9 +114,9 @@ def read_trace(
         OSError: the file cannot be read.
     """
     if not isinstance(rate_scale, (int, float)) or not rate_scale > 0:
-        raise InvalidArgumentError(f"rate_scale must be > 0, got {rate_scale!r}")
+        raise InvalidArgumentError(f"rate_scale must be > 0, got {rate_scale!r} (--rate-scale)")
     if limit is not None and (type(limit) is not int or limit < 0):
-        raise InvalidArgumentError(f"limit must be an int >= 0, got {limit!r}")
+        raise InvalidArgumentError(f"limit must be an int >= 0, got {limit!r} (--limit)")
     synth = prefixes if prefixes is not None else PrefixSynthesis()
     return _read(Path(path), synth, float(rate_scale), limit)
 

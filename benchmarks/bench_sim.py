@@ -1,0 +1,133 @@
+"""How fast ``kvbudget simulate`` replays requests, and whether its memory stays flat.
+
+Usage::
+
+    python benchmarks/bench_sim.py                         # 10^5 requests, policy kvbudget
+    python benchmarks/bench_sim.py --policies all --jobs 2 # all five policies, 2 processes
+    python benchmarks/bench_sim.py --requests 20000        # a smaller run (memory check)
+    python benchmarks/bench_sim.py --requests 5000 --profile
+
+Workload: the shipped Azure LLM inference trace (conversation, 2023; 19,366 requests in
+one hour; CC-BY 4.0) tiled end to end until ``--requests`` (each lap shifted by the
+trace's duration plus one second, indices renumbered), streamed, with the default
+synthetic prefixes (seed 0); the default plan (``kvbudget.plan()``: Llama-3.1-8B-Instruct
++ EAGLE3 on one H200) unless budgets are given; acceptance 0.7 per token, K = 3.
+
+Prints per policy: requests, simulated steps, wall and CPU seconds of the replay,
+requests/s (wall and CPU), and the process's peak resident memory (``ru_maxrss``: run two
+sizes in separate processes to see whether it grows). CPU seconds are the steadier
+figure on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import resource
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import kvbudget
+from kvbudget.sim import POLICIES, AcceptanceModel, ReplayConfig, policy_plans, replay
+from kvbudget.sim.roofline import gpu_rates, roofline_for
+from kvbudget.sim.trace import PrefixSynthesis, TraceRequest, default_trace_path, read_trace
+
+
+def tiled(requests: int, synth: PrefixSynthesis) -> Iterator[TraceRequest]:
+    """The shipped trace, lap after lap, until ``requests`` requests."""
+    path = default_trace_path()
+    duration = 0.0
+    for last in read_trace(path, prefixes=PrefixSynthesis(share=0.0)):
+        duration = last.arrival_s
+    lap, count = 0, 0
+    while True:
+        for r in read_trace(path, prefixes=replace(synth, seed=synth.seed + lap)):
+            if count >= requests:
+                return
+            yield replace(r, index=count, arrival_s=r.arrival_s + lap * (duration + 1.0))
+            count += 1
+        lap += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--policies", default="kvbudget", help="comma list, or 'all'")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (all policies)")
+    parser.add_argument("--kv-budget", default=None)
+    parser.add_argument("--host-budget", default="0")
+    parser.add_argument("--max-seq-len", type=int, default=None)
+    parser.add_argument("--rate-scale", type=float, default=1.0)
+    parser.add_argument("--profile", action="store_true", help="cProfile the first policy")
+    args = parser.parse_args(argv)
+
+    plan = kvbudget.plan(
+        kv_budget=args.kv_budget, host_budget=args.host_budget, max_seq_len=args.max_seq_len
+    )
+    names = POLICIES if args.policies == "all" else tuple(args.policies.split(","))
+    roof = roofline_for(plan, gpu_rates(plan.budget.gpu_name or "H200"))
+    config = ReplayConfig(acceptance=AcceptanceModel(rates=(0.7,)))
+    synth = PrefixSynthesis()
+
+    def stream() -> Iterator[TraceRequest]:
+        for r in tiled(args.requests, synth):
+            yield replace(r, arrival_s=r.arrival_s / args.rate_scale)
+
+    variants = policy_plans(plan, names)
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        replay(variants[0], stream(), roof, config)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+        return 0
+    print(
+        f"plan: {plan.target} + {plan.draft}, {plan.capacity.gpu_blocks:,} GPU blocks, "
+        f"{plan.capacity.host_blocks:,} host blocks; {args.requests:,} requests "
+        f"(the Azure conversation trace tiled), rate scale {args.rate_scale:g}"
+    )
+    if args.jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        start = time.perf_counter()
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(_timed, [(v, args, roof, config) for v in variants]))
+        wall = time.perf_counter() - start
+        for name, metrics_wall, cpu, steps, done in results:
+            print(_line(name, args.requests, steps, metrics_wall, cpu, done))
+        print(f"all {len(variants)} policies in {args.jobs} processes: {wall:.1f} s wall")
+    else:
+        for variant in variants:
+            name, w, cpu, steps, done = _timed((variant, args, roof, config))
+            print(_line(name, args.requests, steps, w, cpu, done))
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak resident memory of this process: {peak_mib:,.0f} MiB")
+    return 0
+
+
+def _timed(
+    job: tuple[object, argparse.Namespace, object, ReplayConfig],
+) -> tuple[str, float, float, int, int]:
+    variant, args, roof, config = job
+    synth = PrefixSynthesis()
+    stream = (
+        replace(r, arrival_s=r.arrival_s / args.rate_scale) for r in tiled(args.requests, synth)
+    )
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    m = replay(variant, stream, roof, config)  # type: ignore[arg-type]
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    return m.policy, wall, cpu, m.steps, m.completed
+
+
+def _line(name: str, requests: int, steps: int, wall: float, cpu: float, done: int) -> str:
+    return (
+        f"{name:>22}: {requests:,} requests ({done:,} completed), {steps:,} steps, "
+        f"{wall:6.1f} s wall ({requests / wall:7,.0f} req/s), {cpu:6.1f} s CPU "
+        f"({requests / cpu:7,.0f} req/s)"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
