@@ -20,6 +20,7 @@ seed and call order give the same acceptances (per policy, each replay has its o
 from __future__ import annotations
 
 import random
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from kvbudget.errors import InvalidArgumentError
@@ -79,21 +80,17 @@ class AcceptanceDraw:
     Mutable (it owns its random generator); one per replay.
     """
 
-    __slots__ = ("random", "thresholds")
+    __slots__ = ("ascending", "draft_len", "random")
 
     def __init__(self, model: AcceptanceModel, draft_len: int, seed: int) -> None:
-        #: ``P(accepted >= i)`` for ``i = 1..draft_len``; ``random()`` gives ``u``. A hot
-        #: loop may inline :meth:`draw` from these two (same draws, same order).
-        self.thresholds = model.at_least(draft_len)
+        #: ``P(accepted >= i)`` for ``i = draft_len..1`` (ascending) and ``random()``,
+        #: the generator of ``u``: a hot loop may inline :meth:`draw` from them (the same
+        #: draws in the same order).
+        self.ascending = tuple(reversed(model.at_least(draft_len)))
+        self.draft_len = draft_len
         self.random = random.Random(seed).random
 
     def draw(self) -> int:
-        """Accepted draft tokens of one step, in ``0..draft_len``."""
-        u = self.random()
-        n = 0
-        for p in self.thresholds:
-            if u < p:
-                n += 1
-            else:
-                break
-        return n
+        """Accepted draft tokens of one step, in ``0..draft_len``: how many of the
+        non-increasing ``P(accepted >= i)`` exceed ``u``."""
+        return self.draft_len - bisect_right(self.ascending, self.random())

@@ -34,6 +34,7 @@ Outputs longer than ``max_seq_len - prompt`` tokens are cut there (``truncated_o
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -251,7 +252,9 @@ def replay(
     reserve = cache.reserve
     commit = cache.commit
     rand = accept.random
-    thresholds = accept.thresholds
+    ascending = accept.ascending
+    top = 1 + k
+    step_time = roofline.stepper()
     it = iter(trace)
     pending = next(it, None)
     while True:
@@ -346,14 +349,7 @@ def replay(
 
         # 4. the clock
         steps += 1
-        clock += roofline.step_seconds(
-            decoding=len(decoders),
-            decode_context_tokens=context,
-            prefill_tokens=prefill_tokens,
-            prefill_attention_pairs=pairs,
-            prefill_kv_tokens=kv_tokens,
-            host_bytes=0,
-        )
+        clock += step_time(len(decoders), context, prefill_tokens, pairs, kv_tokens)
         if steps % sample_steps == 0:
             stats = cache.stats()
             gpu_pool = stats.pool(role, "gpu")
@@ -383,13 +379,7 @@ def replay(
         # 5. commits, first tokens, finishes
         finished: list[_Live] = []
         for live in decoders:
-            u = rand()
-            n = 1
-            for p in thresholds:
-                if u < p:
-                    n += 1
-                else:
-                    break
+            n = top - bisect_right(ascending, rand())  # 1 + accepted, as AcceptanceDraw.draw
             left = live.output - live.generated
             if n > left:
                 n = left

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,27 +159,14 @@ class Roofline:
         ``prefill_kv_tokens`` tokens of KV read or written; ``host_bytes`` moved over the
         host link. Pure.
         """
-        k = self.draft_len
         r = self.rates
-        kv = decode_context_tokens * (
-            self.target_kv_bytes_per_token + k * self.draft_kv_bytes_per_token
-        ) + prefill_kv_tokens * (self.target_kv_bytes_per_token + self.draft_kv_bytes_per_token)
-        weights = self.target_weights_bytes + (k * self.draft_weights_bytes if decoding else 0)
-        if prefill_tokens and not decoding:
-            weights += self.draft_weights_bytes
-        memory_s = (weights + kv) / r.hbm_bytes_per_s
-        compute_s = 0.0
-        if r.peak_flops_per_s is not None:
-            tokens_t = decoding * (k + 1) + prefill_tokens
-            tokens_d = decoding * k + prefill_tokens
-            flops = (
-                self.target_flops_per_token * tokens_t
-                + self.draft_flops_per_token * tokens_d
-                + self.target_attention_flops
-                * (decode_context_tokens * (k + 1) + prefill_attention_pairs)
-                + self.draft_attention_flops * (decode_context_tokens * k + prefill_attention_pairs)
-            )
-            compute_s = flops / r.peak_flops_per_s
+        seconds = self.stepper()(
+            decoding,
+            decode_context_tokens,
+            prefill_tokens,
+            prefill_attention_pairs,
+            prefill_kv_tokens,
+        )
         host_s = 0.0
         if host_bytes:
             link = r.host_link_bytes_per_s
@@ -188,7 +176,47 @@ class Roofline:
                     "blocks to the host tier; simulate with --host-budget 0 or another --gpu"
                 )
             host_s = host_bytes / link
-        return max(memory_s, compute_s, host_s)
+        return max(seconds, host_s)
+
+    def stepper(self) -> Callable[[int, int, int, int, int], float]:
+        """:meth:`step_seconds` without host traffic, as a function of positional
+        ``(decoding, decode_context_tokens, prefill_tokens, prefill_attention_pairs,
+        prefill_kv_tokens)`` with this roofline's constants bound once (for the replay's
+        hot loop). The one place the formula is written."""
+        k = self.draft_len
+        decode_kv = self.target_kv_bytes_per_token + k * self.draft_kv_bytes_per_token
+        prefill_kv = self.target_kv_bytes_per_token + self.draft_kv_bytes_per_token
+        target_weights = self.target_weights_bytes
+        decode_weights = target_weights + k * self.draft_weights_bytes
+        prefill_weights = target_weights + self.draft_weights_bytes  # the draft prefills too
+        bandwidth = self.rates.hbm_bytes_per_s
+        peak = self.rates.peak_flops_per_s
+        ft, fd = self.target_flops_per_token, self.draft_flops_per_token
+        at, ad = self.target_attention_flops, self.draft_attention_flops
+        per_decoder = ft * (k + 1) + fd * k  # target verifies K + 1, the draft proposes K
+        per_prefill_token = ft + fd
+        per_context_token = at * (k + 1) + ad * k
+        per_pair = at + ad
+
+        def seconds(decoding: int, context: int, prefill: int, pairs: int, kv_tokens: int) -> float:
+            if decoding:
+                weights = decode_weights
+            elif prefill:
+                weights = prefill_weights
+            else:
+                weights = target_weights
+            memory_s = (weights + context * decode_kv + kv_tokens * prefill_kv) / bandwidth
+            if peak is None:
+                return memory_s
+            compute_s = (
+                per_decoder * decoding
+                + per_prefill_token * prefill
+                + per_context_token * context
+                + per_pair * pairs
+            ) / peak
+            return memory_s if memory_s > compute_s else compute_s
+
+        return seconds
 
 
 def roofline_for(plan: Plan, rates: GpuRates) -> Roofline:
