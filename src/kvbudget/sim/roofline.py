@@ -15,8 +15,10 @@ scheduled with them. Its time on one rank is::
 * ``KV_read``: every decoding request reads its context's KV once per target pass and once
   per draft pass: ``context x (S_t + K x S_d)`` bytes, ``S`` the plan's bytes per token
   per rank; a prefill chunk reads and writes its prefix and its own tokens once;
-* ``F = 2 x parameters / (tp x pp)`` FLOPs per token (MoE: every routed expert counted:
-  an upper bound on FLOPs); ``tokens_t = decoding x (K + 1) + prefill tokens``,
+* ``F = 2 x parameters / (tp x pp)`` FLOPs per token, MoE routed experts counted at
+  ``num_experts_per_tok / experts`` of their parameters (the experts a token runs
+  through); weights are read whole every step (at serving batch sizes nearly every
+  expert is hit); ``tokens_t = decoding x (K + 1) + prefill tokens``,
   ``tokens_d = decoding x K + prefill tokens``; attention ``4 x heads x head_dim`` FLOPs
   per query and context token per attention layer (MLA: ``kv_lora_rank +
   qk_rope_head_dim`` for the head size; sliding windows not capped: an upper bound),
@@ -228,7 +230,9 @@ def roofline_for(plan: Plan, rates: GpuRates) -> Roofline:
     mtp = plan.spec == "mtp"
     tw = weights_bytes(target, tp=plan.tp, pp=plan.pp, include_mtp=mtp).total_bytes
     params = count_params(target)
-    tparams = params.language_model + (params.mtp if mtp else 0)
+    active = _active(target, params.language_model, params.routed_experts)
+    # MTP layers' experts are not counted apart: they run at the main layers' active share
+    tparams = active + (params.mtp * active // params.language_model if mtp else 0)
     ranks = plan.tp * plan.pp
     draft_model: ModelSpec | None = None
     dw, dparams = 0, 0
@@ -236,7 +240,8 @@ def roofline_for(plan: Plan, rates: GpuRates) -> Roofline:
         draft_model = load_model(plan.draft_source)
         dtp = plan.draft_tp or plan.tp
         dw = weights_bytes(draft_model, tp=dtp).total_bytes
-        dparams = count_params(draft_model).total // dtp
+        dcounts = count_params(draft_model)
+        dparams = _active(draft_model, dcounts.total, dcounts.routed_experts) // dtp
     t = plan.manager("target")
     d = plan.manager("draft")
     return Roofline(
@@ -255,6 +260,22 @@ def roofline_for(plan: Plan, rates: GpuRates) -> Roofline:
             else _attention_flops(draft_model, draft_model.layers) / (plan.draft_tp or plan.tp)
         ),
     )
+
+
+_TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
+_EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")
+
+
+def _active(model: ModelSpec, params: int, routed: int) -> int:
+    """Parameters a token runs through: ``params`` with the routed experts scaled by
+    ``top_k / experts`` from the config (all of them when the config names neither)."""
+    if not routed:
+        return params
+    top_k = next((model.config[k] for k in _TOP_K_KEYS if model.config.get(k)), None)
+    experts = next((model.config[k] for k in _EXPERT_KEYS if model.config.get(k)), None)
+    if not isinstance(top_k, int) or not isinstance(experts, int) or experts < top_k:
+        return params
+    return params - routed + routed * top_k // experts
 
 
 def _attention_flops(model: ModelSpec, layers: tuple[Layer, ...]) -> float:
