@@ -130,3 +130,19 @@ def test_mistakes_raise_typed_errors(demo: DemoModels, tmp_path: Path) -> None:
         with pytest.raises(InvalidArgumentError, match=match):
             engine.generate(prompts)  # type: ignore[arg-type]
     assert engine.stats()["requests"] == 0
+
+
+def test_a_bare_config_gives_random_weights_from_the_seed(tmp_path: Path) -> None:
+    import json
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(llama_config(num_layers=2)))
+    plan = make_plan(str(config), None, "none")
+    params = SamplingParams(max_new_tokens=8)
+
+    def run(seed: int) -> list[int]:
+        engine = Engine(plan, target=config, seed=seed)
+        return engine.generate([[1, 2, 3]], params)[0].token_ids
+
+    assert run(0) == run(0)
+    assert run(0) != run(1)

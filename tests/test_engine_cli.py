@@ -92,3 +92,15 @@ def test_the_cli_starts_without_importing_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_given_checkpoints_are_loaded(tmp_path: Any) -> None:
+    from kvbudget.engine import write_demo_models
+
+    models = write_demo_models(tmp_path, seed=3)
+    args = ["--json", "--target", models.target, "--draft", models.small_draft, *SMALL]
+    result = run(*args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["target"] == models.target and data["draft"] == models.small_draft
+    assert data["stats"]["generated_tokens"] == 24
