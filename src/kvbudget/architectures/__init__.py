@@ -1,7 +1,7 @@
 """Model architectures: one module per family, registered by ``model_type``.
 
 Each family module (``llama``, ``qwen``, ``gemma``, ``gpt_oss``, ``minimax_m2``,
-``deepseek``, ``qwen3_next``, ``nemotron_h``) builds one or more :class:`Architecture`
+``deepseek``, ``glm4_moe``, ``qwen3_next``, ``nemotron_h``) builds one or more :class:`Architecture`
 values from the same parsed config fields (:class:`~kvbudget.config_fields.ConfigFields`):
 its cache layers (read by :mod:`kvbudget.model`) and its weight inventory (read by
 :mod:`kvbudget.weights`). EAGLE3 heads (:mod:`~kvbudget.architectures.eagle3`) are read
@@ -19,6 +19,7 @@ from kvbudget.architectures import (
     deepseek,
     eagle3,
     gemma,
+    glm4_moe,
     gpt_oss,
     llama,
     minimax_m2,
@@ -39,6 +40,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     *gpt_oss.ARCHITECTURES,
     *minimax_m2.ARCHITECTURES,
     *deepseek.ARCHITECTURES,
+    *glm4_moe.ARCHITECTURES,
     *qwen3_next.ARCHITECTURES,
     *nemotron_h.ARCHITECTURES,
 )
