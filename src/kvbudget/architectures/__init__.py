@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 from kvbudget.architectures import (
     deepseek,
+    eagle,
     eagle3,
     gemma,
     glm4_moe,
@@ -64,15 +65,18 @@ def model_inventory(model: ModelSpec) -> tuple[Weight, ...]:
     c = ModelFields(model)
     inv = Inventory()
     arch = architecture_for(model.model_type)
-    if model.is_eagle3:
+    if model.is_head:
         if arch is None or not arch.eagle3_heads:
             raise UnsupportedArchitectureError(
-                f"{model.name}: EAGLE3 heads are modelled for Llama-style configs, not "
+                f"{model.name}: EAGLE heads are modelled for Llama-style configs, not "
                 f"{model.model_type!r}",
                 source=model.source,
                 field="model_type",
             )
-        eagle3.weights(inv, c, arch.attention)
+        if model.is_eagle3:
+            eagle3.weights(inv, c, arch.attention)
+        else:
+            eagle.weights(inv, c, arch.attention)
     elif arch is not None:
         arch.weights(inv, c)
     elif model.assumed and not any(k in model.config for k in _EXPERT_FIELDS):
