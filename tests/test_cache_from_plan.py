@@ -123,6 +123,8 @@ def _applicable_specs(name: str) -> list[tuple[str, str | None]]:
     specs: list[tuple[str, str | None]] = [("none", None), ("ngram", None)]
     if name in EAGLE3_DRAFTS:
         specs.append(("eagle3", EAGLE3_DRAFTS[name]))
+    if name == "meta-llama/Llama-3.1-8B-Instruct":  # an EAGLE-1 head (for Llama-3-8B)
+        specs.append(("eagle", "yuhuili/EAGLE-LLaMA3-Instruct-8B"))
     if model.mtp_layers:
         specs.append(("mtp", None))
     if model.vocab_size == kvbudget.load_model("meta-llama/Llama-3.2-1B-Instruct").vocab_size:
@@ -132,7 +134,7 @@ def _applicable_specs(name: str) -> list[tuple[str, str | None]]:
     return specs
 
 
-_TARGETS = [n for n in kvbudget.list_presets() if not kvbudget.load_model(n).is_eagle3]
+_TARGETS = [n for n in kvbudget.list_presets() if not kvbudget.load_model(n).is_head]
 _MATRIX = [
     (target, spec, draft, budget, tp, pp)
     for target in _TARGETS

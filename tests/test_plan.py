@@ -445,7 +445,7 @@ def test_kv_dtype_auto_is_bf16_when_the_config_names_none() -> None:
     assert p.managers[0].slope_bytes_per_token == 36_864
 
 
-@pytest.mark.parametrize("name", [n for n in list_presets() if not load_model(n).is_eagle3])
+@pytest.mark.parametrize("name", [n for n in list_presets() if not load_model(n).is_head])
 def test_spec_auto_plans_every_preset_target(name: str) -> None:
     p = plan(name, kv_budget="80GiB", tp=8, max_seq_len=4096, max_batch_size=8, host_budget=0)
     model = load_model(name)

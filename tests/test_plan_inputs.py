@@ -70,7 +70,7 @@ def test_parallelism_derived_values() -> None:
 def test_every_spec_mode_has_one_table_row() -> None:
     assert SPEC_MODES == tuple(SPEC_MODE_TABLE) == kvbudget.SPEC_MODES
     heads = {m.name for m in SPEC_MODE_TABLE.values() if m.draft_prefix == "drop_last_block"}
-    assert heads == {"eagle3", "mtp"}  # drafts that read the next token's hidden state
+    assert heads == {"eagle", "eagle3", "mtp"}  # drafts reading the next token's hidden state
     assert [m.name for m in SPEC_MODE_TABLE.values() if not m.lookahead] == ["none"]
 
 

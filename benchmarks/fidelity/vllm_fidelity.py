@@ -218,7 +218,7 @@ def all_cases() -> list[Case]:
     drafts = _eagle3_drafts()
     cases: list[Case] = []
     for name, model in presets.items():
-        if model.is_eagle3:
+        if model.is_head:
             continue
         length = _max_model_len(model)
         for spec in _specs_for(name, model, drafts):
@@ -266,7 +266,7 @@ def pp_cases(presets: dict[str, Any], drafts: dict[str, str]) -> list[Case]:
     per-stage refusals, fp8)."""
     cases: list[Case] = []
     for name, model in presets.items():
-        if model.is_eagle3:
+        if model.is_head:
             continue
         length = _max_model_len(model)
         for spec in _specs_for(name, model, drafts):

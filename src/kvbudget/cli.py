@@ -410,8 +410,8 @@ def models_command(
     rows = []
     for name in list_presets():
         spec = _run(lambda n=name: load_model(n))  # type: ignore[misc]
-        if spec.is_eagle3:
-            default, draft = "(an EAGLE3 head: a --draft)", None
+        if spec.is_head:
+            default, draft = "(an EAGLE head: a --draft)", None
         elif name in EAGLE3_DRAFTS:
             default, draft = "eagle3", EAGLE3_DRAFTS[name]
         elif spec.mtp_layers:
@@ -424,7 +424,7 @@ def models_command(
                 "model_type": spec.model_type,
                 "layers": spec.describe().split(": ", 1)[1],
                 "eagle3_head": spec.is_eagle3,
-                "default_spec": None if spec.is_eagle3 else default,
+                "default_spec": None if spec.is_head else default,
                 "default_draft": draft,
             }
         )

@@ -218,6 +218,10 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         or "draft_vocab_size" in cfg
         or isinstance(cfg.get("eagle_config"), dict)
     )
+    # EAGLE-1/2 heads: an Eagle architecture name (SGLang's LlamaForCausalLMEagle, vLLM's
+    # EagleLlamaForCausalLM) or, as vLLM's SpeculativeConfig detects them, "eagle-" in
+    # the model's name (yuhuili/EAGLE-LLaMA3-Instruct-8B ships LlamaForCausalLM)
+    is_eagle_head = not is_eagle3 and ("eagle" in arch_text or "eagle-" in name.lower())
     dtype = normalize_dtype_name(dtype_raw) if isinstance(dtype_raw, str) else None
     if isinstance(dtype_raw, str) and dtype is None:
         raise outer.error("torch_dtype", f"unknown dtype {dtype_raw!r}")
@@ -242,6 +246,7 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         layers=tuple(layers),
         mtp_layers=mtp_layers,
         is_eagle3=is_eagle3,
+        is_eagle_head=is_eagle_head,
         ssm_state_dtype=ssm_dtype,
         assumed=assumed,
         config=MappingProxyType(dict(text_cfg)),

@@ -37,6 +37,7 @@ class ModelSpec:
     layers: tuple[Layer, ...]
     mtp_layers: tuple[Layer, ...] = ()
     is_eagle3: bool = False
+    is_eagle_head: bool = False  # an EAGLE-1/EAGLE-2 draft head
     ssm_state_dtype: str | None = None
     location: str | None = None  # absolute folder of a local config; None for a preset
     assumed: tuple[str, ...] = ()  # what was assumed to read an unknown model_type
@@ -46,6 +47,12 @@ class ModelSpec:
     raw_config: Mapping[str, Any] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
     )
+
+    @property
+    def is_head(self) -> bool:
+        """An EAGLE or EAGLE3 draft head: it runs on the target's hidden states, shares
+        its embeddings (and lm_head unless it has its own), and sits on the last stage."""
+        return self.is_eagle3 or self.is_eagle_head
 
     @property
     def num_layers(self) -> int:
@@ -62,7 +69,7 @@ class ModelSpec:
             counts[key] = counts.get(key, 0) + 1
         parts = ", ".join(f"{n} {k}" for k, n in counts.items())
         extra = f", {len(self.mtp_layers)} mtp" if self.mtp_layers else ""
-        tag = " [eagle3 head]" if self.is_eagle3 else ""
+        tag = " [eagle3 head]" if self.is_eagle3 else " [eagle head]" if self.is_eagle_head else ""
         return f"{self.name}: {parts}{extra}{tag}"
 
 

@@ -12,14 +12,14 @@ to its flags.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from kvbudget._validate import require_int
 from kvbudget.budget import GpuBudgetRule, gpu_budget_rule
 from kvbudget.cost import CostDetail, cache_cost_detail
 from kvbudget.dtypes import DType, parse_dtype
-from kvbudget.engines import ENGINE_NAMES
+from kvbudget.engines import ENGINE_NAMES, ENGINES
 from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.layers import MLALayer
@@ -40,6 +40,10 @@ EAGLE3_DRAFTS: dict[str, str] = {
 }
 
 LayerSelection = Literal["model", "mtp", "all"]
+
+# an EAGLE head given by the user's word (--spec eagle) has at most this many layers
+_MAX_HEAD_LAYERS = 4
+_eagle3_marks = "an Eagle3 architecture name, draft_vocab_size or an eagle_config mark one"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,10 +300,10 @@ def resolve_inputs(
         if not isinstance(flag, bool):
             raise InvalidArgumentError(f"{name} must be True or False, got {flag!r}")
     target_model = _resolve(target)
-    if target_model.is_eagle3:
+    if target_model.is_head:
         raise InvalidArgumentError(
-            f"{target_model.name} is an EAGLE3 draft head, not a target model; pass it as "
-            "--draft and its base model as --target"
+            f"{target_model.name} is an EAGLE{'3' if target_model.is_eagle3 else ''} draft "
+            "head, not a target model; pass it as --draft and its base model as --target"
         )
     spec_reason = None
     if spec == "auto":
@@ -315,6 +319,12 @@ def resolve_inputs(
             f"--max-draft-len 0 means no speculation; use --spec none instead of --spec {spec}"
         )
     draft_model = _resolve_draft(mode, target_model, draft)
+    speculation = ENGINES[engine_name].spec_names if engine_name != "kvbudget" else None
+    if speculation is not None and mode.lookahead and mode.name not in speculation:
+        raise InvalidArgumentError(
+            f"{ENGINES[engine_name].name} has no speculation mode for --spec {mode.name} "
+            f"(it runs {', '.join(speculation)}); choose one of them or another --engine"
+        )
     if parallel.draft_tp != tp and draft_model is None:
         raise InvalidArgumentError(
             f"draft_tp applies to a separate draft (an EAGLE3 head or a draft model); "
@@ -420,7 +430,7 @@ def draft_warnings(target: ModelSpec, draft: ModelSpec | None, seq_len: int) -> 
     if draft is None:
         return []
     warnings = []
-    if not draft.is_eagle3 and draft.vocab_size != target.vocab_size:
+    if not draft.is_head and draft.vocab_size != target.vocab_size:
         warnings.append(
             f"draft {draft.name} has vocab_size {draft.vocab_size:,}, target {target.name} "
             f"{target.vocab_size:,}: the target reads the draft's token ids as its own, "
@@ -459,6 +469,8 @@ def _auto_spec(target: ModelSpec, draft: str | ModelSpec | None) -> tuple[str, s
         model = _resolve(draft)
         if model.is_eagle3:
             return "eagle3", f"--draft {model.name} is an EAGLE3 head"
+        if model.is_eagle_head:
+            return "eagle", f"--draft {model.name} is an EAGLE head"
         return "draft-target", f"--draft {model.name} is a model, not a head"
     if target.name in EAGLE3_DRAFTS:
         return "eagle3", f"{EAGLE3_DRAFTS[target.name]} is the EAGLE3 head preset for it"
@@ -474,28 +486,46 @@ def _resolve_draft(
     mode: SpecModeInfo, target: ModelSpec, draft: str | ModelSpec | None
 ) -> ModelSpec | None:
     """The draft model ``mode`` runs, checked against what the mode needs."""
-    if mode.draft == "head":
+    if mode.name == "eagle3":
         if draft is None:
             default = EAGLE3_DRAFTS.get(target.name)
             if default is None:
                 raise InvalidArgumentError(
-                    f"spec {mode.name} needs a draft head for {target.name}; pass --draft "
+                    f"spec eagle3 needs a draft head for {target.name}; pass --draft "
                     "(a config path or preset id of the EAGLE3 head)"
                 )
             draft = default
         model = _resolve(draft)
         if not model.is_eagle3:
             raise InvalidArgumentError(
-                f"{model.name} is not an EAGLE3 head; use --spec draft-target for a small model"
+                f"{model.name} is not an EAGLE3 head ({_eagle3_marks}); use --spec eagle "
+                "for an EAGLE-1/2 head or --spec draft-target for a small model"
             )
         return model
+    if mode.name == "eagle":
+        if draft is None:
+            raise InvalidArgumentError(
+                f"spec eagle needs --draft (the EAGLE-1/2 head trained for {target.name})"
+            )
+        model = _resolve(draft)
+        if model.is_eagle3:
+            raise InvalidArgumentError(f"{model.name} is an EAGLE3 head; use --spec eagle3 with it")
+        if model.num_layers > _MAX_HEAD_LAYERS:
+            raise InvalidArgumentError(
+                f"{model.name} has {model.num_layers} decoder layers; an EAGLE head has one "
+                f"(or a few): use --spec draft-target for a draft model"
+            )
+        # the user names it a head: count and place it as one
+        return replace(model, is_eagle_head=True)
     if mode.draft == "model":
         if draft is None:
             raise InvalidArgumentError(f"spec {mode.name} needs --draft (the small model)")
         model = _resolve(draft)
-        if model.is_eagle3:
+        if model.is_head:
+            kind = "eagle3" if model.is_eagle3 else "eagle"
             raise InvalidArgumentError(
-                f"{model.name} is an EAGLE3 head, not a draft model; use --spec eagle3 with it"
+                f"{model.name} is an {kind.upper()} head, not a draft model; use --spec "
+                f"{kind} with it"
             )
         return model
     if draft is not None:

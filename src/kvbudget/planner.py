@@ -183,7 +183,7 @@ def build_plan(inputs: PlanInputs) -> Plan:
         estimate = estimate_non_kv(
             target_model,
             draft_model if with_draft and stage == last else None,
-            eagle3=inputs.spec.draft == "head",
+            eagle3=inputs.spec.name == "eagle3",
             tp=layout.attention_tp,
             max_num_batched_tokens=inputs.max_num_batched_tokens,
             max_batch_size=shape.max_batch_size,

@@ -19,7 +19,7 @@ DraftPrefixPolicy = Literal["same_tokens", "drop_last_block"]
 class SpecModeInfo:
     """What one speculation mode asks of the caches.
 
-    ``draft``: what proposes tokens: an EAGLE3 ``head`` (a separate draft manager), a
+    ``draft``: what proposes tokens: an EAGLE or EAGLE3 ``head`` (a separate draft manager), a
     small ``model`` (a separate draft manager with its own geometry), the target's own
     ``mtp`` layers (costed with the target, or as a draft manager with
     ``separate_draft_cache``), or ``none`` (n-gram lookup or no speculation).
@@ -46,6 +46,13 @@ SPEC_MODE_TABLE: MappingProxyType[str, SpecModeInfo] = MappingProxyType(
                 lookahead=True,
                 draft_prefix="drop_last_block",
                 managers="target + a separate draft manager for the EAGLE3 head",
+            ),
+            SpecModeInfo(
+                name="eagle",
+                draft="head",
+                lookahead=True,
+                draft_prefix="drop_last_block",
+                managers="target + a separate draft manager for the EAGLE-1/EAGLE-2 head",
             ),
             SpecModeInfo(
                 name="mtp",

@@ -1,7 +1,7 @@
 """Model architectures: one module per family, registered by ``model_type``.
 
 Each family module (``llama``, ``qwen``, ``gemma``, ``gpt_oss``, ``minimax_m2``,
-``deepseek``, ``qwen3_next``, ``nemotron_h``) builds one or more :class:`Architecture`
+``deepseek``, ``glm4_moe``, ``qwen3_next``, ``nemotron_h``) builds one or more :class:`Architecture`
 values from the same parsed config fields (:class:`~kvbudget.config_fields.ConfigFields`):
 its cache layers (read by :mod:`kvbudget.model`) and its weight inventory (read by
 :mod:`kvbudget.weights`). EAGLE3 heads (:mod:`~kvbudget.architectures.eagle3`) are read
@@ -17,8 +17,10 @@ from types import MappingProxyType
 
 from kvbudget.architectures import (
     deepseek,
+    eagle,
     eagle3,
     gemma,
+    glm4_moe,
     gpt_oss,
     llama,
     minimax_m2,
@@ -39,6 +41,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     *gpt_oss.ARCHITECTURES,
     *minimax_m2.ARCHITECTURES,
     *deepseek.ARCHITECTURES,
+    *glm4_moe.ARCHITECTURES,
     *qwen3_next.ARCHITECTURES,
     *nemotron_h.ARCHITECTURES,
 )
@@ -62,15 +65,18 @@ def model_inventory(model: ModelSpec) -> tuple[Weight, ...]:
     c = ModelFields(model)
     inv = Inventory()
     arch = architecture_for(model.model_type)
-    if model.is_eagle3:
+    if model.is_head:
         if arch is None or not arch.eagle3_heads:
             raise UnsupportedArchitectureError(
-                f"{model.name}: EAGLE3 heads are modelled for Llama-style configs, not "
+                f"{model.name}: EAGLE heads are modelled for Llama-style configs, not "
                 f"{model.model_type!r}",
                 source=model.source,
                 field="model_type",
             )
-        eagle3.weights(inv, c, arch.attention)
+        if model.is_eagle3:
+            eagle3.weights(inv, c, arch.attention)
+        else:
+            eagle.weights(inv, c, arch.attention)
     elif arch is not None:
         arch.weights(inv, c)
     elif model.assumed and not any(k in model.config for k in _EXPERT_FIELDS):

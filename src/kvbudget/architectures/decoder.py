@@ -80,15 +80,19 @@ class AttentionStyle:
     """How a family's softmax attention stores its weights.
 
     ``bias``: ``"config"`` biases q/k/v/o when ``attention_bias`` is true; ``"qkv"``
-    always biases q/k/v and never o (Qwen2). ``qk_norm``: ``"head"`` one RMSNorm weight
-    of ``head_dim`` each for q and k (Qwen3, Gemma-3); ``"projection"`` norms over the
-    whole q and k projections, split with them (MiniMax-M2). ``gated_query``: q_proj has
-    twice the head size (Qwen3-Next's output gate). ``sinks``: one learned sink per head
-    (gpt-oss). ``head_dim_key``: the config field holding the head size.
+    always biases q/k/v and never o (Qwen2); ``"qkv_config"`` biases q/k/v when
+    ``attention_bias`` is true, never o (GLM-4.5). ``qk_norm``: ``"head"`` one RMSNorm
+    weight of ``head_dim`` each for q and k (Qwen3, Gemma-3); ``"projection"`` norms over
+    the whole q and k projections, split with them (MiniMax-M2); ``qk_norm_flag`` names
+    a config flag that must be true for them (GLM-4.5's ``use_qk_norm``).
+    ``gated_query``: q_proj has twice the head size (Qwen3-Next's output gate).
+    ``sinks``: one learned sink per head (gpt-oss). ``head_dim_key``: the config field
+    holding the head size.
     """
 
-    bias: Literal["config", "qkv"] = "config"
+    bias: Literal["config", "qkv", "qkv_config"] = "config"
     qk_norm: Literal["none", "head", "projection"] = "none"
+    qk_norm_flag: str | None = None
     gated_query: bool = False
     sinks: bool = False
     head_dim_key: str = "head_dim"
@@ -102,15 +106,18 @@ def attention_weights(at: At, c: ModelFields, style: AttentionStyle, *, in_featu
     flag = c.flag("attention_bias", False)
     bias_qkv = style.bias == "qkv" or flag
     bias_o = style.bias == "config" and flag
+    qk_norm = style.qk_norm
+    if style.qk_norm_flag is not None and not c.flag(style.qk_norm_flag, False):
+        qk_norm = "none"
     q_size = 2 * head_dim if style.gated_query else head_dim
     at.linear("q_proj", ((heads, q_size),), in_features, shard="column", bias=bias_qkv)
     for proj in ("k_proj", "v_proj"):
         at.linear(proj, ((kv_heads, head_dim),), in_features, shard="column", bias=bias_qkv)
     at.linear("o_proj", c.int("hidden_size"), ((heads, head_dim),), shard="row", bias=bias_o)
-    if style.qk_norm == "head":
+    if qk_norm == "head":
         at.norm("q_norm", head_dim)
         at.norm("k_norm", head_dim)
-    elif style.qk_norm == "projection":
+    elif qk_norm == "projection":
         at.tensor("q_norm", ((heads, head_dim),), shard="column")
         at.tensor("k_norm", ((kv_heads, head_dim),), shard="column")
     if style.sinks:

@@ -10,7 +10,7 @@ Kimi-K2 ships ``DeepseekV3ForCausalLM`` under its own ``model_type``. Weights: v
 from __future__ import annotations
 
 from kvbudget.architectures.base import Architecture
-from kvbudget.architectures.decoder import final, gated_mlp
+from kvbudget.architectures.decoder import MlpBuilder, final, gated_mlp
 from kvbudget.config_fields import ConfigFields
 from kvbudget.inventory import At, Inventory, ModelFields
 from kvbudget.layers import Layer, MLALayer
@@ -68,12 +68,13 @@ def mla(at: At, c: ModelFields) -> None:
         idx.linear("weights_proj", index_heads, hidden, shard="replicated", quantizable=False)
 
 
-def decoder_layer(layer: At, c: ModelFields, i: int) -> None:
-    """One DeepSeek decoder layer (index ``i``): MLA, norms, a dense MLP or an MoE."""
+def moe_mlp(layer: At, c: ModelFields, i: int, *, router_dtype: str | None = None) -> None:
+    """Layer ``i``'s MLP in DeepSeek's MoE layout (also GLM-4.5's): dense for the first
+    ``first_k_dense_replace`` layers (and off ``moe_layer_freq``), else a router (with
+    ``e_score_correction_bias`` under ``noaux_tc`` routing), ``n_routed_experts``
+    experts and ``n_shared_experts`` shared experts fused into one MLP.
+    ``router_dtype`` pins the router weight's storage (GLM keeps it in fp32)."""
     hidden = c.int("hidden_size")
-    mla(layer.sub("self_attn", "attention"), c)
-    layer.norm("input_layernorm", hidden)
-    layer.norm("post_attention_layernorm", hidden)
     experts = c.int("n_routed_experts", 0, minimum=0)
     sparse = (
         experts > 0
@@ -85,8 +86,8 @@ def decoder_layer(layer: At, c: ModelFields, i: int) -> None:
         return
     inter = c.int("moe_intermediate_size")
     router = layer.sub("mlp.gate", "routers")
-    router.tensor("", experts, hidden)
-    if c.cfg.get("topk_method") == "noaux_tc":
+    router.tensor("", experts, hidden, fixed=router_dtype)
+    if c.get("topk_method", "noaux_tc" if router_dtype else None) == "noaux_tc":
         router.tensor("e_score_correction_bias", experts, fixed="fp32")
     gated_mlp(layer.sub("mlp.experts", "routed_experts"), hidden, inter, copies=experts)
     shared = c.int("n_shared_experts", 0, minimum=0)
@@ -94,25 +95,41 @@ def decoder_layer(layer: At, c: ModelFields, i: int) -> None:
         gated_mlp(layer.sub("mlp.shared_experts", "shared_experts"), hidden, inter * shared)
 
 
-def weights(inv: Inventory, c: ModelFields) -> None:
+def decoder_layer(layer: At, c: ModelFields, i: int) -> None:
+    """One DeepSeek decoder layer (index ``i``): MLA, norms, a dense MLP or an MoE."""
+    hidden = c.int("hidden_size")
+    mla(layer.sub("self_attn", "attention"), c)
+    layer.norm("input_layernorm", hidden)
+    layer.norm("post_attention_layernorm", hidden)
+    moe_mlp(layer, c, i)
+
+
+def mtp_weights(inv: Inventory, c: ModelFields, decoder: MlpBuilder) -> None:
+    """The ``num_nextn_predict_layers`` MTP layers after the model's (DeepSeek-V3 report,
+    section 2.2; GLM-4.5 the same): enorm, hnorm, eh_proj (2H -> H), a full decoder
+    layer (``decoder``) and shared_head.norm; the embedding and shared_head.head are the
+    main model's (vLLM's proposer points them at the target's)."""
     hidden = c.int("hidden_size")
     num_layers = c.int("num_hidden_layers")
-    inv.at("model", "first", "embeddings").vocab("embed_tokens", c.int("vocab_size"), hidden)
-    for i in range(num_layers):
-        decoder_layer(inv.at(f"model.layers.{i}", i, "norms"), c, i)
-    final(inv, c, "model.norm")
-    # MTP layers (DeepSeek-V3 report, section 2.2): enorm, hnorm, eh_proj (2H -> H), a
-    # full decoder layer and shared_head.norm; the embedding and shared_head.head are
-    # the main model's (vLLM's EAGLE proposer points them at the target's).
     for j in range(c.int("num_nextn_predict_layers", 0, minimum=0)):
         mtp = Inventory()
         layer = mtp.at(f"model.layers.{num_layers + j}", "mtp", "norms")
         layer.norm("enorm", hidden)
         layer.norm("hnorm", hidden)
         layer.linear("eh_proj", hidden, 2 * hidden, shard="replicated", quantizable=False)
-        decoder_layer(layer, c, num_layers + j)
+        decoder(layer, c, num_layers + j)
         layer.norm("shared_head.norm", hidden)
         inv.extend_as_mtp(mtp)
+
+
+def weights(inv: Inventory, c: ModelFields) -> None:
+    """Embeddings, MLA decoder layers, final norm and lm_head, then the MTP layers."""
+    hidden = c.int("hidden_size")
+    inv.at("model", "first", "embeddings").vocab("embed_tokens", c.int("vocab_size"), hidden)
+    for i in range(c.int("num_hidden_layers")):
+        decoder_layer(inv.at(f"model.layers.{i}", i, "norms"), c, i)
+    final(inv, c, "model.norm")
+    mtp_weights(inv, c, decoder_layer)
 
 
 DEEPSEEK = Architecture(

@@ -149,7 +149,13 @@ ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
             kv_dtype_names=_DTYPES_AUTO_FP8_NVFP4,
             spec_knob="--speculative-config method",
             spec_names=MappingProxyType(
-                {"eagle3": "eagle3", "mtp": "mtp", "draft-target": "draft_model", "ngram": "ngram"}
+                {
+                    "eagle3": "eagle3",
+                    "eagle": "eagle",
+                    "mtp": "mtp",
+                    "draft-target": "draft_model",
+                    "ngram": "ngram",
+                }
             ),
             draft_len_knob="num_speculative_tokens",
             draft_model_knob="model",
@@ -177,7 +183,13 @@ ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
             ),
             spec_knob="--speculative-algorithm",
             spec_names=MappingProxyType(
-                {"eagle3": "EAGLE3", "mtp": "NEXTN", "draft-target": "STANDALONE", "ngram": "NGRAM"}
+                {
+                    "eagle3": "EAGLE3",
+                    "eagle": "EAGLE",
+                    "mtp": "NEXTN",
+                    "draft-target": "STANDALONE",
+                    "ngram": "NGRAM",
+                }
             ),
             draft_len_knob="--speculative-num-steps",
             draft_model_knob="--speculative-draft-model-path",

@@ -85,7 +85,7 @@ def _stage_of(
     model: ModelSpec, place: Place, stages: list[range], pp: int, include_mtp: bool
 ) -> int | None:
     """The PP stage holding a tensor placed at ``place`` (None: not held at all)."""
-    if model.is_eagle3:
+    if model.is_head:
         return pp - 1
     if place == "first":
         return 0
@@ -148,7 +148,7 @@ def weights_bytes(
         require_int("pp_stage", pp_stage)
         if pp_stage >= pp:
             raise InvalidArgumentError(f"pp_stage={pp_stage} must be < pp={pp}")
-    if pp > model.num_layers and not model.is_eagle3:
+    if pp > model.num_layers and not model.is_head:
         raise InvalidArgumentError(
             f"pp={pp} is more pipeline stages than {model.name} has layers ({model.num_layers})"
         )
@@ -157,7 +157,7 @@ def weights_bytes(
     dtype_name = _resolve_weights_dtype(model, weights_dtype, quant)
     plain_bytes = parse_dtype(dtype_name).bits // 8
     stages = pp_stage_layers(model.num_layers, pp)
-    tied_copy = pp > 1 and not model.is_eagle3 and ties_embeddings(model)
+    tied_copy = pp > 1 and not model.is_head and ties_embeddings(model)
 
     per_stage: list[dict[str, int]] = [{} for _ in range(pp)]
     for w in inventory:
