@@ -90,7 +90,7 @@ def simulate_options(
     ] = None,
     sample_steps: Annotated[
         int, typer.Option(metavar="N", help="Steps between samples of the cache's counters.")
-    ] = 32,
+    ] = 64,
     jobs: Annotated[
         int,
         typer.Option(

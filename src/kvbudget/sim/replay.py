@@ -65,7 +65,7 @@ class ReplayConfig:
     acceptance: AcceptanceModel
     max_num_batched_tokens: int = 8192
     preempt: PreemptChoice = "auto"
-    sample_steps: int = 32
+    sample_steps: int = 64
     max_series_points: int = 2048
     seed: int = 0
 

@@ -116,7 +116,7 @@ def simulate(
     max_num_batched_tokens: int = 8192,
     preempt: str = "auto",
     seed: int = 0,
-    sample_steps: int = 32,
+    sample_steps: int = 64,
     progress: PolicyProgress | None = None,
     jobs: int = 1,
     engine_flags: Mapping[str, Mapping[str, Any]] | None = None,
