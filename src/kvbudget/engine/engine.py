@@ -139,7 +139,6 @@ class Engine:
                 aux = eagle3_aux_layers(target_model.config.num_layers)
             self.draft = self._role("draft", draft_model)
         can_swap = all(not m.window_groups and not m.state_bytes_per_seq for m in plan.managers)
-        self.preempt_mode_requested: PreemptMode = preempt_mode
         self.scheduler = Scheduler(
             self.cache,
             num_draft_tokens=plan.capacity.max_draft_len if draft is not None else 0,
