@@ -111,3 +111,22 @@ def test_unknown_policy() -> None:
     with pytest.raises(InvalidArgumentError, match=r"unknown policy 'x'.*--policies"):
         policy_plans(kvbudget.plan(kv_budget="8GiB", max_seq_len=4096), ("x",))
     assert POLICIES[0] == "kvbudget"
+
+
+def test_target_geometry_underprices_a_larger_draft() -> None:
+    # target Llama-3.2-1B: 16 layers x 2 x 8 heads x 64 x 2 B = 32,768 B/token; draft
+    # Llama-3.1-8B (32 layers, 131,072 B/token) priced at 32,768 x 32 / 16 = 65,536.
+    # Split of 12 GiB: draft 12 GiB x 65,536 / 98,304 = 8 GiB, target 4 GiB -> 4 GiB /
+    # (32,768 x 32) = 4,096 blocks; the draft's real blocks need 4,096 x 131,072 x 32 =
+    # 16 GiB: 8 GiB over its share.
+    plan = kvbudget.plan(
+        target="meta-llama/Llama-3.2-1B-Instruct",
+        draft="meta-llama/Llama-3.1-8B-Instruct",
+        kv_budget="12GiB",
+        max_seq_len=8192,
+    )
+    (p,) = policy_plans(plan, ("target-geometry-draft",))
+    assert [m.gpu.bytes for m in p.plan.managers] == [4 * GIB, 8 * GIB]
+    assert p.plan.capacity.gpu_blocks == 4096
+    assert p.gpu_overcommit_bytes == 8 * GIB
+    assert any("run out of memory" in note for note in p.notes)
