@@ -43,7 +43,7 @@ def test_explicit_no_rope_layers_and_layer_types() -> None:
     types = ["full_attention"] * 48
     m = parse_config(_text(layer_types=types), source="t", name="t")
     assert not any(x.sliding_window for x in m.layers)
-    with pytest.raises(ConfigError, match="text_config.no_rope_layers"):
+    with pytest.raises(ConfigError, match=r"text_config\.no_rope_layers"):
         parse_config(_text(no_rope_layers=[1, 0]), source="t", name="t")
 
 
