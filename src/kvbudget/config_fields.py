@@ -15,9 +15,9 @@ from typing import Any
 from kvbudget.errors import ConfigError
 
 # No count in a real config comes near this (vocabularies are ~10^5-10^6, hidden sizes
-# ~10^4, layers ~10^2); a larger one is a mistake that would otherwise make the planner
-# build billions of layer objects.
-MAX_CONFIG_COUNT = 10_000_000
+# ~10^4, layers ~10^2, contexts up to Llama-4 Scout's 10,485,760 positions); a larger one
+# is a mistake that would otherwise make the planner build billions of layer objects.
+MAX_CONFIG_COUNT = 100_000_000
 
 
 class ConfigFields:

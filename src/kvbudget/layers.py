@@ -31,13 +31,17 @@ class AttentionLayer:
 
     Stores K and V for every cached token: ``2 x ceil(kv_heads/tp) x head_dim`` values.
     ``sliding_window`` is the number of most recent tokens attended to, or None for full
-    attention.
+    attention. ``chunked``: the window is chunked local attention (Llama-4): a token
+    attends to the tokens of its own chunk of ``sliding_window`` positions, never to more
+    than the last ``sliding_window`` tokens, so a sliding window of that size holds all
+    it reads (engines size it their own way: :mod:`kvbudget.engines`).
     """
 
     index: int
     num_kv_heads: int
     head_dim: int
     sliding_window: int | None = None
+    chunked: bool = False
 
     kind: Literal["attention"] = "attention"
 

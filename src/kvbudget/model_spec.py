@@ -65,7 +65,8 @@ class ModelSpec:
         for layer in self.layers:
             key: str = layer.kind
             if isinstance(layer, AttentionLayer) and layer.sliding_window is not None:
-                key = f"sliding({layer.sliding_window})"
+                local = "chunked" if layer.chunked else "sliding"
+                key = f"{local}({layer.sliding_window})"
             counts[key] = counts.get(key, 0) + 1
         parts = ", ".join(f"{n} {k}" for k, n in counts.items())
         extra = f", {len(self.mtp_layers)} mtp" if self.mtp_layers else ""

@@ -1,6 +1,6 @@
 """Model architectures: one module per family, registered by ``model_type``.
 
-Each family module (``llama``, ``qwen``, ``gemma``, ``gpt_oss``, ``minimax_m2``,
+Each family module (``llama``, ``llama4``, ``qwen``, ``gemma``, ``gpt_oss``, ``minimax_m2``,
 ``deepseek``, ``glm4_moe``, ``qwen3_next``, ``nemotron_h``) builds one or more :class:`Architecture`
 values from the same parsed config fields (:class:`~kvbudget.config_fields.ConfigFields`):
 its cache layers (read by :mod:`kvbudget.model`) and its weight inventory (read by
@@ -23,6 +23,7 @@ from kvbudget.architectures import (
     glm4_moe,
     gpt_oss,
     llama,
+    llama4,
     minimax_m2,
     nemotron_h,
     qwen,
@@ -36,6 +37,7 @@ from kvbudget.model_spec import ModelSpec
 
 ARCHITECTURES: tuple[Architecture, ...] = (
     *llama.ARCHITECTURES,
+    *llama4.ARCHITECTURES,
     *qwen.ARCHITECTURES,
     *gemma.ARCHITECTURES,
     *gpt_oss.ARCHITECTURES,

@@ -126,6 +126,10 @@ def layout(inputs: EngineInputs, stage: int) -> Layout:
         return sum(x.bytes_per_token(inputs.kv_dtype, inputs.tp) for x in ls)
 
     cached = [x for x in layers if x.bytes_per_token(inputs.kv_dtype, inputs.tp)]
+    # Llama-4's chunked layers go to the SWA pool with the chunk as window
+    # (model_runner: sliding_window_size = attention_chunk_size); SGLang takes them as
+    # layers (i + 1) % 4 != 0 (model_config.get_hybrid_layer_ids @ 001adf56), which is
+    # the default no_rope_layers pattern kvbudget reads
     sliding = [x for x in cached if hybrid and x.sliding_window is not None]
     full = [x for x in cached if x not in sliding]
     draft: list[Layer] = []

@@ -94,13 +94,26 @@ def managers(inputs: EngineInputs, stage: int | None = None) -> list[Manager]:
     return out
 
 
+def _window(layer: Layer) -> int | None:
+    """The layer's attention window in TensorRT-LLM's KV cache, or None (full).
+
+    Chunked local attention (Llama-4) is a kernel mask there (``attention_chunk_size``
+    for the TRTLLM backend, context phase only: ``docs/source/features/long-sequence.md``
+    @ 1ec63b44); its KV is sized by ``max_attention_window``, which nothing derives from
+    the chunk, so those layers are allocated at full length.
+    """
+    if isinstance(layer, AttentionLayer) and not layer.chunked:
+        return layer.sliding_window
+    return None
+
+
 def _manager(role: str, layers: tuple[Layer, ...], inputs: EngineInputs) -> Manager:
     windows: dict[int, int] = {}
     for layer in layers:
         per_token = layer.bytes_per_token(inputs.kv_dtype, inputs.tp)
         if not per_token:
             continue
-        window = layer.sliding_window or FULL
+        window = _window(layer) or FULL
         if window >= inputs.max_seq_len:
             window = FULL
         windows[window] = windows.get(window, 0) + per_token
@@ -118,7 +131,7 @@ def attention_windows(inputs: EngineInputs) -> list[int] | None:
     for layer in inputs.target.layers:
         if not layer.bytes_per_token(inputs.kv_dtype, inputs.tp):
             continue
-        w = layer.sliding_window if isinstance(layer, AttentionLayer) else None
+        w = _window(layer)
         per_layer.append(w if w is not None and w < inputs.max_seq_len else big)
     if all(w == big for w in per_layer):
         return None

@@ -72,7 +72,12 @@ from kvbudget.plan_types import EnginePlan, Plan
 
 VERSION = "0.33.0"
 
-SpecKind = Literal["full_attention", "sliding_window", "mla", "mamba"]
+SpecKind = Literal["full_attention", "sliding_window", "chunked_local", "mla", "mamba"]
+
+# speculative methods that make vLLM turn its hybrid KV cache manager off for chunked
+# local attention (VllmConfig: "not yet supported with chunked local attention + eagle";
+# SpeculativeConfig.use_eagle: eagle, eagle3, mtp): every layer is then full attention
+_NO_HYBRID_WITH_CHUNKS = frozenset({"eagle", "eagle3", "mtp"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +111,8 @@ class LayerSpec:
             return ("full", self.block_size)
         if self.kind == "sliding_window":
             return ("sliding", self.block_size, self.sliding_window)
+        if self.kind == "chunked_local":
+            return ("chunked", self.block_size, self.sliding_window)
         return ("mamba", self.block_size, self.page_bytes, self.states_per_request)
 
 
@@ -242,8 +249,14 @@ def _layer_spec(
     per_token = layer.bytes_per_token(inputs.kv_dtype, inputs.tp)
     if isinstance(layer, AttentionLayer):
         window = layer.sliding_window
+        kind: SpecKind = "full_attention" if window is None else "sliding_window"
+        if layer.chunked:
+            # ChunkedLocalAttentionSpec (attention_chunk_size in ``sliding_window``), or
+            # FullAttentionSpec when the hybrid manager is off
+            full = inputs.spec in _NO_HYBRID_WITH_CHUNKS
+            kind, window = ("full_attention", None) if full else ("chunked_local", window)
         return LayerSpec(
-            kind="full_attention" if window is None else "sliding_window",
+            kind=kind,
             block_size=bs,
             page_bytes=per_token * bs,
             geometry=(layer.num_kv_heads, layer.head_dim, per_token),
@@ -291,7 +304,7 @@ def _unify_pages(specs: list[LayerSpec]) -> list[LayerSpec]:
         elif s.kind != "mamba" and largest % s.page_bytes == 0:
             ratio = largest // s.page_bytes
             out.append(replace(s, block_size=s.block_size * ratio, page_bytes=largest))
-        elif s.kind in ("full_attention", "sliding_window", "mamba"):
+        elif s.kind in ("full_attention", "sliding_window", "chunked_local", "mamba"):
             out.append(replace(s, page_bytes=largest))  # padded page
         else:
             raise InvalidArgumentError(
@@ -359,6 +372,11 @@ def _group_blocks_per_request(
         assert group.sliding_window is not None
         retained = group.sliding_window - 1 + _in_flight_tokens(inputs)
         return cdiv(min(retained, max_len), group.block_size) + 1
+    if group.kind == "chunked_local":
+        # ChunkedLocalAttentionSpec: one chunk plus the in-flight tokens, no extra block
+        assert group.sliding_window is not None
+        chunk = group.sliding_window + _in_flight_tokens(inputs)
+        return cdiv(min(chunk, max_len), group.block_size)
     if group.kind == "mamba":
         return max(specs[i].states_per_request for i in group.layers)
     return cdiv(max_len, group.block_size)
