@@ -357,6 +357,13 @@ def _model_dir(preset: str) -> Path:
     cfg = json.loads(
         (resources.files("kvbudget") / "data" / "models" / file_name).read_text("utf-8")
     )
+    if cfg.get("model_type") == "llama4":
+        # Stand-in, as for Gemma-3: the text model (Llama4ForCausalLM, llama4.py) of the
+        # multimodal checkpoint, whose class vLLM cannot inspect without its vision deps
+        text = dict(cfg["text_config"])
+        text["architectures"] = ["Llama4ForCausalLM"]
+        text.setdefault("torch_dtype", cfg.get("torch_dtype"))
+        cfg = text
     if cfg.get("model_type") == "gemma3":
         # Stand-in: the text model of the multimodal checkpoint (its vision tower has no
         # KV cache; vLLM's multimodal class needs torchvision just to be inspected).
@@ -555,6 +562,19 @@ def _attention_layer(vc, model_config, name, hf, layer_idx, window, backend, dra
     return layer
 
 
+def _chunked(layer, chunk: int):
+    """The same layer as vLLM's ChunkedLocalAttention (chunked_local_attention.py:119-129:
+    its kv cache spec is a ChunkedLocalAttentionSpec of ``attention_chunk_size``)."""
+    from vllm.model_executor.layers.attention.chunked_local_attention import (
+        ChunkedLocalAttention,
+    )
+
+    out = _bare(ChunkedLocalAttention)
+    out.__dict__.update({k: v for k, v in layer.__dict__.items() if not k.startswith("_")})
+    out.attention_chunk_size = chunk
+    return out
+
+
 def _mla_layer(vc, model_config, name, hf, backend, draft):
     """vLLM's MLAAttention as DeepSeek's __init__ sets it (mla_attention.py:470-545)."""
     from vllm.model_executor.layers.attention.mla_attention import MLAAttention
@@ -732,6 +752,16 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                         False,
                     ),
                 )
+    elif arch == "Llama4ForCausalLM":
+        backend_names.append(attn_name)
+        for i in range(n):
+            # llama4.py: ChunkedLocalAttention unless the layer is NoPE
+            # (no_rope_layers[i] == 0; transformers fills the default pattern)
+            chunked = hf.no_rope_layers[i] != 0 and hf.attention_chunk_size
+            layer = _attention_layer(vc, mc, f"model.layers.{i}", hf, i, None, attn_backend, False)
+            if chunked:
+                layer = _chunked(layer, hf.attention_chunk_size)
+            add(f"model.layers.{i}.self_attn.attn", layer)
     elif arch == "Qwen3NextForCausalLM":
         backend_names.append(attn_name)
         for i, lt in enumerate(hf.layer_types):
@@ -788,6 +818,17 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                     f"drafter.model.layers.{i}.mtp_block.self_attn.attn",
                     _mla_layer(vc, mc, f"drafter.model.layers.{i}", hf, mla_backend, True),
                 )
+        elif arch == "Glm4MoeForCausalLM":
+            # glm4_moe_mtp.py: num_nextn_predict_layers Glm4MoeDecoderLayer blocks from
+            # index num_hidden_layers, each the target's full attention
+            for j in range(hf.num_nextn_predict_layers):
+                i = n + j
+                add(
+                    f"drafter.model.layers.{i}.mtp_block.self_attn.attn",
+                    _attention_layer(
+                        vc, mc, f"drafter.model.layers.{i}", hf, i, None, attn_backend, True
+                    ),
+                )
         elif arch == "Qwen3NextForCausalLM":
             # qwen3_next_mtp.py:63-95: full-attention layers, default one
             for j in range(getattr(hf, "num_nextn_predict_layers", 1)):
@@ -826,6 +867,7 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
 
 def _kind(spec) -> str:
     from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
         FullAttentionSpec,
         MambaSpec,
         MLAAttentionSpec,
@@ -833,6 +875,8 @@ def _kind(spec) -> str:
         UniformTypeKVCacheSpecs,
     )
 
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return "chunked_local"
     if isinstance(spec, UniformTypeKVCacheSpecs):
         kinds = sorted({_kind(s) for s in spec.kv_cache_specs.values()})
         return kinds[0] if len(kinds) == 1 else "+".join(kinds)
@@ -873,7 +917,10 @@ def _group_rows(groups, specs, vc, sched_groups=None) -> list[dict[str, Any]]:
         }
         if len(pages) > 1:
             row["page_bytes_per_layer"] = pages
-        row["sliding_window"] = getattr(members[0], "sliding_window", None)
+        # kvbudget reports a chunk size where vLLM's spec says attention_chunk_size
+        row["sliding_window"] = getattr(
+            members[0], "sliding_window", getattr(members[0], "attention_chunk_size", None)
+        )
         # the scheduler's group carries one representative spec (kv_cache_utils.py:1099-1117)
         one = sched_groups[index].kv_cache_spec if sched_groups else members[0]
         row["blocks_per_request"] = cdiv(one.max_memory_usage_bytes(vc), one.page_size_bytes)
