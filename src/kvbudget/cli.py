@@ -411,7 +411,7 @@ def models_command(
     for name in list_presets():
         spec = _run(lambda n=name: load_model(n))  # type: ignore[misc]
         if spec.is_head:
-            default, draft = "(an EAGLE head: a --draft)", None
+            default, draft = None, None
         elif name in EAGLE3_DRAFTS:
             default, draft = "eagle3", EAGLE3_DRAFTS[name]
         elif spec.mtp_layers:
@@ -424,7 +424,8 @@ def models_command(
                 "model_type": spec.model_type,
                 "layers": spec.describe().split(": ", 1)[1],
                 "eagle3_head": spec.is_eagle3,
-                "default_spec": None if spec.is_head else default,
+                "draft_head": "eagle3" if spec.is_eagle3 else "eagle" if spec.is_head else None,
+                "default_spec": default,
                 "default_draft": draft,
             }
         )
@@ -435,7 +436,8 @@ def models_command(
     for col in ("preset", "layers", "spec auto"):
         table.add_column(col, overflow="fold")  # wrap ids, never cut them
     for row in rows:
-        auto = str(row["default_spec"] or "(EAGLE3 head)")
+        head = "EAGLE3" if row["eagle3_head"] else "EAGLE"
+        auto = str(row["default_spec"] or f"({head} head: a --draft)")
         if row["default_draft"]:
             auto = f"{auto}: {row['default_draft']}"
         table.add_row(str(row["preset"]), str(row["layers"]), auto)
