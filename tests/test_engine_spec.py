@@ -132,3 +132,23 @@ def test_a_draft_equal_to_the_target_is_always_accepted(
     assert stats["proposed_tokens"] > 0 and stats["prefix_hit_tokens"] > 0
     if budget == TIGHT_BYTES:
         assert stats["preemptions"] > 0
+
+
+def test_preemption_takes_the_youngest_request(demo: DemoModels) -> None:
+    """Two requests in a budget for about one: the younger one (id 1) is the victim,
+    never the older one (vLLM's rule; the scheduler's docstring)."""
+    plan = make_plan(demo.target, demo.draft, "draft-target", kv_budget=TIGHT_BYTES)
+    engine = Engine(plan, target=demo.target, draft=demo.draft, preempt_mode="recompute")
+    victims: list[tuple[str, list[str]]] = []
+    preempt = engine.scheduler._preempt
+
+    def spy(victim: Any) -> None:
+        victims.append((victim.request_id, [s.request_id for s in engine.scheduler.running]))
+        preempt(victim)
+
+    engine.scheduler._preempt = spy  # type: ignore[method-assign]
+    prompts = [list(range(1, 11)), list(range(21, 32))]
+    engine.generate(prompts, SamplingParams(max_new_tokens=40))
+    assert victims  # 10 + 40 and 11 + 40 tokens do not fit together in 68
+    for victim, running in victims:
+        assert victim == running[-1]  # the youngest running request

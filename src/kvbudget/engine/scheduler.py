@@ -161,13 +161,14 @@ class Scheduler:
                     decode.append((s, k))
                     break
                 except OutOfBlocksError:
-                    others = [r for r in self.running if r is not s]
-                    if not others:
+                    if len(self.running) == 1:  # alone and still no room: a plan bug
                         raise
-                    victim = others[-1]
+                    victim = self.running[-1]  # the youngest, possibly ``s`` itself
                     self._preempt(victim)
                     preempted = True
                     decode = [(r, n) for r, n in decode if r is not victim]
+                    if victim is s:
+                        break
         prefill: list[SeqState] = []
         if not preempted:
             while self.swapped:
