@@ -87,6 +87,43 @@ def test_checkpoint_errors_name_the_problem(tmp_path: Path) -> None:
     assert set(read_tensors(directory)) == set(dict(_decoder(directory).named_parameters()))
 
 
+def test_saving_over_a_sharded_checkpoint_replaces_it(tmp_path: Path) -> None:
+    import torch
+
+    from kvbudget.engine import save_checkpoint
+
+    cfg = llama_config()
+    old = _decoder(write_model(cfg, tmp_path / "a", seed=0))
+    new = _decoder(write_model(cfg, tmp_path / "b", seed=1))
+    save_checkpoint(old, cfg, tmp_path / "c", max_shard_bytes=40_000)  # sharded, indexed
+    save_checkpoint(new, cfg, tmp_path / "c")  # then one file over it
+    assert not (tmp_path / "c" / INDEX_FILE).exists()
+    loaded = dict(_decoder(tmp_path / "c").named_parameters())
+    for name, p in new.named_parameters():
+        assert torch.equal(loaded[name], p), name
+
+
+def test_weights_it_cannot_read_are_errors_not_random_weights(tmp_path: Path) -> None:
+    directory = Path(write_model(llama_config(), tmp_path / "m", seed=0))
+    bin_only = tmp_path / "bin"
+    bin_only.mkdir()
+    shutil.copy(directory / "config.json", bin_only / "config.json")
+    (bin_only / "pytorch_model.bin").write_bytes(b"\0" * 16)
+    with pytest.raises(ConfigError, match=r"does not read \(pytorch_model\.bin\)"):
+        build_model(bin_only, seed=0, device="cpu")
+    no_shards = tmp_path / "index_only"
+    no_shards.mkdir()
+    shutil.copy(directory / "config.json", no_shards / "config.json")
+    (no_shards / INDEX_FILE).write_text(json.dumps({"weight_map": {"x": "model-1.safetensors"}}))
+    with pytest.raises(ConfigError, match="which is missing"):
+        build_model(no_shards, seed=0, device="cpu")
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(directory, corrupt)
+    (corrupt / "model.safetensors").write_bytes(b"\xff" * 64)
+    with pytest.raises(ConfigError, match="cannot read safetensors weights"):
+        build_model(corrupt, seed=0, device="cpu")
+
+
 def _greedy_dense(model: Decoder, prompt: list[int], n: int) -> list[int]:
     ids = list(prompt)
     for _ in range(n):

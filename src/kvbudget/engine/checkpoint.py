@@ -67,14 +67,39 @@ def read_tensors(directory: Path) -> dict[str, torch.Tensor]:
         path = directory / name
         if not path.is_file():
             raise ConfigError(f"the index names {name}, which is missing", source=str(index))
-        tensors.update(load_file(str(path)))
+        try:
+            tensors.update(load_file(str(path)))
+        except Exception as exc:  # safetensors raises its own SafetensorError, or OSError
+            raise ConfigError(
+                f"cannot read safetensors weights: {type(exc).__name__}: {exc}",
+                source=str(path),
+            ) from None
     return tensors
 
 
+# files that mean "this directory holds weights", in a format this engine reads or not
+_WEIGHT_PATTERNS = ("*.safetensors", INDEX_FILE, "*.bin", "*.pt", "*.pth", "*.gguf")
+
+
 def has_weights(path: str | Path) -> bool:
-    """Whether ``path`` is a directory with safetensors weights (else: random weights)."""
+    """Whether ``path`` is a directory with weights (else: random weights).
+
+    Raises ConfigError when it holds weights in a form the engine does not read
+    (``pytorch_model.bin``, GGUF) rather than silently using random ones."""
     p = Path(path)
-    return p.is_dir() and any(p.glob("*.safetensors"))
+    if not p.is_dir():
+        return False
+    found = [f.name for pattern in _WEIGHT_PATTERNS for f in p.glob(pattern)]
+    if not found:
+        return False
+    if not any(name.endswith(".safetensors") or name == INDEX_FILE for name in found):
+        raise ConfigError(
+            f"holds weights the engine does not read ({', '.join(sorted(found)[:3])}); "
+            "convert them to safetensors, or point --target/--draft at a directory with "
+            "only a config.json for random weights",
+            source=str(p),
+        )
+    return True
 
 
 def build_model(
@@ -153,12 +178,16 @@ def save_checkpoint(
 ) -> Path:
     """Write ``config`` as ``config.json`` and ``model``'s parameters as safetensors into
     ``directory`` (created); sharded with an index when ``max_shard_bytes`` is given.
-    Returns the directory. Overwrites files of the same names."""
+    Returns the directory. Removes the safetensors files and index a previous checkpoint
+    left there."""
     from safetensors.torch import save_file
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2))
+    # a previous checkpoint's files would win over (or mix with) the new ones
+    for stale in (out / INDEX_FILE, out / SINGLE_FILE, *out.glob("model-*-of-*.safetensors")):
+        stale.unlink(missing_ok=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     if max_shard_bytes is None:
         save_file(tensors, str(out / SINGLE_FILE))
