@@ -80,6 +80,15 @@ def test_the_trace_is_streamed(tmp_path: Path) -> None:
         ),
         ("arrival_s,prompt_tokens,output_tokens\n-1,5,5\n", "'arrival_s' must be seconds >= 0"),
         ('{"arrival_s": 0, "prompt_tokens": 5}\n', "line 1: missing output_tokens"),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,abc,44\n",
+            "line 2: field 'ContextTokens'",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,5,44\n",
+            "line 2: field 'TIMESTAMP' must be",
+        ),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,5\n", "expected 3 columns"),
     ],
 )
 def test_bad_traces_name_the_line(tmp_path: Path, text: str, message: str) -> None:
@@ -87,6 +96,16 @@ def test_bad_traces_name_the_line(tmp_path: Path, text: str, message: str) -> No
     path.write_text(text)
     with pytest.raises(InvalidArgumentError, match=message):
         list(read_trace(path, prefixes=NONE))
+
+
+def test_byte_order_mark_is_read_and_binary_files_are_refused(tmp_path: Path) -> None:
+    bom = tmp_path / "excel.csv"
+    bom.write_bytes(b"\xef\xbb\xbfarrival_s,prompt_tokens,output_tokens\n0,5,5\n")
+    assert [r.prompt_tokens for r in read_trace(bom, prefixes=NONE)] == [5]
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    with pytest.raises(InvalidArgumentError, match="not UTF-8 text"):
+        list(read_trace(binary, prefixes=NONE))
 
 
 def test_synthetic_prefixes_are_reproducible_and_bounded() -> None:

@@ -163,7 +163,18 @@ Row = tuple[int, float, int, int, str | None]  # line, arrival_s, prompt, output
 
 
 def _rows(path: Path) -> Iterator[Row]:
-    with path.open(newline="", encoding="utf-8") as f:
+    try:
+        yield from _decoded_rows(path)
+    except UnicodeDecodeError as exc:
+        raise InvalidArgumentError(
+            f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); a trace is a CSV or "
+            "JSONL file, see kvbudget simulate --help"
+        ) from None
+
+
+def _decoded_rows(path: Path) -> Iterator[Row]:
+    # utf-8-sig: a CSV saved by a spreadsheet starts with a byte-order mark
+    with path.open(newline="", encoding="utf-8-sig") as f:
         first = f.readline()
         if first.lstrip().startswith("{"):
             yield from _jsonl_rows(path, first, f)
@@ -209,17 +220,17 @@ def _azure_rows(path: Path, names: list[str], f: Iterator[str]) -> Iterator[Row]
         if not row:
             continue
         where = f"{path}: line {line}"
+        if len(row) < len(names):
+            raise InvalidArgumentError(f"{where}: expected {len(names)} columns")
         try:
             stamp = _timestamp(row[ts])
-            prompt = _int(row[ctx], where, AZURE_COLUMNS[1])
-            output = _int(row[gen], where, AZURE_COLUMNS[2])
-        except IndexError:
-            raise InvalidArgumentError(f"{where}: expected {len(names)} columns") from None
         except ValueError:
             raise InvalidArgumentError(
                 f"{where}: field 'TIMESTAMP' must be 'YYYY-MM-DD HH:MM:SS[.fraction]', got "
                 f"{row[ts]!r}"
             ) from None
+        prompt = _int(row[ctx], where, AZURE_COLUMNS[1])
+        output = _int(row[gen], where, AZURE_COLUMNS[2])
         if start is None:
             start = stamp
         yield line, (stamp - start).total_seconds(), prompt, output, None
