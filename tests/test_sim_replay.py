@@ -176,3 +176,42 @@ def test_requests_that_can_never_run_are_reported(tmp_path: Path) -> None:
     m = run(small_plan(8), trace)
     assert m.not_finished == {"prompt_exceeds_max_seq_len": 1}
     assert (m.completed, m.truncated_outputs, m.output_tokens) == (1, 1, 108)
+
+
+def test_a_request_swapped_out_is_not_resumed_in_the_same_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four requests for two batch slots and 8 GPU blocks: victims go to the host tier.
+    A step that preempted resumes and admits nothing (vLLM's rule), so between a swap-out
+    and the resume of the same request at least one step commits."""
+    import importlib
+
+    # the package re-exports the function ``replay``, which hides the module attribute
+    replay_module = importlib.import_module("kvbudget.sim.replay")
+    events: list[tuple[str, object]] = []
+
+    class Recording(replay_module.SpecDecodeCache):  # type: ignore[misc, name-defined]
+        def preempt(self, request_id, *, mode):  # type: ignore[no-untyped-def]
+            kept = super().preempt(request_id, mode=mode)
+            events.append((f"out:{mode}", request_id))
+            return kept
+
+        def resume(self, request_id):  # type: ignore[no-untyped-def]
+            super().resume(request_id)  # a refused resume (no room) changes nothing
+            events.append(("in", request_id))
+
+        def commit(self, request_id, accepted_token_ids):  # type: ignore[no-untyped-def]
+            events.append(("commit", request_id))
+            return super().commit(request_id, accepted_token_ids)
+
+    monkeypatch.setattr(replay_module, "SpecDecodeCache", Recording)
+    trace = write_trace(tmp_path / "t.csv", ["0,16,100,"] * 4)
+    m = run(small_plan(8, host_blocks=16), trace)
+    assert m.completed == 4 and m.swapped_out > 0
+    out_at = {}
+    for i, (kind, rid) in enumerate(events):
+        if kind == "out:swap":
+            out_at[rid] = i
+        elif kind == "in":
+            between = events[out_at.pop(rid) + 1 : i]
+            assert any(k == "commit" for k, _ in between), f"{rid} came straight back"

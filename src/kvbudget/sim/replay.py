@@ -202,6 +202,7 @@ def replay(
     output_total = steps = max_waiting = max_running = 0
     host_moved_blocks = 0
     clock = window_start = 0.0
+    preempted_now = False
     first_arrival: float | None = None
     last_finish = 0.0
 
@@ -209,7 +210,8 @@ def replay(
         reasons[reason] = reasons.get(reason, 0) + 1
 
     def preempt(victim: _Live) -> None:
-        nonlocal swaps, recomputes, preempted_requests
+        nonlocal swaps, recomputes, preempted_requests, preempted_now
+        preempted_now = True
         running.remove(victim)
         victim.active = False
         if not victim.preempted:
@@ -275,6 +277,7 @@ def replay(
             continue
 
         # 1. decode reservations (oldest first; victims are the newest)
+        preempted_now = False
         decoders: list[_Live] = []
         context = 0
         for live in [r for r in running if not r.prefill_left]:
@@ -288,8 +291,9 @@ def replay(
             decoders.append(live)
             context += live.context
         budget = config.max_num_batched_tokens - len(decoders) * step_slots
-        # 2. swapped requests come back first
-        while swapped and len(running) < max_batch:
+        # 2. swapped requests come back first, in a step that preempted none (else the
+        # request swapped out to make room would come straight back and out again)
+        while swapped and len(running) < max_batch and not preempted_now:
             live = swapped[0]
             try:
                 cache.resume(live.rid)
@@ -320,7 +324,7 @@ def replay(
                 live.prefill_left -= chunk
                 if not live.prefill_left:
                     prefilled.append(live)
-        while waiting and budget > 0 and len(running) < max_batch:
+        while waiting and budget > 0 and len(running) < max_batch and not preempted_now:
             live = waiting[0]
             ids = live.readmit if live.readmit is not None else tokens.prompt(live.req)
             try:
