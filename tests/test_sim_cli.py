@@ -216,6 +216,10 @@ def test_html_and_plots(tmp_path: Path) -> None:
         (["--rate-scale", "0"], "error: rate_scale must be > 0"),
         (["--preempt", "later"], "error: preempt must be auto, swap or recompute"),
         (["--tp", "0"], "error: --tp must be >= 1"),
+        (["--policies", ","], "error: --policies needs distinct policy names"),
+        (["--policies", "no-host,no-host"], "error: --policies needs distinct policy names"),
+        (["--plots", __file__], "is not a directory"),
+        (["--html", "/"], "is a directory; give a file name"),
     ],
 )
 def test_user_mistakes_are_one_line(args: list[str], message: str) -> None:

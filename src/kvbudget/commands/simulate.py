@@ -16,8 +16,6 @@ from typing import Annotated, Any
 
 import typer
 
-from kvbudget.sim.policies import POLICIES
-
 SIMULATE_HELP = (
     "Replay a request trace against the plan and its budget policies, side by side.\n\n"
     "Default: the default plan (as `kvbudget plan`) and the shipped Azure LLM inference "
@@ -42,8 +40,12 @@ def simulate_options(
     ] = None,
     policies: Annotated[
         str,
-        typer.Option(metavar="LIST", help="Comma-separated policies to compare."),
-    ] = ",".join(POLICIES),
+        typer.Option(
+            metavar="LIST",
+            help="Comma-separated policies to compare, or all (kvbudget, doubled-host, "
+            "equal-split, target-geometry-draft, no-host).",
+        ),
+    ] = "all",
     acceptance: Annotated[
         str,
         typer.Option(
@@ -145,14 +147,31 @@ def run_simulate(
 
     from rich.console import Console
 
+    from kvbudget.errors import InvalidArgumentError
     from kvbudget.planner import plan as make_plan
     from kvbudget.sim.acceptance import AcceptanceModel
-    from kvbudget.sim.policies import policy_plans
+    from kvbudget.sim.policies import POLICIES, policy_plans
     from kvbudget.sim.simulation import engine_flags_for, simulate
     from kvbudget.sim.summary import print_summary
     from kvbudget.sim.trace import PrefixSynthesis, default_trace_path, read_trace
 
     names = tuple(p.strip() for p in policies.split(",") if p.strip())
+    if policies.strip() == "all":
+        names = POLICIES
+    if not names or len(set(names)) != len(names):
+        guard(
+            _raise(
+                InvalidArgumentError(
+                    f"--policies needs distinct policy names (or all), got {policies!r}; "
+                    f"choose from {', '.join(POLICIES)}"
+                )
+            )
+        )
+    # output paths are checked before the replay, not after minutes of it
+    if plots is not None:
+        guard(lambda: _check_output("--plots", Path(plots), True))
+    if html is not None:
+        guard(lambda: _check_output("--html", Path(html), False))
     model = guard(lambda: AcceptanceModel.parse(acceptance))
     synth = guard(
         lambda: PrefixSynthesis(
@@ -224,3 +243,27 @@ def run_simulate(
         if not json_out:
             typer.echo(f"wrote {out}")
     sys.stdout.flush()
+
+
+def _raise(exc: Exception) -> Callable[[], None]:
+    def action() -> None:
+        raise exc
+
+    return action
+
+
+def _check_output(flag: str, path: Path, is_dir: bool) -> None:
+    """Raise InvalidArgumentError when ``path`` cannot be written (a directory for
+    ``--plots``, a file for ``--html``)."""
+    from kvbudget.errors import InvalidArgumentError
+
+    parent = path if is_dir else path.parent
+    if is_dir and path.exists() and not path.is_dir():
+        raise InvalidArgumentError(f"{flag} {path}: exists and is not a directory")
+    if not is_dir and path.is_dir():
+        raise InvalidArgumentError(f"{flag} {path}: is a directory; give a file name")
+    existing = parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise InvalidArgumentError(f"{flag} {path}: {existing} is not a writable directory")
