@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
@@ -49,14 +50,20 @@ def test_table_and_pressure() -> None:
     )
     assert result.exit_code == 0, result.output
     out = result.stdout
-    for word in ("acceptance", "tokens/s", "preemptions", "offloaded", "cache bytes", "draft"):
-        assert word in out
     data = json.loads(
         run("--json", *SMALL[:6], "--max-new-tokens", "24", "--kv-budget", "96KiB",
             "--max-seq-len", "48").stdout
     )  # fmt: skip
     assert data["stats"]["preemptions_swap"] > 0
     assert data["capacity"]["gpu_blocks"] == 12
+    # the table shows the same run (same seed) as the JSON: 4 requests x 24 tokens
+    stats = data["stats"]
+    assert re.search(r"generated tokens\s*│\s*96\s*│", out)
+    assert stats["generated_tokens"] == 96
+    preempted = stats["preemptions_swap"] + stats["preemptions_recompute"]
+    assert re.search(rf"preemptions\s*│\s*{preempted} \(swap {stats['preemptions_swap']}", out)
+    # bytes per role and tier: 12 blocks x 4 tokens x 1024 B = 49,152 B on the GPU
+    assert re.search(r"target\s*│\s*gpu\s*│\s*49,152\s*│\s*49,152", out)
 
 
 @pytest.mark.parametrize(
