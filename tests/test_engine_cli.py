@@ -74,6 +74,7 @@ def test_table_and_pressure() -> None:
         (["--target", "/nonexistent", "--spec", "none"], "no config file"),
         (["--kv-budget", "1KiB"], "GPU budget"),
         (["--preempt", "drop"], "--preempt must be"),
+        (["--device", "tpu"], "--device must be cpu or cuda"),
         (["--requests", "0"], "--requests"),
     ],
 )

@@ -173,6 +173,16 @@ class RunSettings:
                 f"--prompt-len {self.prompt_len} exceeds --max-seq-len {self.max_seq_len}"
             )
         _require_torch()
+        import torch
+
+        kind = self.device.split(":", 1)[0]
+        if kind not in ("cpu", "cuda"):
+            raise InvalidArgumentError(f"--device must be cpu or cuda, got {self.device!r}")
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise InvalidArgumentError(
+                f"--device {self.device}: torch sees no CUDA device (a CPU build of torch, or "
+                "no GPU); use --device cpu"
+            )
 
 
 def _generate(tmp: str, s: RunSettings, *, progress: bool) -> dict[str, Any]:
