@@ -121,6 +121,10 @@ def test_mistakes_raise_typed_errors(demo: DemoModels, tmp_path: Path) -> None:
         Engine(none_plan, target=demo.target, preempt_mode="drop")  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         Engine(none_plan, target=tmp_path / "nothing")
+    # the demo target has 1,024 positions: a plan for 2,048 would run past them
+    with pytest.raises(InvalidArgumentError, match="1024 positions of the target"):
+        long_plan = make_plan(demo.target, None, "none", max_seq_len=2048, kv_budget="4MiB")
+        Engine(long_plan, target=demo.target)
     engine = Engine(none_plan, target=demo.target)
     for prompts, match in (
         ([[]], "empty"),

@@ -114,6 +114,13 @@ class Engine:
                 f"the plan's vocabulary is {plan.vocab_size} tokens, the target's "
                 f"{target_model.config.vocab_size}: plan with the same target config"
             )
+        positions = target_model.config.max_position_embeddings
+        if plan.capacity.max_seq_len > positions:
+            raise InvalidArgumentError(
+                f"the plan's max_seq_len {plan.capacity.max_seq_len} is more than the "
+                f"{positions} positions of the target (max_position_embeddings): plan with "
+                f"max_seq_len <= {positions}"
+            )
         self.target = self._role("target", target_model)
         self.draft: RoleModel | None = None
         aux: tuple[int, ...] = ()

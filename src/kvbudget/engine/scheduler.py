@@ -232,7 +232,12 @@ class Scheduler:
             verified = [s.pending, *accepted]
             self.cache.commit(s.request_id, verified)
             s.tokens.extend(verified)
-            room = s.params.max_new_tokens - len(s.output)
+            # at most max_new_tokens, and prompt + output at most max_seq_len (as vLLM's
+            # max_model_len counts every token of a request)
+            room = min(
+                s.params.max_new_tokens - len(s.output),
+                self.max_seq_len - len(s.prompt) - len(s.output),
+            )
             s.output.extend([*accepted, token][:room])
             s.pending = token
             if self._done(s):
@@ -245,6 +250,6 @@ class Scheduler:
     def _done(self, s: SeqState) -> bool:
         if len(s.output) >= s.params.max_new_tokens:
             s.finish_reason = "length"
-        elif len(s.tokens) >= self.max_seq_len:
+        elif len(s.prompt) + len(s.output) >= self.max_seq_len:
             s.finish_reason = "max_seq_len"
         return s.finish_reason is not None
