@@ -68,8 +68,8 @@ def test_preset_list_matches_shipped_files() -> None:
     files = sorted(p.stem.replace("--", "/", 1) for p in PRESET_DIR.glob("*.json"))
     assert list(list_presets()) == files
     # 25 + Qwen3.5 x3, Kimi-K2, DeepSeek-V3.2, MiniMax-M2, AWQ, GPTQ, GLM x3, EAGLE-1,
-    # Llama-4 x2
-    assert len(files) == 40
+    # Llama-4 x2, NVFP4, compressed-tensors FP8
+    assert len(files) == 42
     assert (PRESET_DIR / "SOURCES.md").is_file()
 
 

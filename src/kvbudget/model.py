@@ -114,7 +114,13 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         except OSError as exc:
             raise ConfigError(f"cannot be read: {exc.strerror or exc}", source=source) from None
         name = path.parent.name if path.name == "config.json" else path.stem
-        spec = parse_config(_parse_json(raw, source), source=source, name=name)
+        cfg = _parse_json(raw, source)
+        quant = path.parent / "hf_quant_config.json"
+        if quant.is_file() and isinstance(cfg, Mapping) and "quantization_config" not in cfg:
+            # ModelOpt checkpoints keep their quantization beside config.json (vLLM reads
+            # it from there too): taken as the config's quantization_config
+            cfg = {**cfg, "quantization_config": _parse_json(quant.read_text("utf-8"), str(quant))}
+        spec = parse_config(cfg, source=source, name=name)
         # an engine loads the checkpoint from the config's folder: its full path
         return replace(spec, location=str(path.resolve().parent))
     preset = _find_preset(text)

@@ -164,6 +164,11 @@ def quantization(model: ModelSpec) -> Quant:
         raise ConfigError(
             f"expected an object, got {qc!r}", source=source, field="quantization_config"
         )
+    producer, inner = qc.get("producer"), qc.get("quantization")
+    if "quant_method" not in qc and isinstance(producer, Mapping) and isinstance(inner, Mapping):
+        # ModelOpt's hf_quant_config.json: {"producer": {"name": "modelopt"}, "quantization":
+        # {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": [...]}}
+        qc = {"quant_method": str(producer.get("name", "")), **inner}
     excluded: list[str] = []
     for key in EXCLUDE_KEYS:
         value = qc.get(key) or []
