@@ -52,3 +52,14 @@ def test_compressed_tensors_fp8_llama_within_1pct_of_the_published_shards() -> N
     assert w.total_bytes == 9_081_201_536
     p = plan(m, kv_budget="8GiB", max_seq_len=8192)  # plans without --weights-bytes
     assert p.budget.gpu_bytes == 8 * 1024**3
+
+
+def test_a_modelopt_checkpoint_with_fp8_kv_runs_its_kv_in_fp8_under_auto() -> None:
+    """kv_cache_quant_algo FP8: vLLM resolves --kv-cache-dtype auto to fp8 for it."""
+    p = plan("nvidia/Qwen3-32B-NVFP4", kv_budget="8GiB", max_seq_len=8192)
+    assert p.kv_dtype == "fp8"
+    # 64 layers x 2 (K, V) x 8 KV heads x 128 x 1 B = 131,072 B per token (bf16: 262,144)
+    assert p.managers[0].slope_bytes_per_token == 131_072
+    assert plan("Qwen/Qwen3-32B", kv_budget="8GiB", max_seq_len=8192).kv_dtype == "bf16"
+    given = plan("nvidia/Qwen3-32B-NVFP4", kv_budget="8GiB", max_seq_len=8192, kv_dtype="bf16")
+    assert given.kv_dtype == "bf16"  # a given dtype wins

@@ -1082,7 +1082,9 @@ def kvbudget_side(case: Case) -> tuple[dict[str, Any] | None, str | None]:
             host_budget=0,
             tp=case.tp,
             pp=case.pp,
-            kv_dtype=case.kv_dtype,
+            # the same word vLLM gets: "auto" (the checkpoint's KV dtype: bf16, or fp8
+            # for a ModelOpt checkpoint that quantizes its KV cache)
+            kv_dtype="auto" if case.kv_dtype == "bf16" else case.kv_dtype,
             tokens_per_block=case.block_size,
             max_seq_len=case.max_model_len,
             max_batch_size=case.max_num_seqs,

@@ -26,6 +26,7 @@ from kvbudget.layers import MLALayer
 from kvbudget.model import ModelSpec, load_model
 from kvbudget.spec_modes import SPEC_MODE_TABLE, SPEC_MODES, SpecModeInfo
 from kvbudget.units import parse_bytes, rounding_note
+from kvbudget.weights.quantization import checkpoint_kv_dtype
 
 DEFAULT_TARGET = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_GPU = "H200"
@@ -348,6 +349,9 @@ def resolve_inputs(
     # A config that names no dtype (a quantized checkpoint) runs its activations, and so
     # its KV cache, in bf16 in every engine (vLLM's ``_get_and_verify_dtype`` default).
     auto_dtype = target_model.dtype or (draft_model.dtype if draft_model else None) or "bf16"
+    # a ModelOpt checkpoint that quantizes its KV cache (kv_cache_quant_algo FP8) is run
+    # with that KV dtype under "auto" (vLLM's resolve_kv_cache_dtype_string)
+    kv_auto = checkpoint_kv_dtype(target_model) or auto_dtype
     if str(state_dtype).strip().lower() != "auto":
         parse_dtype(state_dtype, what="state_dtype")
     seq_len = target_model.max_position_embeddings if max_seq_len is None else max_seq_len
@@ -359,7 +363,7 @@ def resolve_inputs(
     else:
         states = max_batch_size if enable_prefix_caching else 0
     settings = CostSettings(
-        kv_dtype=parse_dtype(kv_dtype, auto=auto_dtype).name,
+        kv_dtype=parse_dtype(kv_dtype, auto=kv_auto).name,
         state_dtype=str(state_dtype),
         tokens_per_block=tokens_per_block,
         max_batch_size=max_batch_size,

@@ -235,4 +235,35 @@ def quantization(model: ModelSpec) -> Quant:
     )
 
 
-__all__ = ["EXCLUDE_KEYS", "Quant", "quantization"]
+def checkpoint_kv_dtype(model: ModelSpec) -> str | None:
+    """The KV cache dtype a ModelOpt checkpoint asks for (``kv_cache_quant_algo`` FP8 or
+    NVFP4, or a ``kv_cache_scheme`` of 8-bit floats), else None.
+
+    vLLM resolves ``--kv-cache-dtype auto`` to it (``resolve_kv_cache_dtype_string``,
+    vllm/utils/torch_utils.py, 0.33.0), as TensorRT-LLM does from the checkpoint's
+    quantization config: the KV is stored at that width.
+    """
+    qc = top_config(model).get("quantization_config")
+    if not isinstance(qc, Mapping):
+        return None
+    inner = qc.get("quantization")
+    producer = qc.get("producer")
+    method = str(qc.get("quant_method", "")).lower()
+    if isinstance(producer, Mapping) and not method:
+        method = str(producer.get("name", "")).lower()
+    if not method.startswith("modelopt"):
+        return None
+    fields = inner if isinstance(inner, Mapping) else qc
+    algo = fields.get("kv_cache_scheme") or fields.get("kv_cache_quant_algo")
+    if isinstance(algo, Mapping):
+        if algo.get("num_bits") == 8 and algo.get("type") == "float":
+            return "fp8"
+        if algo.get("num_bits") == 4 and algo.get("type") == "float":
+            return "nvfp4"
+        return None
+    if isinstance(algo, str) and algo.lower() in ("fp8", "nvfp4"):
+        return algo.lower()
+    return None
+
+
+__all__ = ["EXCLUDE_KEYS", "Quant", "checkpoint_kv_dtype", "quantization"]
