@@ -98,11 +98,21 @@ class GpuSpec:
     memory_bytes: int  # what the planner starts from (see module docstring)
     memory_source: str
     host_link_gb_s: int | None
+    hbm_bandwidth_tb_s: float | None = None  # the first (vendor) figure of gpus.csv
 
 
 def _first_int(cell: str) -> int | None:
     head = cell.split(";")[0].strip().split(" ")[0]
     return int(head) if head.isdigit() else None
+
+
+def _first_float(cell: str) -> float | None:
+    """The first of ``;``-separated figures as a float, or None when it is not one."""
+    head = cell.split(";")[0].strip()
+    try:
+        return float(head)
+    except ValueError:
+        return None
 
 
 def _rows() -> dict[str, dict[str, str]]:
@@ -161,4 +171,5 @@ def get_gpu(name: str) -> GpuSpec:
         memory_bytes=found[0],
         memory_source=found[1],
         host_link_gb_s=_first_int(row["host_link_gb_s"]),
+        hbm_bandwidth_tb_s=_first_float(row["hbm_bandwidth_tb_s"]),
     )

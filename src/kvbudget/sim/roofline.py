@@ -75,9 +75,7 @@ def gpu_rates(gpu: str, *, peak_tflops: float | None = None) -> GpuRates:
     InvalidArgumentError for an unknown GPU or one without a bandwidth figure.
     """
     spec = get_gpu(gpu)
-    rows = _csv("gpus.csv")
-    row = rows.get(spec.name, {})
-    bandwidth = _first_float(row.get("hbm_bandwidth_tb_s", ""))
+    bandwidth = spec.hbm_bandwidth_tb_s
     if bandwidth is None:
         raise InvalidArgumentError(
             f"GPU {spec.name!r} has no memory bandwidth in gpus.csv; simulate with another --gpu"
@@ -90,7 +88,7 @@ def gpu_rates(gpu: str, *, peak_tflops: float | None = None) -> GpuRates:
     )
     if peak_tflops is not None and not peak_tflops > 0:
         raise InvalidArgumentError(f"--peak-tflops must be > 0, got {peak_tflops!r}")
-    link = _first_float(row.get("host_link_gb_s", ""))
+    link = spec.host_link_gb_s
     return GpuRates(
         name=spec.name,
         hbm_bytes_per_s=bandwidth * 1e12,
