@@ -10,7 +10,7 @@ probability 1e-4 over seeds, so this pair of checks with probability <= 2e-4; th
 are fixed, so the run itself is deterministic. The same harness applied to two biased
 samplers (accept every draft; resample from ``p`` instead of the residual) gives a
 statistic far above the bound: the expected statistic is ``N x sum((r - p)^2 / p)``,
-648 for the subtle one with these ``p, q`` (r = min(p, q) + 0.5 p).
+650 for the subtle one with these ``p, q`` (r = min(p, q) + 0.5 p).
 """
 
 from __future__ import annotations

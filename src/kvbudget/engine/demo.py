@@ -73,7 +73,10 @@ def eagle3_config(target: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_model(config: dict[str, Any], directory: str | Path, *, seed: int) -> str:
-    """Write ``config`` and random weights from ``seed`` to ``directory``; its path."""
+    """Write ``config`` and random weights from ``seed`` to ``directory``; its path.
+
+    Replaces the weights already there: every ``*.safetensors`` file of ``directory``
+    (and a shard index) is deleted first."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     save_checkpoint(_random(config, out, seed), config, out)
@@ -84,8 +87,8 @@ def _random(config: dict[str, Any], directory: Path, seed: int) -> Any:
     import json
 
     (directory / "config.json").write_text(json.dumps(config))
-    for old in directory.glob("*.safetensors"):
-        old.unlink()
+    for old in (*directory.glob("*.safetensors"), directory / "model.safetensors.index.json"):
+        old.unlink(missing_ok=True)
     return build_model(directory, seed=seed, device="cpu")
 
 

@@ -5,7 +5,7 @@
 :data:`SIM_SCHEMA_VERSION`)::
 
     {"schema": 1, "kind": "kvbudget-simulation",
-     "trace": {"path", "format", "requests", "rate_scale", "prefixes": {...}},
+     "trace": {"path", "requests", "limit", "rate_scale", "prefixes": {...}},
      "settings": {"acceptance", "expected_accepted_per_step", "draft_len", "seed",
                   "max_num_batched_tokens", "preempt", "sample_steps"},
      "roofline": {"gpu", "source", "hbm_bytes_per_s", "host_link_bytes_per_s",
