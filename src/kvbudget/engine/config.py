@@ -5,9 +5,10 @@ mistral, ``LlamaForCausalLM``-style fields) or an EAGLE3 head config (an ``Eagle
 architecture name, ``draft_vocab_size`` or ``eagle_config``). It is pure Python (no
 torch), so the CLI can validate paths before importing torch.
 
-Sliding-window layers follow the config as :mod:`kvbudget.model` reads it: a
-``layer_types`` list (``sliding_attention`` / ``full_attention``), else a uniform
-``sliding_window`` unless ``use_sliding_window`` is false. A layer's window ``W`` means a
+Fields are read with the planner's own reader (:class:`~kvbudget.config_fields.ConfigFields`)
+and the sliding-window layers are the planner's (:mod:`kvbudget.architectures.llama`: a
+``layer_types`` list, else a uniform ``sliding_window`` unless ``use_sliding_window`` is
+false), so the engine builds the layers the plan priced. A layer's window ``W`` means a
 query at position ``p`` attends to keys ``p - W + 1 .. p``.
 """
 
@@ -19,9 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvbudget.architectures.llama import LLAMA
+from kvbudget.config_fields import ConfigFields
 from kvbudget.errors import ConfigError, UnsupportedArchitectureError
+from kvbudget.layers import AttentionLayer
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral")
+SUPPORTED_MODEL_TYPES = tuple(sorted(LLAMA.model_types))
 TORCH_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
@@ -105,10 +109,8 @@ def read_decoder_config(path: str | Path) -> DecoderConfig:
 
 
 def _int(cfg: Mapping[str, Any], key: str, source: str, default: int | None = None) -> int:
-    value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"must be a positive integer, got {value!r}", source=source, field=key)
-    return value
+    """A positive integer field (the planner's reader and its messages)."""
+    return ConfigFields(cfg, source).int(key, default)
 
 
 def _float(cfg: Mapping[str, Any], key: str, source: str, default: float) -> float:
@@ -223,25 +225,7 @@ def parse_decoder_config(cfg: Mapping[str, Any], *, source: str) -> DecoderConfi
 
 
 def _layer_windows(cfg: Mapping[str, Any], num_layers: int, source: str) -> tuple[int | None, ...]:
-    types = cfg.get("layer_types")
-    window = cfg.get("sliding_window")
-    if types is not None:
-        if not isinstance(types, list) or len(types) != num_layers:
-            raise ConfigError(
-                f"must list {num_layers} layer types", source=source, field="layer_types"
-            )
-        bad = [t for t in types if t not in ("full_attention", "sliding_attention")]
-        if bad:
-            raise ConfigError(
-                f"unknown layer type {bad[0]!r} (full_attention, sliding_attention are known)",
-                source=source,
-                field="layer_types",
-            )
-        flags = [t == "sliding_attention" for t in types]
-    else:
-        uses = window is not None and cfg.get("use_sliding_window", True) is not False
-        flags = [uses] * num_layers
-    if any(flags):
-        w = _int(cfg, "sliding_window", source)
-        return tuple(w if f else None for f in flags)
-    return (None,) * num_layers
+    """Each layer's sliding window (None: full attention), as the planner reads them."""
+    layers = LLAMA.layers(ConfigFields(cfg, source))
+    assert len(layers) == num_layers
+    return tuple(x.sliding_window if isinstance(x, AttentionLayer) else None for x in layers)
