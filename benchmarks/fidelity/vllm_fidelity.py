@@ -103,7 +103,17 @@ DRAFT_TARGET_DRAFT = "meta-llama/Llama-3.2-1B-Instruct"
 MAMBA_TYPES = ("nemotron_h", "qwen3_next")
 
 # kvbudget spec names -> vLLM --speculative-config "method"
-VLLM_METHOD = {"ngram": "ngram", "eagle3": "eagle3", "mtp": "mtp", "draft-target": "draft_model"}
+VLLM_METHOD = {
+    "ngram": "ngram",
+    "eagle3": "eagle3",
+    "eagle": "eagle",
+    "mtp": "mtp",
+    "draft-target": "draft_model",
+}
+# EAGLE-1 head cases: the head preset, next to a Llama-3 target and (to exercise vLLM's
+# hybrid manager turned off for chunked local attention + eagle) Llama-4 Scout
+EAGLE_HEAD = "yuhuili/EAGLE-LLaMA3-Instruct-8B"
+EAGLE_TARGETS = ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-4-Scout-17B-16E-Instruct")
 
 
 # --------------------------------------------------------------------------- cases
@@ -195,6 +205,8 @@ def _max_model_len(model: Any) -> int:
 def _draft_for(target: str, spec: str, drafts: dict[str, str]) -> str | None:
     if spec == "eagle3":
         return drafts[target]
+    if spec == "eagle":
+        return EAGLE_HEAD
     if spec == "draft-target":
         return DRAFT_TARGET_DRAFT
     return None
@@ -204,6 +216,8 @@ def _specs_for(name: str, model: Any, drafts: dict[str, str]) -> list[str]:
     specs = ["none", "ngram"]
     if name in drafts:
         specs.append("eagle3")
+    if name in EAGLE_TARGETS:
+        specs.append("eagle")
     if model.mtp_layers:
         specs.append("mtp")
     if model.model_type == "llama" and name != DRAFT_TARGET_DRAFT:
@@ -790,8 +804,9 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
             )
 
     spec = vc.speculative_config
-    if case.spec == "eagle3":
-        # llama_eagle3.py:196-206: the head's layers follow the target's, own geometry
+    if case.spec in ("eagle3", "eagle"):
+        # llama_eagle3.py:196-206 (llama_eagle.py the same for EAGLE-1): the head's
+        # layers follow the target's, own geometry
         dmc = spec.draft_model_config
         dhf = dmc.hf_text_config
         for j in range(dhf.num_hidden_layers):
