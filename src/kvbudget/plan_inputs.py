@@ -13,11 +13,10 @@ to its flags.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from kvbudget._validate import require_int
 from kvbudget.budget import GpuBudgetRule, gpu_budget_rule
-from kvbudget.cost import CostDetail, cache_cost_detail
+from kvbudget.cost import CostDetail, LayerSelection, cache_cost_detail
 from kvbudget.dtypes import DType, parse_dtype
 from kvbudget.engines import ENGINE_NAMES, ENGINES
 from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS
@@ -39,8 +38,6 @@ EAGLE3_DRAFTS: dict[str, str] = {
     "meta-llama/Llama-3.3-70B-Instruct": "lmsys/sglang-EAGLE3-LLaMA3.3-Instruct-70B",
     "openai/gpt-oss-120b": "nvidia/gpt-oss-120b-Eagle3-long-context",
 }
-
-LayerSelection = Literal["model", "mtp", "all"]
 
 # an EAGLE head given by the user's word (--spec eagle) has at most this many layers
 _MAX_HEAD_LAYERS = 4

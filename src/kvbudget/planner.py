@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvbudget.budget import GpuBudgetRule
-from kvbudget.cost import CacheCost, CostDetail, pp_stage_layers
+from kvbudget.cost import CacheCost, CostDetail, LayerSelection, pp_stage_layers
 from kvbudget.dtypes import parse_dtype
 from kvbudget.engines import with_engine
 from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS, EngineInputs
@@ -31,7 +31,6 @@ from kvbudget.plan_inputs import (
     DEFAULT_TARGET,
     EAGLE3_DRAFTS,
     CostSettings,
-    LayerSelection,
     PlanInputs,
     resolve_inputs,
 )

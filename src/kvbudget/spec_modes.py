@@ -90,16 +90,10 @@ SPEC_MODE_TABLE: MappingProxyType[str, SpecModeInfo] = MappingProxyType(
 SPEC_MODES: tuple[str, ...] = tuple(SPEC_MODE_TABLE)
 
 
-def spec_mode(name: str) -> SpecModeInfo:
-    """The table row of ``name``; KeyError when it is not a mode (callers check first)."""
-    return SPEC_MODE_TABLE[name]
-
-
 __all__ = [
     "SPEC_MODES",
     "SPEC_MODE_TABLE",
     "DraftKind",
     "DraftPrefixPolicy",
     "SpecModeInfo",
-    "spec_mode",
 ]

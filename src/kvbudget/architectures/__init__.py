@@ -68,7 +68,7 @@ def model_inventory(model: ModelSpec) -> tuple[Weight, ...]:
     inv = Inventory()
     arch = architecture_for(model.model_type)
     if model.is_head:
-        if arch is None or not arch.eagle3_heads:
+        if arch is None or not arch.draft_heads:
             raise UnsupportedArchitectureError(
                 f"{model.name}: EAGLE heads are modelled for Llama-style configs, not "
                 f"{model.model_type!r}",

@@ -30,7 +30,7 @@ class Architecture:
     * ``nested_types``: model types whose text model sits under ``text_config``;
       ``text_defaults``: transformers' defaults for fields the checkpoints leave out;
     * ``attention``: how its softmax attention stores weights (an EAGLE3 head of this
-      family reuses it); ``eagle3_heads``: EAGLE3 heads of this family are modelled;
+      family reuses it); ``draft_heads``: EAGLE and EAGLE3 heads of this family are modelled;
     * ``ties_embeddings``: ``tie_word_embeddings`` when the config leaves it out;
     * ``ssm_state_dtype``: the recurrent state's dtype when the config names none;
     * ``text_only_note``: a note for nested types whose vision weights are not counted.
@@ -42,7 +42,7 @@ class Architecture:
     weights: WeightsBuilder
     mtp_layers: MtpReader | None = None
     attention: AttentionStyle = field(default_factory=AttentionStyle)
-    eagle3_heads: bool = False
+    draft_heads: bool = False
     nested_types: frozenset[str] = frozenset()
     text_defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     ties_embeddings: bool = False

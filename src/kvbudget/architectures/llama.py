@@ -27,7 +27,7 @@ LLAMA = Architecture(
     layers=partial(attention_layers, sliding_default=uniform_window),
     weights=partial(decoder_weights, style=STYLE),
     attention=STYLE,
-    eagle3_heads=True,
+    draft_heads=True,
 )
 
 ARCHITECTURES = (LLAMA,)

@@ -39,7 +39,7 @@ MINIMAX_M2 = Architecture(
     layers=partial(attention_layers, sliding_default=uniform_window),
     weights=partial(decoder_weights, style=STYLE, mlp=moe),
     attention=STYLE,
-    eagle3_heads=True,
+    draft_heads=True,
 )
 
 ARCHITECTURES = (MINIMAX_M2,)

@@ -72,7 +72,7 @@ QWEN2 = Architecture(
     layers=partial(attention_layers, sliding_default=qwen_window),
     weights=partial(decoder_weights, style=QWEN2_STYLE),
     attention=QWEN2_STYLE,
-    eagle3_heads=True,
+    draft_heads=True,
 )
 QWEN3 = Architecture(
     family="qwen",
@@ -80,7 +80,7 @@ QWEN3 = Architecture(
     layers=partial(attention_layers, sliding_default=qwen_window),
     weights=partial(decoder_weights, style=QWEN3_STYLE, mlp=moe_or_dense),
     attention=QWEN3_STYLE,
-    eagle3_heads=True,
+    draft_heads=True,
 )
 
 ARCHITECTURES = (QWEN2, QWEN3)

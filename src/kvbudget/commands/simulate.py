@@ -147,6 +147,7 @@ def run_simulate(
 
     from rich.console import Console
 
+    from kvbudget.cli import _raise
     from kvbudget.errors import InvalidArgumentError
     from kvbudget.planner import plan as make_plan
     from kvbudget.sim.acceptance import AcceptanceModel
@@ -243,13 +244,6 @@ def run_simulate(
         if not json_out:
             typer.echo(f"wrote {out}")
     sys.stdout.flush()
-
-
-def _raise(exc: Exception) -> Callable[[], None]:
-    def action() -> None:
-        raise exc
-
-    return action
 
 
 def _check_output(flag: str, path: Path, is_dir: bool) -> None:
