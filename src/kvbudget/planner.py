@@ -13,14 +13,16 @@ the last stage (where both managers live) and caps capacity at the binding stage
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import ParamSpec
 
 from kvbudget.budget import GpuBudgetRule
 from kvbudget.cost import CacheCost, CostDetail, LayerSelection, pp_stage_layers
 from kvbudget.dtypes import parse_dtype
 from kvbudget.engines import with_engine
-from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS, EngineInputs
+from kvbudget.engines.inputs import EngineInputs
 from kvbudget.errors import ConfigError, InfeasibleBudgetError
 from kvbudget.memory import NonKvMemory, estimate_non_kv
 from kvbudget.model import ModelSpec
@@ -47,6 +49,8 @@ from kvbudget.spec_modes import SPEC_MODE_TABLE, SPEC_MODES
 from kvbudget.split import BudgetSplit, Tier, split_budget
 from kvbudget.units import count_of, format_bytes
 from kvbudget.weights import weights_bytes as rank_weights
+
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,90 +83,6 @@ class _Stage:
             blocks=self.blocks,
             tp_ranks=tp_ranks,
         )
-
-
-def plan(
-    target: str | ModelSpec = DEFAULT_TARGET,
-    draft: str | ModelSpec | None = None,
-    *,
-    spec: str = "auto",
-    kv_budget: int | str | None = None,
-    host_budget: int | str = DEFAULT_HOST_BUDGET,
-    disk_budget: int | str = 0,
-    gpu: str | None = DEFAULT_GPU,
-    gpu_memory: int | str | None = None,
-    memory_fraction: float | str | None = None,
-    gpu_memory_utilization: float | str | None = None,
-    mem_fraction_static: float | str | None = None,
-    reserve: int | str | None = None,
-    activation_bytes: int | str | None = None,
-    cuda_graph_bytes: int | str | None = None,
-    runtime_bytes: int | str | None = None,
-    weights_bytes: int | str | None = None,
-    kv_dtype: str = "auto",
-    state_dtype: str = "auto",
-    tokens_per_block: int = 32,
-    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-    max_seq_len: int | None = None,
-    max_draft_len: int = 3,
-    tp: int = 1,
-    pp: int = 1,
-    draft_tp: int | None = None,
-    dp: int = 1,
-    dp_attention: bool = False,
-    ep: int = 1,
-    gpus_per_node: int | None = None,
-    host_memory: int | str | None = None,
-    separate_draft_cache: bool = False,
-    engine: str = "kvbudget",
-    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    async_scheduling: bool = True,
-    enable_prefix_caching: bool = True,
-    cached_states: int | None = None,
-) -> Plan:
-    """Plan the KV caches of one rank of a speculative-decoding deployment.
-
-    Arguments mirror the ``kvbudget plan`` flags. Byte arguments accept integers or
-    strings with units (``"40GiB"``, ``"64GB"``). With no arguments: Llama-3.1-8B-Instruct
-    with its EAGLE3 head on one H200, no host tier (``host_budget`` 0: no engine offloads
-    unless asked).
-
-    The GPU budget per rank is ``kv_budget`` when given; otherwise it is derived from the
-    GPU's memory, the weights on the rank and the memory that is neither (activations at
-    ``max_num_batched_tokens``, CUDA graphs, runtime: :mod:`kvbudget.memory`; each part
-    can be given as ``activation_bytes``, ``cuda_graph_bytes``, ``runtime_bytes``, or all
-    of it as ``reserve``), under one engine's knob: ``memory_fraction`` (TensorRT-LLM's
-    ``free_gpu_memory_fraction``, the default 0.9), ``gpu_memory_utilization`` (vLLM) or
-    ``mem_fraction_static`` (SGLang); :mod:`kvbudget.budget` gives their formulas.
-
-    Parallelism: ``tp``, ``pp``; ``draft_tp`` (a draft on fewer TP ranks: each kind of
-    rank is planned, the tighter sets capacity); ``dp`` data-parallel groups, with
-    ``dp_attention`` inside the ``tp`` ranks (attention split ``tp / dp`` ways); ``ep``
-    routed experts whole over ``ep`` ranks. ``capacity`` is per rank;
-    ``capacity.total_tokens`` adds up the DP groups.
-
-    ``engine`` picks whose cache is planned: ``"kvbudget"`` (the project's own
-    :class:`~kvbudget.SpecDecodeCache`: window pools and recurrent states reserved for
-    ``max_batch_size`` sequences up front), or ``"vllm"``, ``"sglang"``, ``"trtllm"``: what
-    that engine will really allocate with the settings :func:`kvbudget.emit` writes
-    (``plan.engine``), its capacity in ``plan.capacity``. The per-manager split then
-    reserves fixed costs for one sequence only (the engines draw windows and states from
-    their pools per request). ``max_num_batched_tokens`` (the prefill chunk),
-    ``async_scheduling`` and ``enable_prefix_caching`` are engine settings that change
-    what the engine holds (vLLM charges each sliding-window group the tokens in flight).
-
-    ``cached_states`` (engine ``"kvbudget"``, models with recurrent layers): how many
-    recurrent states the cache keeps at block boundaries so that a prefix hit can restart
-    from one (one state each, on top of the running slots); default ``max_batch_size``
-    with prefix caching on, else 0. Other engines size their own.
-
-    Raises:
-        InvalidArgumentError: bad input (sizes, tp/pp, dtype, unknown GPU, spec/draft mix).
-        ConfigError: a model cannot be loaded.
-        InfeasibleBudgetError: the budget cannot hold the fixed costs or one sequence.
-    """
-    args: dict[str, Any] = dict(locals())  # exactly the parameters above
-    return build_plan(resolve_inputs(**args))
 
 
 def build_plan(inputs: PlanInputs) -> Plan:
@@ -687,6 +607,65 @@ def _given_budget_notes(rule: GpuBudgetRule, weights: int, non_kv: int) -> list[
 def _ranks(count: int) -> str:
     return f"{count} rank" if count == 1 else f"{count} ranks"
 
+
+_PLAN_DOC = """Plan the KV caches of one rank of a speculative-decoding deployment.
+
+Arguments mirror the ``kvbudget plan`` flags. Byte arguments accept integers or
+strings with units (``"40GiB"``, ``"64GB"``). With no arguments: Llama-3.1-8B-Instruct
+with its EAGLE3 head on one H200, no host tier (``host_budget`` 0: no engine offloads
+unless asked).
+
+The GPU budget per rank is ``kv_budget`` when given; otherwise it is derived from the
+GPU's memory, the weights on the rank and the memory that is neither (activations at
+``max_num_batched_tokens``, CUDA graphs, runtime: :mod:`kvbudget.memory`; each part
+can be given as ``activation_bytes``, ``cuda_graph_bytes``, ``runtime_bytes``, or all
+of it as ``reserve``), under one engine's knob: ``memory_fraction`` (TensorRT-LLM's
+``free_gpu_memory_fraction``, the default 0.9), ``gpu_memory_utilization`` (vLLM) or
+``mem_fraction_static`` (SGLang); :mod:`kvbudget.budget` gives their formulas.
+
+Parallelism: ``tp``, ``pp``; ``draft_tp`` (a draft on fewer TP ranks: each kind of
+rank is planned, the tighter sets capacity); ``dp`` data-parallel groups, with
+``dp_attention`` inside the ``tp`` ranks (attention split ``tp / dp`` ways); ``ep``
+routed experts whole over ``ep`` ranks. ``capacity`` is per rank;
+``capacity.total_tokens`` adds up the DP groups.
+
+``engine`` picks whose cache is planned: ``"kvbudget"`` (the project's own
+:class:`~kvbudget.SpecDecodeCache`: window pools and recurrent states reserved for
+``max_batch_size`` sequences up front), or ``"vllm"``, ``"sglang"``, ``"trtllm"``: what
+that engine will really allocate with the settings :func:`kvbudget.emit` writes
+(``plan.engine``), its capacity in ``plan.capacity``. The per-manager split then
+reserves fixed costs for one sequence only (the engines draw windows and states from
+their pools per request). ``max_num_batched_tokens`` (the prefill chunk),
+``async_scheduling`` and ``enable_prefix_caching`` are engine settings that change
+what the engine holds (vLLM charges each sliding-window group the tokens in flight).
+
+``cached_states`` (engine ``"kvbudget"``, models with recurrent layers): how many
+recurrent states the cache keeps at block boundaries so that a prefix hit can restart
+from one (one state each, on top of the running slots); default ``max_batch_size``
+with prefix caching on, else 0. Other engines size their own.
+
+Raises:
+    InvalidArgumentError: bad input (sizes, tp/pp, dtype, unknown GPU, spec/draft mix).
+    ConfigError: a model cannot be loaded.
+    InfeasibleBudgetError: the budget cannot hold the fixed costs or one sequence.
+"""
+
+
+def _resolve_then_build(resolve: Callable[P, PlanInputs]) -> Callable[P, Plan]:
+    """``build_plan(resolve(...))`` under ``resolve``'s signature: :func:`plan`'s
+    parameters are declared once, on :func:`~kvbudget.plan_inputs.resolve_inputs`."""
+
+    @functools.wraps(resolve)
+    def plan(*args: P.args, **kwargs: P.kwargs) -> Plan:
+        return build_plan(resolve(*args, **kwargs))
+
+    plan.__doc__ = _PLAN_DOC
+    plan.__name__ = plan.__qualname__ = "plan"
+    plan.__module__ = __name__
+    return plan
+
+
+plan = _resolve_then_build(resolve_inputs)
 
 __all__ = [
     "DEFAULT_GPU",
