@@ -99,6 +99,7 @@ class GpuSpec:
     memory_source: str
     host_link_gb_s: int | None
     hbm_bandwidth_tb_s: float | None = None  # the first (vendor) figure of gpus.csv
+    bf16_dense_tflops: float | None = None  # data/gpu_flops.csv (GPU_FLOPS.md: sources)
 
 
 def _first_int(cell: str) -> int | None:
@@ -115,8 +116,9 @@ def _first_float(cell: str) -> float | None:
         return None
 
 
-def _rows() -> dict[str, dict[str, str]]:
-    text = (Path(__file__).resolve().parent / "data" / "gpus.csv").read_text(encoding="utf-8")
+def _rows(name: str = "gpus.csv") -> dict[str, dict[str, str]]:
+    """The rows of ``data/<name>`` by GPU name."""
+    text = (Path(__file__).resolve().parent / "data" / name).read_text(encoding="utf-8")
     return {row["name"]: row for row in csv.DictReader(io.StringIO(text))}
 
 
@@ -172,4 +174,7 @@ def get_gpu(name: str) -> GpuSpec:
         memory_source=found[1],
         host_link_gb_s=_first_int(row["host_link_gb_s"]),
         hbm_bandwidth_tb_s=_first_float(row["hbm_bandwidth_tb_s"]),
+        bf16_dense_tflops=_first_float(
+            _rows("gpu_flops.csv").get(full, {}).get("bf16_dense_tflops", "")
+        ),
     )

@@ -40,11 +40,8 @@ host copies and compute are not modelled.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.gpus import get_gpu
@@ -52,8 +49,6 @@ from kvbudget.layers import AttentionLayer, Layer, MLALayer
 from kvbudget.model import ModelSpec, load_model
 from kvbudget.plan_types import Plan
 from kvbudget.weights import count_params, weights_bytes
-
-_DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,12 +75,7 @@ def gpu_rates(gpu: str, *, peak_tflops: float | None = None) -> GpuRates:
         raise InvalidArgumentError(
             f"GPU {spec.name!r} has no memory bandwidth in gpus.csv; simulate with another --gpu"
         )
-    flops_row = _csv("gpu_flops.csv").get(spec.name, {})
-    tflops = (
-        peak_tflops
-        if peak_tflops is not None
-        else _first_float(flops_row.get("bf16_dense_tflops", ""))
-    )
+    tflops = peak_tflops if peak_tflops is not None else spec.bf16_dense_tflops
     if peak_tflops is not None and not peak_tflops > 0:
         raise InvalidArgumentError(f"--peak-tflops must be > 0, got {peak_tflops!r}")
     link = spec.host_link_gb_s
@@ -106,19 +96,6 @@ def gpu_rates(gpu: str, *, peak_tflops: float | None = None) -> GpuRates:
             )
         ),
     )
-
-
-def _csv(name: str) -> dict[str, dict[str, str]]:
-    text = (_DATA / name).read_text(encoding="utf-8")
-    return {row["name"]: row for row in csv.DictReader(io.StringIO(text))}
-
-
-def _first_float(cell: str) -> float | None:
-    head = cell.split(";")[0].strip()
-    try:
-        return float(head)
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True, kw_only=True)
