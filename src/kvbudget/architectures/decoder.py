@@ -39,7 +39,15 @@ def alternating_window(f: ConfigFields, n: int) -> list[bool]:
 def attention_layers(f: ConfigFields, sliding_default: SlidingDefault) -> list[Layer]:
     """One softmax-attention layer per decoder layer; ``layer_types`` (entries
     ``full_attention`` / ``sliding_attention``) wins over ``sliding_default``."""
-    num_layers = f.int("num_hidden_layers")
+    flags = sliding_flags(f, f.int("num_hidden_layers"), sliding_default)
+    return windowed_layers(f, flags)
+
+
+def windowed_layers(
+    f: ConfigFields, local: list[bool], *, window_key: str = "sliding_window", chunked: bool = False
+) -> list[Layer]:
+    """Attention layers, ``local[i]`` ones over the window ``window_key`` (chunked local
+    attention with ``chunked``), the others full."""
     heads = f.int("num_attention_heads")
     kv_heads = f.int("num_key_value_heads", heads)
     if heads % kv_heads:
@@ -47,16 +55,16 @@ def attention_layers(f: ConfigFields, sliding_default: SlidingDefault) -> list[L
             "num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}"
         )
     head_dim = f.head_dim()
-    flags = sliding_flags(f, num_layers, sliding_default)
-    window = f.int("sliding_window") if any(flags) else None
+    window = f.int(window_key) if any(local) else None
     return [
         AttentionLayer(
             index=i,
             num_kv_heads=kv_heads,
             head_dim=head_dim,
-            sliding_window=window if sliding else None,
+            sliding_window=window if is_local else None,
+            chunked=chunked and is_local,
         )
-        for i, sliding in enumerate(flags)
+        for i, is_local in enumerate(local)
     ]
 
 
@@ -191,4 +199,5 @@ __all__ = [
     "relu2_mlp",
     "sliding_flags",
     "uniform_window",
+    "windowed_layers",
 ]

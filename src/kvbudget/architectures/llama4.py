@@ -19,10 +19,15 @@ fused as ``gate_up_proj`` [E, H, 2I] and ``down_proj`` [E, I, H], one shared exp
 from __future__ import annotations
 
 from kvbudget.architectures.base import Architecture
-from kvbudget.architectures.decoder import AttentionStyle, decoder_weights, gated_mlp
+from kvbudget.architectures.decoder import (
+    AttentionStyle,
+    decoder_weights,
+    gated_mlp,
+    windowed_layers,
+)
 from kvbudget.config_fields import ConfigFields
 from kvbudget.inventory import At, Inventory, ModelFields
-from kvbudget.layers import AttentionLayer, Layer
+from kvbudget.layers import Layer
 
 STYLE = AttentionStyle()
 
@@ -61,20 +66,7 @@ def chunked_flags(f: ConfigFields) -> list[bool]:
 
 def layers(f: ConfigFields) -> list[Layer]:
     """One attention layer per decoder layer, chunked or global."""
-    heads = f.int("num_attention_heads")
-    kv_heads, head_dim = f.int("num_key_value_heads", heads), f.head_dim()
-    flags = chunked_flags(f)
-    chunk = f.int("attention_chunk_size") if any(flags) else None
-    return [
-        AttentionLayer(
-            index=i,
-            num_kv_heads=kv_heads,
-            head_dim=head_dim,
-            sliding_window=chunk if chunked else None,
-            chunked=chunked,
-        )
-        for i, chunked in enumerate(flags)
-    ]
+    return windowed_layers(f, chunked_flags(f), window_key="attention_chunk_size", chunked=True)
 
 
 def is_moe(c: ModelFields, i: int) -> bool:
