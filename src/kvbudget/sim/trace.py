@@ -213,15 +213,24 @@ def _float(value: object, where: str, field: str) -> float:
     return out
 
 
-def _azure_rows(path: Path, names: list[str], f: Iterator[str]) -> Iterator[Row]:
-    ts, ctx, gen = (names.index(c) for c in AZURE_COLUMNS)
-    start: datetime | None = None
+def _csv_rows(
+    path: Path, names: list[str], f: Iterator[str]
+) -> Iterator[tuple[int, str, list[str]]]:
+    """The non-empty data rows after the header: line number, where (for messages), cells.
+    Raises InvalidArgumentError for a row with fewer cells than the header."""
     for line, row in enumerate(csv.reader(f), start=2):
         if not row:
             continue
         where = f"{path}: line {line}"
         if len(row) < len(names):
-            raise InvalidArgumentError(f"{where}: expected {len(names)} columns")
+            raise InvalidArgumentError(f"{where}: expected {len(names)} columns, got {len(row)}")
+        yield line, where, row
+
+
+def _azure_rows(path: Path, names: list[str], f: Iterator[str]) -> Iterator[Row]:
+    ts, ctx, gen = (names.index(c) for c in AZURE_COLUMNS)
+    start: datetime | None = None
+    for line, where, row in _csv_rows(path, names, f):
         try:
             stamp = _timestamp(row[ts])
         except ValueError:
@@ -248,12 +257,7 @@ def _timestamp(text: str) -> datetime:
 def _simple_rows(path: Path, names: list[str], f: Iterator[str]) -> Iterator[Row]:
     cols = [names.index(c) for c in SIMPLE_COLUMNS]
     group_col = names.index("prefix_group") if "prefix_group" in names else None
-    for line, row in enumerate(csv.reader(f), start=2):
-        if not row:
-            continue
-        where = f"{path}: line {line}"
-        if len(row) < len(names):
-            raise InvalidArgumentError(f"{where}: expected {len(names)} columns, got {len(row)}")
+    for line, where, row in _csv_rows(path, names, f):
         arrival = _float(row[cols[0]], where, "arrival_s")
         group = row[group_col].strip() if group_col is not None else ""
         yield (
