@@ -24,8 +24,6 @@ import typer
 
 from kvbudget.errors import InvalidArgumentError
 
-SPECS = ("draft-target", "eagle3", "none")
-
 
 def _require_torch() -> None:
     try:
@@ -60,7 +58,7 @@ def run_command(
         typer.Option(metavar="DIR", help="Draft model or EAGLE3 head (with --target)."),
     ] = None,
     spec: Annotated[
-        str, typer.Option(metavar="MODE", help=f"Speculation: {', '.join(SPECS)}.")
+        str, typer.Option(metavar="MODE", help="Speculation: none, draft-target or eagle3.")
     ] = "draft-target",
     requests: Annotated[int, typer.Option(min=1, help="Number of prompts.")] = 16,
     prompt_len: Annotated[int, typer.Option(min=1, help="Tokens per prompt.")] = 24,
@@ -157,6 +155,9 @@ class RunSettings:
 
     def check(self) -> None:
         """Raise InvalidArgumentError for an inconsistent combination, or no torch."""
+        _require_torch()  # before anything of kvbudget.engine is imported
+        from kvbudget.engine.config import SPECS
+
         if self.spec not in SPECS:
             raise InvalidArgumentError(
                 f"--spec must be one of {', '.join(SPECS)}, got {self.spec!r}"
@@ -172,7 +173,6 @@ class RunSettings:
             raise InvalidArgumentError(
                 f"--prompt-len {self.prompt_len} exceeds --max-seq-len {self.max_seq_len}"
             )
-        _require_torch()
         import torch
 
         kind = self.device.split(":", 1)[0]

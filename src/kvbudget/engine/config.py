@@ -22,11 +22,14 @@ from typing import Any
 
 from kvbudget.architectures.llama import LLAMA
 from kvbudget.config_fields import ConfigFields
+from kvbudget.dtypes import normalize_dtype_name
 from kvbudget.errors import ConfigError, UnsupportedArchitectureError
 from kvbudget.layers import AttentionLayer
 
 SUPPORTED_MODEL_TYPES = tuple(sorted(LLAMA.model_types))
-TORCH_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+# the dtypes the engine builds (kvbudget.dtypes names), and the speculation it runs
+BUILT_DTYPES = ("fp32", "bf16", "fp16")
+SPECS = ("none", "draft-target", "eagle3")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,8 +196,8 @@ def parse_decoder_config(cfg: Mapping[str, Any], *, source: str) -> DecoderConfi
         )
     windows = _layer_windows(cfg, num_layers, source)
     dtype_name = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
-    dtype = TORCH_DTYPE_NAMES.get(str(dtype_name))
-    if dtype is None:
+    dtype = normalize_dtype_name(str(dtype_name))
+    if dtype not in BUILT_DTYPES:
         raise UnsupportedArchitectureError(
             f"dtype {dtype_name!r} is not built (float32, bfloat16, float16 are)",
             source=source,

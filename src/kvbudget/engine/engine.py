@@ -27,6 +27,7 @@ import torch
 from kvbudget.cache import PreemptMode, RequestId, SpecDecodeCache
 from kvbudget.engine.accounting import storage_report
 from kvbudget.engine.checkpoint import build_model
+from kvbudget.engine.config import SPECS
 from kvbudget.engine.kv_layout import KvLayout
 from kvbudget.engine.model import Decoder, Eagle3Head, eagle3_aux_layers
 from kvbudget.engine.runner import RoleModel, StepRunner
@@ -34,8 +35,6 @@ from kvbudget.engine.sampling import SamplingParams
 from kvbudget.engine.scheduler import FinishReason, Scheduler, SeqState
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.plan_types import Plan, Role
-
-SPECS = ("none", "draft-target", "eagle3")
 
 
 @dataclass(frozen=True, kw_only=True)

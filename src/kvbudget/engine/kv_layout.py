@@ -16,11 +16,10 @@ import torch
 
 from kvbudget.cache.storage import RoleStorage
 from kvbudget.engine.config import DecoderConfig
+from kvbudget.engine.model import TORCH_DTYPES
 from kvbudget.engine.paged_attention import LayerCache
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.plan_types import ManagerPlan
-
-KV_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +68,7 @@ class KvLayout:
     def check(self, plan: ManagerPlan) -> torch.dtype:
         """The K/V storage dtype of ``plan``; raises InvalidArgumentError when the plan's
         bytes per token (kv tier and every window group) are not this layout's."""
-        dtype = KV_DTYPES.get(plan.kv_dtype)
+        dtype = TORCH_DTYPES.get(plan.kv_dtype)
         if dtype is None:
             raise InvalidArgumentError(
                 f"the reference engine stores K/V as fp32, bf16 or fp16, not {plan.kv_dtype}; "
