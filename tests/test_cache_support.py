@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 
 from kvbudget.cost import WindowGroup
-from kvbudget.plan_types import Budget, Capacity, ManagerPlan, Plan, Role, TierPlan
+from kvbudget.engines.kvbudget_cache import MODEL as OWN_CACHE
+from kvbudget.engines.kvbudget_cache import own_pools
+from kvbudget.plan_types import Budget, Capacity, EnginePlan, ManagerPlan, Plan, Role, TierPlan
 
 
 def _tier(tier: str, blocks: int, block_bytes: int, tpb: int, fixed: int = 0) -> TierPlan:
@@ -128,19 +130,26 @@ def tiny_plan(
             gpu_source="given",
         ),
         managers=tuple(managers),
-        capacity=Capacity(
-            tokens=gpu_blocks * tokens_per_block,
-            gpu_blocks=min(m.gpu.blocks for m in managers),
-            host_blocks=min(m.host.blocks for m in managers),
-            disk_blocks=min(m.disk.blocks for m in managers),
-            host_tokens=host_blocks * tokens_per_block,
-            disk_tokens=disk_blocks * tokens_per_block,
-            max_seq_len=64,
-            max_draft_len=max_draft_len,
-            lookahead_tokens=lookahead,
-            max_batch_size=max_batch_size,
-            max_concurrency=1,
-            max_seq_len_at_batch=16,
+        engine=EnginePlan(
+            name=OWN_CACHE.name,
+            version=OWN_CACHE.version,
+            source=OWN_CACHE.source,
+            pools=own_pools(tuple(managers)),
+            settings={},
+            capacity=Capacity(
+                tokens=gpu_blocks * tokens_per_block,
+                tokens_per_block=tokens_per_block,
+                gpu_blocks=min(m.gpu.blocks for m in managers),
+                host_blocks=min(m.host.blocks for m in managers),
+                disk_blocks=min(m.disk.blocks for m in managers),
+                host_tokens=host_blocks * tokens_per_block,
+                disk_tokens=disk_blocks * tokens_per_block,
+                max_seq_len=64,
+                lookahead_tokens=lookahead,
+                max_batch_size=max_batch_size,
+                max_concurrency=1,
+                max_seq_len_at_batch=16,
+            ),
         ),
     )
     # fields the plan gained since (e.g. the PP stage reported) default to 0 here

@@ -68,14 +68,17 @@ def check_golden(name: str, text: str) -> None:
 )
 def test_json_for_every_spec_mode(args: tuple[str, ...], roles: list[str]) -> None:
     data = plan_json(*FIXED, "--host-budget", "64GiB", *args)
-    assert data["schema"] == 2
+    assert data["schema"] == 3
     assert [m["role"] for m in data["managers"]] == roles
     # the GPU budget is split exactly: 40 GiB = 42949672960 bytes
     assert sum(m["gpu_bytes"] for m in data["managers"]) == 42949672960
     # the host budget (64 GiB = 68719476736 bytes) too
     assert sum(m["host_bytes"] for m in data["managers"]) == 68719476736
-    # lockstep: every manager holds the same tokens
-    assert len({m["gpu_tokens"] for m in data["managers"]}) == 1
+    # lockstep: every role's GPU pool of growing blocks holds the same tokens, and the
+    # capacity is that count
+    kv = [p for p in data["engine"]["pools"] if p["kind"] == "kv" and p["tier"] == "gpu"]
+    assert [p["role"] for p in kv] == roles
+    assert {p["tokens"] for p in kv} == {data["capacity"]["tokens"]}
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp8", "nvfp4"])
@@ -123,9 +126,14 @@ def test_fixed_cost_models(model: str) -> None:
     # remainder holds in whole blocks, and no manager is handed less than its blocks need
     room = [(m["gpu_bytes"] - m["fixed_bytes"]) // m["block_bytes"] for m in managers]
     assert data["capacity"]["tokens"] == min(room) * 32
-    for m in managers:
-        assert m["gpu_blocks"] == min(room)
-        assert m["gpu_padding_bytes"] >= 0
+    kv = [p for p in data["engine"]["pools"] if p["kind"] == "kv" and p["tier"] == "gpu"]
+    assert len(kv) == len(managers)
+    for m, pool in zip(managers, kv, strict=True):
+        assert pool["role"] == m["role"]
+        assert pool["blocks"] == min(room)
+        # the pool is the role's share less its fixed pools; no block is left out
+        assert pool["bytes"] == m["gpu_bytes"] - m["fixed_bytes"]
+        assert pool["bytes"] - pool["blocks"] * m["block_bytes"] == pool["padding_bytes"] >= 0
 
 
 def test_infeasible_plan_exits_nonzero_with_one_line() -> None:

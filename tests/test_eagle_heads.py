@@ -63,7 +63,10 @@ def test_draft_prefix_of_eagle_recomputes_the_last_block() -> None:
         ({"spec": "eagle", "draft": "meta-llama/Llama-3.2-1B"}, "has 16 decoder layers"),
         ({"spec": "eagle3", "draft": HEAD}, "is not an EAGLE3 head"),
         ({"spec": "draft-target", "draft": HEAD}, "is an EAGLE head, not a draft model"),
-        ({"spec": "eagle", "draft": HEAD, "engine": "trtllm"}, "TensorRT-LLM has no speculation"),
+        (
+            {"spec": "eagle", "draft": HEAD, "engine": "trtllm"},
+            "TensorRT-LLM main@00043967 has no speculation mode for --spec eagle",
+        ),
     ],
 )
 def test_wrong_heads_are_refused(kwargs: dict[str, str], message: str) -> None:

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 import kvbudget
 from kvbudget import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.cli import app
+from kvbudget.deployment import Deployment, resolve_deployment
 from kvbudget.dtypes import KV_DTYPE_NAMES
 from kvbudget.engines import ENGINES, emit
 from kvbudget.engines import sglang as sgl
@@ -50,8 +51,7 @@ def make(engine: str, target: str = LLAMA8B, spec: str = "eagle3", **kwargs: Any
 
 
 def predicted(p: Plan) -> dict[str, Any]:
-    assert p.engine is not None
-    return dict(p.engine.predicted)
+    return dict(p.engine.detail)
 
 
 def flag(text: str, name: str) -> str | None:
@@ -265,7 +265,7 @@ def test_sglang_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
     p = make("sglang", GPT_OSS, host_budget="64GiB", tokens_per_block=32, max_batch_size=64)
     e = predicted(p)
     lay = sgl.layout(
-        sgl_inputs(p),
+        deployment_of(p),
         0,
     )
     # forward through SGLang's own formulas with the emitted flags
@@ -290,26 +290,21 @@ def test_sglang_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
     assert pools.host_bytes == e["host_bytes"]
 
 
-def sgl_inputs(p: Plan) -> Any:
-    """The planner's EngineInputs for ``p`` (rebuilt the way plan() builds them)."""
-    from kvbudget.dtypes import parse_dtype
-    from kvbudget.engines.inputs import EngineInputs
-    from kvbudget.model import load_model
-
-    return EngineInputs(
-        target=load_model(p.target),
-        draft=load_model(p.draft) if p.draft else None,
+def deployment_of(p: Plan) -> Deployment:
+    """The deployment ``p`` was planned from (``make``'s arguments, resolved again)."""
+    return resolve_deployment(
+        p.target,
+        p.draft,
         spec=p.spec,
-        max_draft_len=p.capacity.max_draft_len,
-        tp=p.tp,
-        pp=p.pp,
-        kv_dtype=parse_dtype(p.kv_dtype),
-        state_dtype=parse_dtype("bf16"),
-        tokens_per_block=p.tokens_per_block,
+        kv_budget=p.budget.gpu_bytes,
+        host_budget=p.budget.host_bytes,
         max_seq_len=p.capacity.max_seq_len,
         max_batch_size=p.capacity.max_batch_size,
-        gpu_kv_bytes=p.budget.gpu_bytes,
-        host_bytes=p.budget.host_bytes,
+        tokens_per_block=p.tokens_per_block,
+        tp=p.tp,
+        pp=p.pp,
+        kv_dtype=p.kv_dtype,
+        engine=p.engine.name,
     )
 
 
@@ -339,7 +334,7 @@ def test_trtllm_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
     p = make("trtllm", GPT_OSS, host_budget="64GiB", tokens_per_block=32)
     assert p.engine is not None
     s = p.engine.settings
-    inputs = sgl_inputs(p)
+    inputs = deployment_of(p)
     mgrs = trt.managers(inputs)
     # target: 36 layers x 2,048 = 73,728 B/token at full length; EAGLE3 draft 2,048
     assert [m.bytes_per_token for m in mgrs] == [73_728, 2_048]
@@ -384,7 +379,7 @@ def test_trtllm_mistral_window_list() -> None:
 
 def test_emit_needs_a_plan_for_that_engine() -> None:
     p = make("kvbudget")
-    with pytest.raises(InvalidArgumentError, match="made for engine kvbudget"):
+    with pytest.raises(InvalidArgumentError, match="made for engine kvbudget@"):
         emit(p, "vllm")
     with pytest.raises(InvalidArgumentError, match="unknown engine 'tgi'"):
         emit(p, "tgi")
@@ -394,11 +389,11 @@ def test_emit_needs_a_plan_for_that_engine() -> None:
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
 def test_json_engine_object(engine: str) -> None:
     data = json.loads(make(engine, host_budget="8GiB").to_json())
-    assert data["schema"] == 2
+    assert data["schema"] == 3
     obj = data["engine"]
     assert obj["name"] == engine and obj["version"]
-    assert obj["log"] and obj["settings"] and obj["predicted"]
-    assert data["capacity"]["tokens"] > 0
+    assert obj["log"] and obj["settings"] and obj["detail"] and obj["pools"]
+    assert obj["capacity"] == data["capacity"] and data["capacity"]["tokens"] > 0
 
 
 def test_cli_emit_implies_engine_and_engine_prints_its_lines() -> None:

@@ -12,6 +12,7 @@ from kvbudget import errors
 from kvbudget.errors import (
     CacheError,
     ConfigError,
+    EngineRefusedError,
     InfeasibleBudgetError,
     InvalidArgumentError,
     InvalidCacheOperationError,
@@ -35,6 +36,7 @@ TREE = [
     (UnsupportedArchitectureError, ConfigError, ValueError),
     (InvalidArgumentError, KvBudgetError, ValueError),
     (InfeasibleBudgetError, KvBudgetError, ValueError),
+    (EngineRefusedError, InfeasibleBudgetError, ValueError),
     (CacheError, KvBudgetError, Exception),
     (OutOfBlocksError, CacheError, Exception),
     (UnknownRequestError, CacheError, KeyError),
@@ -115,7 +117,8 @@ def _small_plan() -> kvbudget.Plan:
         (lambda: kvbudget.count_params(None), InvalidArgumentError, "model must be a ModelSpec"),
         (lambda: kvbudget.weights_bytes("x"), InvalidArgumentError, "model must be a ModelSpec"),
         (lambda: kvbudget.emit(None, "vllm"), InvalidArgumentError, "plan must be a Plan"),
-        (lambda: kvbudget.emit(_small_plan(), None), InvalidArgumentError, "unknown engine None"),
+        (lambda: kvbudget.emit(_small_plan(), 3), InvalidArgumentError, "unknown engine 3"),  # type: ignore[arg-type]
+        (lambda: kvbudget.emit(_small_plan()), InvalidArgumentError, "no settings to emit"),
         (
             lambda: kvbudget.parse_config([], source="x.json", name="x"),  # type: ignore[arg-type]
             ConfigError,

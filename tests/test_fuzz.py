@@ -54,10 +54,17 @@ def _check(p: kvbudget.Plan) -> None:
             assert t.padding_bytes >= 0
             assert fixed + t.blocks * m.block_bytes + t.padding_bytes == t.bytes
             assert t.tokens == t.blocks * m.tokens_per_block
-    # lockstep: every manager holds the plan's common block counts
-    for m in p.managers:
-        assert m.gpu.blocks == p.capacity.gpu_blocks
-        assert m.host.blocks == p.capacity.host_blocks
+    # every engine's capacity is what its GPU blocks hold, and its pools are whole
+    cap = p.capacity
+    assert 0 <= cap.tokens <= cap.gpu_blocks * cap.tokens_per_block
+    assert cap.max_concurrency <= cap.max_batch_size
+    for pool in p.engine.pools:
+        assert pool.blocks >= 0 and pool.tokens >= 0 and pool.bytes >= pool.padding_bytes >= 0
+    if p.engine.name == "kvbudget":
+        # lockstep: every manager holds the plan's common block counts
+        for m in p.managers:
+            assert m.gpu.blocks == cap.gpu_blocks
+            assert m.host.blocks == cap.host_blocks
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

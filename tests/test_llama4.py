@@ -61,8 +61,7 @@ def test_kvbudget_caches_chunked_layers_as_windows_of_the_chunk() -> None:
 
 def _predicted(engine: str, **kw: Any) -> dict[str, Any]:
     p = plan(SCOUT, tp=8, kv_budget="40GiB", max_seq_len=131072, engine=engine, **kw)
-    assert p.engine is not None
-    return dict(p.engine.predicted)
+    return dict(p.engine.detail)
 
 
 def test_vllm_groups_chunked_layers_like_its_hybrid_manager() -> None:
@@ -85,9 +84,15 @@ def test_vllm_turns_chunks_into_full_attention_with_an_eagle_drafter() -> None:
 
 
 def test_sglang_puts_chunked_layers_in_the_swa_pool() -> None:
-    e = _predicted("sglang", spec="none")
-    pools = {x["pool"]: (x["layers"], x["bytes_per_token"]) for x in e["pools"]}
-    assert pools == {"full": (12, 12 * 512), "swa": (36, 36 * 512)}
+    p = plan(SCOUT, tp=8, kv_budget="40GiB", max_seq_len=131072, engine="sglang", spec="none")
+    # 12 global layers x 512 B/token in the full pool, 36 chunked ones (window: the
+    # 8,192-token chunk) x 512 B/token in the sliding pool; T + page rows each
+    pools = {x.name: x for x in p.engine.pools}
+    assert set(pools) == {"full", "swa"}
+    full, swa = pools["full"], pools["swa"]
+    assert full.bytes == (full.tokens + p.tokens_per_block) * 12 * 512
+    assert swa.bytes == (swa.tokens + p.tokens_per_block) * 36 * 512
+    assert swa.kind == "window" and swa.window_tokens == 8192
 
 
 def test_trtllm_allocates_chunked_layers_at_full_length() -> None:

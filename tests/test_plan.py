@@ -323,9 +323,14 @@ def test_bad_input_is_a_typed_error(kwargs: dict[str, object], match: str) -> No
 
 def test_json_schema_is_stable_and_integer() -> None:
     data = json.loads(plan(kv_budget="40GiB").to_json())
-    assert data["schema"] == 2
+    assert data["schema"] == 3
     assert data["engine"]["name"] == "kvbudget"
-    assert data["engine"]["predicted"]["gpu_tokens"] == data["capacity"]["tokens"]
+    # the plan's capacity is the engine's, one object
+    assert data["engine"]["capacity"] == data["capacity"]
+    assert {"name", "version", "source", "pools", "capacity", "settings", "log"} <= set(
+        data["engine"]
+    )
+    assert {"warnings", "refusals", "detail"} <= set(data["engine"])
     for key in ("gpu_bytes", "host_bytes", "disk_bytes"):
         assert isinstance(data["budget"][key], int)
     expected = {
@@ -336,14 +341,15 @@ def test_json_schema_is_stable_and_integer() -> None:
         "gpu_bytes",
         "host_bytes",
         "disk_bytes",
-        "gpu_blocks",
-        "host_blocks",
-        "gpu_tokens",
-        "host_tokens",
+        "block_bytes",
         "tokens_per_block",
     }
     for manager in data["managers"]:
         assert expected <= manager.keys()
+    pool_keys = {"role", "kind", "tier", "tokens_per_block", "blocks", "bytes", "tokens"}
+    for pool in data["engine"]["pools"]:
+        assert pool_keys <= pool.keys()
+        assert all(isinstance(pool[k], int) for k in ("blocks", "bytes", "tokens"))
     assert {"tokens", "max_concurrency", "max_seq_len_at_batch"} <= data["capacity"].keys()
     assert isinstance(data["warnings"], list)
 

@@ -6,12 +6,15 @@ layers or a small model) across GPU, host and disk tiers, per rank.
 
 from typing import TYPE_CHECKING, Any
 
+from kvbudget._version import __version__
 from kvbudget.cost import CacheCost, CostDetail, WindowGroup, cache_cost, cache_cost_detail
+from kvbudget.deployment import Deployment, Parallelism, resolve_deployment
 from kvbudget.dtypes import DType, parse_dtype
-from kvbudget.engines import ENGINES, emit
+from kvbudget.engines import ENGINE_MODELS, ENGINES, EngineModel, emit, get_engine_model
 from kvbudget.errors import (
     CacheError,
     ConfigError,
+    EngineRefusedError,
     InfeasibleBudgetError,
     InvalidArgumentError,
     InvalidCacheOperationError,
@@ -30,10 +33,19 @@ from kvbudget.layers import (
     MLALayer,
     NoCacheLayer,
 )
+from kvbudget.ledger import Ledger
 from kvbudget.model import ModelSpec, list_presets, load_model, parse_config
-from kvbudget.plan_inputs import CostSettings, Parallelism, PlanInputs, resolve_inputs
-from kvbudget.plan_types import Budget, Capacity, ManagerPlan, Plan, TierPlan
-from kvbudget.planner import SPEC_MODES, build_plan, plan
+from kvbudget.plan_types import (
+    Budget,
+    Capacity,
+    EnginePlan,
+    EngineSource,
+    ManagerPlan,
+    Plan,
+    PoolPlan,
+    TierPlan,
+)
+from kvbudget.planner import SPEC_MODES, build_ledger, build_plan, plan
 from kvbudget.spec_modes import SPEC_MODE_TABLE, SpecModeInfo
 from kvbudget.split import BudgetSplit, split_budget
 from kvbudget.units import format_bytes, parse_bytes
@@ -59,7 +71,6 @@ if TYPE_CHECKING:
         simulate,
     )
 
-__version__ = "0.1.0"
 
 # The paged cache is imported when first used, not by `import kvbudget`: planning (the
 # CLI's main job) never loads it.
@@ -106,6 +117,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ENGINES",
+    "ENGINE_MODELS",
     "SPEC_MODES",
     "SPEC_MODE_TABLE",
     "AcceptanceModel",
@@ -120,9 +132,13 @@ __all__ = [
     "Capacity",
     "ConfigError",
     "CostDetail",
-    "CostSettings",
     "DType",
+    "Deployment",
     "DraftPrefixPolicy",
+    "EngineModel",
+    "EnginePlan",
+    "EngineRefusedError",
+    "EngineSource",
     "GatedDeltaNetLayer",
     "GpuSpec",
     "InfeasibleBudgetError",
@@ -130,6 +146,7 @@ __all__ = [
     "InvalidCacheOperationError",
     "KvBudgetError",
     "Layer",
+    "Ledger",
     "MLALayer",
     "Mamba2Layer",
     "ManagerPlan",
@@ -139,8 +156,8 @@ __all__ = [
     "Parallelism",
     "ParamCounts",
     "Plan",
-    "PlanInputs",
     "PolicyMetrics",
+    "PoolPlan",
     "PoolStats",
     "PreemptMode",
     "PrefixSynthesis",
@@ -155,12 +172,14 @@ __all__ = [
     "WeightsBytes",
     "WindowGroup",
     "__version__",
+    "build_ledger",
     "build_plan",
     "cache_cost",
     "cache_cost_detail",
     "count_params",
     "emit",
     "format_bytes",
+    "get_engine_model",
     "get_gpu",
     "list_gpus",
     "list_presets",
@@ -170,7 +189,7 @@ __all__ = [
     "parse_dtype",
     "plan",
     "read_trace",
-    "resolve_inputs",
+    "resolve_deployment",
     "simulate",
     "split_budget",
     "weights_bytes",

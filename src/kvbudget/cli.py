@@ -1,4 +1,5 @@
-"""Command line: ``kvbudget plan`` (default), ``simulate``, ``models``, ``gpus``, ``run``.
+"""Command line: ``kvbudget plan`` (default), ``simulate``, ``models``, ``engines``, ``gpus``,
+``run``.
 
 User mistakes print one ``error:`` line on stderr and exit with status 2; they never
 print a traceback.
@@ -19,8 +20,8 @@ from typer.core import TyperGroup
 
 from kvbudget.commands.run import run_command
 from kvbudget.commands.simulate import SIMULATE_HELP, run_simulate, simulate_options
-from kvbudget.engines import ENGINES, emit
-from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from kvbudget.deployment import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from kvbudget.engines import ENGINE_MODELS, EngineModel, emit, get_engine_model
 from kvbudget.errors import InvalidArgumentError, KvBudgetError
 from kvbudget.gpus import get_gpu, list_gpus
 from kvbudget.model import list_presets, load_model
@@ -287,7 +288,8 @@ def plan_command(
         typer.Option(
             metavar="ENGINE",
             help="Whose cache to plan: kvbudget (default: the project's own cache), vllm, "
-            "sglang or trtllm (what that engine will really allocate). --emit X implies it.",
+            "sglang or trtllm (what that engine will really allocate), or NAME@VERSION "
+            "(`kvbudget engines` lists them). --emit X implies it.",
         ),
     ] = None,
     max_num_batched_tokens: Annotated[
@@ -313,8 +315,8 @@ def plan_command(
         bool,
         typer.Option(
             "--json",
-            help="Print the plan as JSON (schema 2); with --emit, the engine's settings are "
-            'in its "engine" object.',
+            help="Print the plan as JSON (schema 3); the engine's pools, capacity and "
+            'settings are in its "engine" object.',
         ),
     ] = False,
     emit_engine: Annotated[
@@ -323,7 +325,7 @@ def plan_command(
             "--emit",
             metavar="ENGINE",
             help="Print the settings that make the engine allocate the plan (implies --engine): "
-            f"{', '.join(ENGINES)}.",
+            "vllm, sglang, trtllm or NAME@VERSION.",
         ),
     ] = None,
 ) -> None:
@@ -332,31 +334,34 @@ def plan_command(
     Sizes take units (40GiB, 64GB, 512MiB) or plain bytes; every budget is per rank.
     """
     options = dict(locals())
-    if emit_engine is not None and engine is not None and engine.lower() != emit_engine.lower():
-        _run(
-            _raise(
-                InvalidArgumentError(
-                    f"--emit {emit_engine} plans for {emit_engine}; drop --engine {engine}"
-                )
-            )
-        )
-    if emit_engine is not None and emit_engine.lower() not in ENGINES:
-        _run(
-            _raise(
-                InvalidArgumentError(
-                    f"unknown engine {emit_engine!r} for --emit; choose one of {', '.join(ENGINES)}"
-                )
-            )
-        )
-    chosen = emit_engine or engine or "kvbudget"
-    result = _run(lambda: plan(**_plan_kwargs(options, chosen)))
+    chosen = _run(lambda: _chosen_engine(engine, emit_engine))
+    result = _run(lambda: plan(**_plan_kwargs(options, chosen.id)))
     if json_out:  # with --emit too: the JSON's "engine" object holds the settings
         typer.echo(result.to_json())
     elif emit_engine is not None:
-        engine = emit_engine
-        typer.echo(_run(lambda: emit(result, engine)), nl=False)
+        text = _run(lambda: emit(result))
+        for warning in result.warnings:  # the emitted text goes to a file; warnings do not
+            typer.echo(f"warning: {warning}", err=True)
+        typer.echo(text, nl=False)
     else:
         print_plan(result, Console())
+
+
+def _chosen_engine(engine: str | None, emit_engine: str | None) -> EngineModel:
+    """The engine model ``--engine`` and ``--emit`` name (kvbudget's own by default)."""
+    if emit_engine is None:
+        return get_engine_model(engine or "kvbudget")
+    emitted = get_engine_model(emit_engine)
+    if engine is not None and get_engine_model(engine) is not emitted:
+        raise InvalidArgumentError(
+            f"--emit {emit_engine} plans for {emitted.id}; drop --engine {engine}"
+        )
+    if emitted.render is None:
+        raise InvalidArgumentError(
+            f"{emitted.summary} has no settings to emit; --emit one of "
+            f"{', '.join(m.id for m in ENGINE_MODELS if m.render is not None)}"
+        )
+    return emitted
 
 
 # plan_command's options that shape its output, not the plan
@@ -442,6 +447,37 @@ def models_command(
             auto = f"{auto}: {row['default_draft']}"
         table.add_row(str(row["preset"]), str(row["layers"]), auto)
     Console().print(table)
+
+
+@app.command("engines")
+def engines_command(
+    json_out: Annotated[bool, typer.Option("--json", help="Print the engines as JSON.")] = False,
+) -> None:
+    """List the engine models: name, version, whether --engine NAME picks it, source."""
+    rows = [
+        {
+            "engine": m.id,
+            "name": m.name,
+            "version": m.version,
+            "default": m.default,
+            "emits": m.render is not None,
+            "summary": m.summary,
+            "repository": m.source.repository,
+            "ref": m.source.ref,
+            "files": list(m.source.files),
+        }
+        for m in ENGINE_MODELS
+    ]
+    if json_out:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table()
+    for col in ("--engine", "default for", "repository", "release or commit"):
+        table.add_column(col, overflow="fold")
+    for m in ENGINE_MODELS:
+        table.add_row(m.id, m.name if m.default else "", m.source.repository, m.source.ref)
+    Console().print(table)
+    typer.echo("--engine NAME picks the default version; --json lists the files each model follows")
 
 
 @app.command("gpus")

@@ -10,8 +10,9 @@ One small tree, so a caller can catch exactly what it can handle::
     │                                 a value passed by the caller is out of range: a dtype,
     │                                 a size, tp/pp, a GPU name, a tier
     ├── InfeasibleBudgetError (ValueError)
-    │                                 the budget cannot hold the fixed costs (or the
-    │                                 requested batch / length); says what would fit
+    │   │                             the budget cannot hold the fixed costs (or the
+    │   │                             requested batch / length); says what would fit
+    │   └── EngineRefusedError        the engine would refuse to start; carries the plan
     └── CacheError                    the paged cache refused an operation; state unchanged
         ├── OutOfBlocksError          not enough free or evictable blocks in some pool
         ├── UnknownRequestError (KeyError)
@@ -57,6 +58,18 @@ class InvalidArgumentError(KvBudgetError, ValueError):
 
 class InfeasibleBudgetError(KvBudgetError, ValueError):
     """A budget cannot cover what is asked of it (fixed costs, batch, sequence length)."""
+
+
+class EngineRefusedError(InfeasibleBudgetError):
+    """The engine would refuse to start with the plan's settings.
+
+    ``plan`` is the whole plan, whose ``engine.refusals`` say why in the engine's words
+    (a caller comparing deployments lists it with its reason instead of dropping it).
+    """
+
+    def __init__(self, message: str, *, plan: object = None) -> None:
+        self.plan = plan
+        super().__init__(message)
 
 
 class CacheError(KvBudgetError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from kvbudget.cost import WindowGroup
@@ -107,27 +107,36 @@ class Budget:
 
 @dataclass(frozen=True, kw_only=True)
 class Capacity:
-    """What the plan holds: tokens common to all managers, and what that buys.
+    """What an engine's pools hold on one rank, computed once by its engine model.
 
-    ``gpu_blocks``, ``host_blocks``, ``disk_blocks`` are the blocks every manager's pool
-    holds per tier: the one count :class:`~kvbudget.SpecDecodeCache` builds its pools
-    from. A manager with no growing layer (every layer a window shorter than
-    ``max_seq_len``) holds them too, at 0 bytes each; when no manager has a growing
-    layer, the GPU count is ``max_batch_size x ceil(max_seq_len / block)``.
+    * ``tokens``: GPU tokens of the growing layers, as the engine counts them (kvbudget:
+      the tokens every manager holds in whole blocks; vLLM: its logged "GPU KV cache
+      size"; SGLang: ``max_total_num_tokens``; TensorRT-LLM: the full-length pool of the
+      binding manager).
+    * ``gpu_blocks``, ``host_blocks``, ``disk_blocks``: blocks of ``tokens_per_block``
+      per tier; under kvbudget the count every manager's pool holds (the one count
+      :class:`~kvbudget.SpecDecodeCache` builds its pools from; a manager with no
+      growing layer holds them too, at 0 bytes each; with no growing layer at all the
+      GPU count is ``max_batch_size x ceil(max_seq_len / block)``).
+    * ``max_concurrency``: sequences of ``max_seq_len`` (+ lookahead) running at once,
+      capped at ``max_batch_size``; ``max_seq_len_at_batch``: the longest sequence at the
+      full batch (None where the engine model does not say).
+    * ``lookahead_tokens``: unverified draft tokens per sequence (the deployment's
+      ``max_draft_len``, 0 without speculation).
     """
 
-    tokens: int  # GPU tokens every manager holds (whole blocks)
+    tokens: int
+    tokens_per_block: int
     gpu_blocks: int
     host_blocks: int
     disk_blocks: int
     host_tokens: int
     disk_tokens: int
     max_seq_len: int
-    max_draft_len: int
     lookahead_tokens: int
     max_batch_size: int
-    max_concurrency: int  # sequences of max_seq_len (+ lookahead) that fit on the GPU
-    max_seq_len_at_batch: int  # longest sequence that fits at max_batch_size
+    max_concurrency: int
+    max_seq_len_at_batch: int | None = None
     kv_groups: int = 1  # data-parallel groups, each holding its own sequences (--dp)
 
     @property
@@ -139,6 +148,14 @@ class Capacity:
     def total_concurrency(self) -> int:
         """Sequences of the whole deployment: ``max_concurrency`` per DP group."""
         return self.max_concurrency * self.kv_groups
+
+    def to_dict(self) -> dict[str, Any]:
+        """The capacity as plain data, with the deployment totals."""
+        return {
+            **asdict(self),
+            "total_tokens": self.total_tokens,
+            "total_concurrency": self.total_concurrency,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,41 +170,113 @@ class StagePlan:
     tp_ranks: str = "all"  # which TP ranks of the stage: "all", or e.g. "0" and "1-3"
 
 
+PoolRole = Literal["target", "draft", "target+draft"]
+PoolKind = Literal["kv", "window", "chunked", "state", "checkpoint", "hybrid"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolPlan:
+    """One pool an engine allocates on one rank, in one tier.
+
+    * ``role``: whose layers it caches; ``"target+draft"`` for a pool the engine shares
+      between both (vLLM's one block pool).
+    * ``kind``: ``kv`` (full-length attention or MLA), ``window`` (sliding-window layers,
+      ``window_tokens`` long), ``chunked`` (chunked local attention, ``window_tokens`` a
+      chunk), ``state`` (recurrent-state slots), ``checkpoint`` (recurrent states kept
+      at block boundaries for prefix reuse), ``hybrid`` (one pool whose blocks serve
+      several of those, vLLM's hybrid groups).
+    * ``blocks`` of ``tokens_per_block`` tokens (state pools: slots, one per sequence);
+      ``bytes``: what the engine allocates for it; ``tokens``: the tokens it holds for
+      requests of the plan's ``max_seq_len`` (for a window or state pool: the tokens of
+      the sequences its blocks serve, 0 when it holds no token of its own);
+      ``padding_bytes``: the part of ``bytes`` no block uses; ``name``: the engine's own
+      word for it.
+    """
+
+    role: PoolRole
+    kind: PoolKind
+    tier: Tier
+    tokens_per_block: int
+    blocks: int
+    bytes: int
+    tokens: int
+    window_tokens: int | None = None
+    padding_bytes: int = 0  # bytes of ``bytes`` no block uses
+    name: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The pool as plain data (one entry of the ``"engine"."pools"`` list)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSource:
+    """Where an engine model's facts were read: repository, the release or commit, and
+    the files its sizing follows."""
+
+    repository: str
+    ref: str  # a release ("v0.33.0", a PyPI wheel) or a commit
+    files: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, kw_only=True)
 class EnginePlan:
-    """What one serving engine will allocate for a plan, and the settings that make it.
+    """What one engine (model name and version) allocates for a deployment, whole.
 
-    * ``name``: ``"kvbudget"`` (the project's own cache), ``"vllm"``, ``"sglang"`` or
-      ``"trtllm"``; ``version``: the engine version the model of it is for.
-    * ``settings``: flag or YAML key -> value, exactly as :func:`kvbudget.emit` writes it.
-    * ``predicted``: the engine's pools and figures, JSON-ready (integers, floats, strings,
-      lists and dicts of those); keys differ per engine (see each engine's module).
-    * ``log``: the engine's predicted start-up lines about its KV cache, verbatim.
-    * ``notes``: what each setting really does in that engine, for the emitted comments.
-    * ``gpu_tokens``: tokens of the growing layers the engine holds on one GPU, as the
-      engine itself counts them (its logged capacity); ``max_concurrency``: sequences of
-      ``max_seq_len`` it runs at once, capped at ``max_batch_size``. They become the plan's
-      ``capacity.tokens`` and ``capacity.max_concurrency``.
+    Every engine model returns this one shape; tables, JSON, ``--emit``, the cache and
+    the simulator read it, and nothing downstream recomputes a figure in it.
+
+    * ``pools``: every pool the engine allocates (:class:`PoolPlan`), per role, kind and
+      tier; ``capacity``: what they hold, computed by the engine model from its pools
+      once (it is the plan's ``capacity``).
+    * ``settings``: flag or YAML key -> value, exactly as :func:`kvbudget.emit` writes it
+      (empty for kvbudget's own cache, which has no flags).
+    * ``log``: the engine's predicted start-up lines about its KV cache, verbatim;
+      ``notes``: what each setting does there (the emitted comments); ``warnings``: what
+      the deployer must know; ``refusals``: why the engine would refuse to start with
+      these settings (in the engine's words where it prints them; empty when it starts).
+    * ``detail``: the engine's own figures beyond the pools (vLLM's KV cache groups,
+      TensorRT-LLM's window shares, SGLang's profiled budget), JSON-ready.
     """
 
     name: str
     version: str
+    source: EngineSource
+    pools: tuple[PoolPlan, ...]
+    capacity: Capacity
     settings: Mapping[str, Any]
-    predicted: Mapping[str, Any]
-    gpu_tokens: int
-    max_concurrency: int
     log: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    refusals: tuple[str, ...] = ()
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        """``name@version``, as ``--engine`` takes it."""
+        return f"{self.name}@{self.version}"
+
+    def pool_bytes(self, tier: Tier) -> int:
+        """Bytes of every pool of ``tier`` together."""
+        return sum(p.bytes for p in self.pools if p.tier == tier)
 
     def to_dict(self) -> dict[str, Any]:
-        """The engine plan as plain data (the ``"engine"`` object of schema 2)."""
+        """The engine plan as plain data (the ``"engine"`` object of schema 3)."""
         return {
             "name": self.name,
             "version": self.version,
-            "settings": dict(self.settings),
-            "predicted": _plain(self.predicted),
+            "source": {
+                "repository": self.source.repository,
+                "ref": self.source.ref,
+                "files": list(self.source.files),
+            },
+            "pools": [p.to_dict() for p in self.pools],
+            "capacity": self.capacity.to_dict(),
+            "settings": _plain(dict(self.settings)),
             "log": list(self.log),
+            "warnings": list(self.warnings),
+            "refusals": list(self.refusals),
+            "detail": _plain(self.detail),
         }
 
 
@@ -202,7 +291,12 @@ def _plain(value: Any) -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
-    """A complete KV plan for one rank of a speculative-decoding deployment."""
+    """A complete KV plan for one rank of a speculative-decoding deployment.
+
+    ``budget``, ``managers`` and ``stages`` are kvbudget's ledger: the budget per rank
+    and its split between the roles (ledger rules 3 and 4, per role geometry); ``engine``
+    is what the chosen engine allocates from it, and ``capacity`` is the engine's.
+    """
 
     target: str
     draft: str | None
@@ -215,10 +309,9 @@ class Plan:
     tokens_per_block: int
     budget: Budget
     managers: tuple[ManagerPlan, ...]
-    capacity: Capacity
+    engine: EnginePlan
     stages: tuple[StagePlan, ...] = ()
     warnings: tuple[str, ...] = ()
-    engine: EnginePlan | None = None
     vocab_size: int | None = None  # the target's: token ids are in [0, vocab_size)
     spec_reason: str | None = None  # why spec="auto" chose ``spec``; None when given
     target_path: str | None = None  # absolute folder of a local target config
@@ -227,6 +320,11 @@ class Plan:
     dp: int = 1  # data-parallel groups (each its own sequences)
     dp_attention: bool = False  # the dp groups split the tp ranks' attention
     ep: int = 1  # expert-parallel size
+
+    @property
+    def capacity(self) -> Capacity:
+        """What the plan holds: the engine's capacity (:attr:`EnginePlan.capacity`)."""
+        return self.engine.capacity
 
     @property
     def target_source(self) -> str:
@@ -253,9 +351,11 @@ class Plan:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan as plain data (schema 2); every size an integer.
+        """The plan as plain data (schema 3); every size an integer.
 
-        Schema 2 added the top-level ``"engine"`` object (:meth:`EnginePlan.to_dict`).
+        Schema 2 added the top-level ``"engine"`` object; schema 3 made it the whole
+        engine plan (:meth:`EnginePlan.to_dict`: pools, capacity, settings, log,
+        warnings, refusals, detail), and ``"capacity"`` is the engine's.
         """
         b = self.budget
         return {
@@ -305,14 +405,10 @@ class Plan:
                 "host_memory_bytes": b.host_memory_bytes,
             },
             "managers": [_manager_dict(m) for m in self.managers],
-            "capacity": {
-                **asdict(self.capacity),
-                "total_tokens": self.capacity.total_tokens,
-                "total_concurrency": self.capacity.total_concurrency,
-            },
+            "capacity": self.capacity.to_dict(),
             "stages": [asdict(stage) for stage in self.stages],
             "warnings": list(self.warnings),
-            "engine": None if self.engine is None else self.engine.to_dict(),
+            "engine": self.engine.to_dict(),
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:
@@ -320,7 +416,7 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent)
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _manager_dict(m: ManagerPlan) -> dict[str, Any]:
@@ -342,8 +438,5 @@ def _manager_dict(m: ManagerPlan) -> dict[str, Any]:
         "window_groups": [asdict(g) for g in m.window_groups],
     }
     for t in (m.gpu, m.host, m.disk):
-        out[f"{t.tier}_bytes"] = t.bytes
-        out[f"{t.tier}_blocks"] = t.blocks
-        out[f"{t.tier}_tokens"] = t.tokens
-        out[f"{t.tier}_padding_bytes"] = t.padding_bytes
+        out[f"{t.tier}_bytes"] = t.bytes  # the role's share of the tier's budget
     return out

@@ -1,11 +1,14 @@
 """Planning: from models, devices and budgets to a per-rank :class:`~kvbudget.plan_types.Plan`.
 
-``plan(...)`` is ``build_plan(resolve_inputs(...))``: :mod:`kvbudget.plan_inputs` turns
-the arguments into checked values (:class:`~kvbudget.plan_inputs.PlanInputs`), then the
+``plan(...)`` is ``build_plan(resolve_deployment(...))``: :mod:`kvbudget.deployment` turns
+the arguments into one checked value (:class:`~kvbudget.deployment.Deployment`), then the
 pure :func:`build_plan` makes one cache manager per role (:data:`SPEC_MODE_TABLE` says
 which), prices them per rank (:mod:`kvbudget.cost`), takes the per-rank GPU budget
 (given, or derived from a GPU preset minus weights and non-KV memory), splits every tier
-between the managers (:mod:`kvbudget.split`) and rounds to whole blocks.
+between the managers (:mod:`kvbudget.split`) and rounds to whole blocks: the
+:class:`~kvbudget.ledger.Ledger`. The deployment's engine model then makes the engine's
+whole plan from it (pools, capacity, settings, log, warnings, refusals); a refusal is
+raised as :class:`~kvbudget.errors.EngineRefusedError`.
 
 Draft layers live on the last pipeline stage. Every stage is planned; the plan reports
 the last stage (where both managers live) and caps capacity at the binding stage.
@@ -20,25 +23,22 @@ from typing import ParamSpec
 
 from kvbudget.budget import GpuBudgetRule
 from kvbudget.cost import CacheCost, CostDetail, LayerSelection, pp_stage_layers
-from kvbudget.dtypes import parse_dtype
-from kvbudget.engines import with_engine
-from kvbudget.engines.inputs import EngineInputs
-from kvbudget.errors import ConfigError, InfeasibleBudgetError
-from kvbudget.memory import NonKvMemory, estimate_non_kv
-from kvbudget.model import ModelSpec
-from kvbudget.plan_inputs import (
+from kvbudget.deployment import (
     DEFAULT_GPU,
     DEFAULT_HOST_BUDGET,
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_TARGET,
     EAGLE3_DRAFTS,
-    CostSettings,
-    PlanInputs,
-    resolve_inputs,
+    Deployment,
+    resolve_deployment,
 )
+from kvbudget.errors import ConfigError, EngineRefusedError, InfeasibleBudgetError
+from kvbudget.ledger import Ledger
+from kvbudget.memory import NonKvMemory, estimate_non_kv
+from kvbudget.model import ModelSpec
 from kvbudget.plan_types import (
     Budget,
-    Capacity,
+    EnginePlan,
     ManagerPlan,
     Plan,
     Role,
@@ -85,143 +85,197 @@ class _Stage:
         )
 
 
-def build_plan(inputs: PlanInputs) -> Plan:
-    """The plan of ``inputs`` (:func:`~kvbudget.plan_inputs.resolve_inputs`). Pure.
+def build_plan(deployment: Deployment) -> Plan:
+    """The plan of ``deployment`` (:func:`~kvbudget.deployment.resolve_deployment`):
+    kvbudget's ledger, then the deployment's engine model on it. Pure.
 
     Raises:
         InfeasibleBudgetError: the budget cannot hold the fixed costs or one sequence.
+        EngineRefusedError: the engine would refuse to start (its plan attached).
     """
-    shape, layout = inputs.settings, inputs.parallel
-    target_model, draft_model = inputs.target, inputs.draft
-    tp, pp, last = layout.tp, layout.pp, layout.pp - 1
-    rule = inputs.gpu_rule
-    managers = _managers(shape, inputs, layout.draft_kv_tp)
-    stage_layers = pp_stage_layers(target_model.num_layers, pp)
+    ledger = build_ledger(deployment)
+    engine = deployment.engine.plan(deployment, ledger)
+    plan = _assemble(deployment, ledger, engine)
+    if engine.refusals:
+        raise EngineRefusedError(" ".join(engine.refusals), plan=plan)
+    return plan
 
-    def stage_non_kv(stage: int, with_draft: bool = True) -> NonKvMemory:
-        estimate = estimate_non_kv(
-            target_model,
-            draft_model if with_draft and stage == last else None,
-            eagle3=inputs.spec.name == "eagle3",
-            tp=layout.attention_tp,
-            max_num_batched_tokens=inputs.max_num_batched_tokens,
-            max_batch_size=shape.max_batch_size,
-            num_layers=len(stage_layers[stage]),
-        )
-        given = inputs.non_kv_overrides.given()
-        if given:
-            estimate = replace(estimate, **given, source="estimate, parts given")
-        return rule.non_kv(estimate)
 
-    def stage_weights(stage: int, with_draft: bool = True) -> int:
-        if inputs.weights_override is not None:
-            return inputs.weights_override
-        total = rank_weights(
-            target_model,
-            tp=tp,
-            pp=pp,
-            pp_stage=stage,
-            include_mtp=inputs.spec.draft == "mtp",
-            ep=layout.ep,
-            attention_tp=layout.attention_tp,
-        ).total_bytes
-        if draft_model is not None and stage == last and with_draft:
-            total += rank_weights(draft_model, tp=layout.draft_tp, pp=1, pp_stage=0).total_bytes
-        return total
+def _assemble(d: Deployment, ledger: Ledger, engine: EnginePlan) -> Plan:
+    """The :class:`Plan` of a ledger and the engine plan made from it."""
+    target, draft, layout = d.target, d.draft, d.parallel
+    return Plan(
+        target=target.name,
+        draft=draft.name if draft else None,
+        target_path=target.location,
+        draft_path=draft.location if draft else None,
+        spec=d.spec.name,
+        tp=layout.tp,
+        pp=layout.pp,
+        draft_tp=layout.draft_tp if layout.draft_tp != layout.tp else None,
+        dp=layout.dp,
+        dp_attention=layout.dp_attention,
+        ep=layout.ep,
+        pp_stage=ledger.pp_stage,
+        binding_pp_stage=ledger.binding_pp_stage,
+        kv_dtype=d.kv_dtype,
+        tokens_per_block=d.tokens_per_block,
+        budget=ledger.budget,
+        managers=ledger.managers,
+        engine=engine,
+        stages=ledger.stages,
+        warnings=ledger.warnings + engine.warnings,
+        vocab_size=target.vocab_size,
+        spec_reason=d.spec_reason,
+    )
 
-    stages = [
-        _plan_stage(
-            shape,
-            managers,
-            rule,
-            None if not rule.derived else stage_weights(s),
-            stage_non_kv(s),
-            s,
-        )
-        for s in range(pp)
-    ]
+
+def _stage_non_kv(d: Deployment, stage: int, *, with_draft: bool = True) -> NonKvMemory:
+    """The non-KV memory of PP stage ``stage``'s rank, under the budget rule."""
+    layout, last = d.parallel, d.parallel.pp - 1
+    estimate = estimate_non_kv(
+        d.target,
+        d.draft if with_draft and stage == last else None,
+        eagle3=d.spec.name == "eagle3",
+        tp=layout.attention_tp,
+        max_num_batched_tokens=d.max_num_batched_tokens,
+        max_batch_size=d.max_batch_size,
+        num_layers=len(pp_stage_layers(d.target.num_layers, layout.pp)[stage]),
+    )
+    given = d.non_kv_overrides.given()
+    if given:
+        estimate = replace(estimate, **given, source="estimate, parts given")
+    return d.gpu_rule.non_kv(estimate)
+
+
+def _stage_weights(d: Deployment, stage: int, *, with_draft: bool = True) -> int:
+    """Weight bytes on PP stage ``stage``'s rank (the draft's on the last stage)."""
+    if d.weights_override is not None:
+        return d.weights_override
+    layout = d.parallel
+    total = rank_weights(
+        d.target,
+        tp=layout.tp,
+        pp=layout.pp,
+        pp_stage=stage,
+        include_mtp=d.spec.draft == "mtp",
+        ep=layout.ep,
+        attention_tp=layout.attention_tp,
+    ).total_bytes
+    if d.draft is not None and stage == layout.pp - 1 and with_draft:
+        total += rank_weights(d.draft, tp=layout.draft_tp, pp=1, pp_stage=0).total_bytes
+    return total
+
+
+def _stage(d: Deployment, managers: Managers, stage: int, *, with_draft: bool = True) -> _Stage:
+    """PP stage ``stage`` planned: its budget, split and common blocks."""
+    weights = _stage_weights(d, stage, with_draft=with_draft) if d.gpu_rule.derived else None
+    return _plan_stage(d, managers, weights, _stage_non_kv(d, stage, with_draft=with_draft), stage)
+
+
+def build_ledger(d: Deployment) -> Ledger:
+    """kvbudget's ledger of ``d``: every stage priced and split, every tier's common
+    blocks. Pure; raises InfeasibleBudgetError when a stage cannot hold the fixed costs."""
+    layout, tpb = d.parallel, d.tokens_per_block
+    last = layout.pp - 1
+    managers = _managers(d)
+    stages = [_stage(d, managers, s) for s in range(layout.pp)]
     # a draft on fewer TP ranks than the target (draft_tp < tp): the last stage's other
     # ranks hold the target's shard only; every rank must hold the same tokens
     target_only: _Stage | None = None
-    if layout.draft_tp != tp:
-        target_only = _plan_stage(
-            shape,
-            {"target": managers["target"]},
-            rule,
-            None if not rule.derived else stage_weights(last, with_draft=False),
-            stage_non_kv(last, with_draft=False),
-            last,
-        )
+    if layout.draft_tp != layout.tp:
+        target_only = _stage(d, {"target": managers["target"]}, last, with_draft=False)
     # a stage with no growing layer (only windows or recurrent state) holds any number
     # of 0-byte blocks: it never binds
-    growing_stages = [s for s in range(pp) if any(_cost(m, s).slope for m in managers.values())]
-    binding = min(growing_stages or [last], key=lambda s: (stages[s].blocks, -s))
-    blocks = stages[binding].blocks
+    growing = [s for s in range(layout.pp) if any(_cost(m, s).slope for m in managers.values())]
+    binding = min(growing or [last], key=lambda s: (stages[s].blocks, -s))
     binding_stage = stages[binding]
-    if target_only is not None and target_only.blocks < blocks:
+    if target_only is not None and target_only.blocks < binding_stage.blocks:
         binding_stage = target_only  # unusual: the draft-free ranks have less room
-        blocks = target_only.blocks
-    report = stages[last]
-    tier_bytes = {"host": inputs.host_bytes, "disk": inputs.disk_bytes}
-
-    def tier_split(tier: Tier, stage: int) -> BudgetSplit:
-        return _split(tier_bytes[tier], managers, stage, tier)
-
-    splits = {tier: tier_split(tier, last) for tier in ("host", "disk")}
+    tier_bytes = {"host": d.host_bytes, "disk": d.disk_bytes}
+    splits = {tier: _split(tier_bytes[tier], managers, last, tier) for tier in ("host", "disk")}
     # every stage's rank has its own host and disk budget; the common count is the
     # smallest over the stages with growing layers
     tier_blocks = {
         tier: min(
-            _common_blocks(managers, s, tier_split(tier, s), shape.tokens_per_block, fixed=False)
-            for s in growing_stages or [last]
+            _common_blocks(
+                managers, s, _split(tier_bytes[tier], managers, s, tier), tpb, fixed=False
+            )
+            for s in growing or [last]
         )
         for tier in ("host", "disk")
     }
-    growing = bool(growing_stages)
+    blocks = binding_stage.blocks
     if not growing:  # only windows and states: 0-byte blocks for every sequence
-        blocks = shape.max_batch_size * -(-shape.max_seq_len // shape.tokens_per_block)
-    splits["gpu"], tier_blocks["gpu"] = report.split, blocks
-    warnings = list(inputs.notes)
-    if inputs.engine == "kvbudget":
-        capacity, notes = _capacity(shape, managers, binding_stage, tier_blocks)
-        warnings += notes
-    else:  # the engine model decides what fits; the ledger's own checks do not apply
-        try:
-            capacity, _ = _capacity(shape, managers, binding_stage, tier_blocks)
-        except InfeasibleBudgetError:
-            capacity = _ledger_capacity(shape, binding_stage, tier_blocks)
-    capacity = replace(capacity, kv_groups=layout.kv_groups)
-    if layout.ep > 1 and not _has_routed_experts(target_model):
-        warnings.append(
-            f"--ep {layout.ep} changes nothing: {target_model.name} has no routed experts"
-        )
-    if binding != last:
-        warnings.append(
-            f"PP stage {binding} binds capacity ({blocks} blocks vs "
-            f"{report.blocks} on the last stage, reported here)"
-        )
+        blocks = d.max_batch_size * -(-d.max_seq_len // tpb)
+    splits["gpu"], tier_blocks["gpu"] = stages[last].split, blocks
     try:
-        weights: int | None = max(stage_weights(s) for s in range(pp))
+        weights: int | None = max(_stage_weights(d, s) for s in range(layout.pp))
     except ConfigError:
         weights = None  # a config too sparse to count weights: a given budget still plans
+    warnings = _ledger_warnings(d, stages, binding, weights, bool(growing))
+    dtp = layout.draft_tp
+    reports = tuple(
+        st.report(i, "all" if target_only is None or i != last else _ranks_text(0, dtp))
+        for i, st in enumerate(stages)
+    )
+    if target_only is not None:
+        reports += (target_only.report(last, _ranks_text(dtp, layout.tp)),)
+    return Ledger(
+        managers=tuple(_manager_plan(d, m, last, splits, tier_blocks) for m in managers.values()),
+        budget=_budget(d, stages[last]),
+        stages=reports,
+        pp_stage=last,
+        binding_pp_stage=binding,
+        gpu_blocks=blocks,
+        host_blocks=tier_blocks["host"],
+        disk_blocks=tier_blocks["disk"],
+        growing=bool(growing),
+        binding_gpu_bytes=binding_stage.gpu_bytes,
+        binding_fixed_bytes=binding_stage.split.fixed_bytes,
+        max_weights_bytes=weights,
+        warnings=tuple(warnings),
+    )
+
+
+def _ledger_warnings(
+    d: Deployment, stages: list[_Stage], binding: int, weights: int | None, growing: bool
+) -> list[str]:
+    """What the ledger tells the deployer: the deployment's notes first."""
+    warnings = list(d.notes)
+    layout, last = d.parallel, d.parallel.pp - 1
+    if layout.ep > 1 and not _has_routed_experts(d.target):
+        warnings.append(f"--ep {layout.ep} changes nothing: {d.target.name} has no routed experts")
+    if binding != last:
+        warnings.append(
+            f"PP stage {binding} binds capacity ({stages[binding].blocks} blocks vs "
+            f"{stages[last].blocks} on the last stage, reported here)"
+        )
+    rule = d.gpu_rule
     if not rule.derived and rule.memory_bytes is not None and weights is not None:
-        warnings += _given_budget_notes(rule, weights, stage_non_kv(last).total_bytes)
-    warnings += _static_fraction_notes(rule, report)
-    if tier_bytes["host"] and not growing:
+        warnings += _given_budget_notes(rule, weights, _stage_non_kv(d, last).total_bytes)
+    warnings += _static_fraction_notes(rule, stages[last])
+    if d.host_bytes and not growing:
         warnings.append("the host tier holds growing-layer blocks only; this model has none")
-    node_gpus, host_memory_bytes = inputs.gpus_per_node, inputs.host_memory_bytes
-    if host_memory_bytes is not None and tier_bytes["host"] * node_gpus > host_memory_bytes:
+    node_gpus, host_memory_bytes = d.gpus_per_node, d.host_memory_bytes
+    if host_memory_bytes is not None and d.host_bytes * node_gpus > host_memory_bytes:
         warnings.append(
             f"{_ranks(node_gpus)} per node pin{'s' if node_gpus == 1 else ''} "
-            f"{format_bytes(tier_bytes['host'] * node_gpus)} of host KV cache "
-            f"({format_bytes(tier_bytes['host'])} per rank) but the node has "
+            f"{format_bytes(d.host_bytes * node_gpus)} of host KV cache "
+            f"({format_bytes(d.host_bytes)} per rank) but the node has "
             f"{format_bytes(host_memory_bytes)} of host memory (--host-memory); lower "
             "--host-budget (it is per rank) or --gpus-per-node"
         )
-    plan_budget = Budget(
+    return warnings
+
+
+def _budget(d: Deployment, report: _Stage) -> Budget:
+    """The reported stage's budget as the plan shows it."""
+    rule = d.gpu_rule
+    return Budget(
         gpu_bytes=report.gpu_bytes,
-        host_bytes=tier_bytes["host"],
-        disk_bytes=tier_bytes["disk"],
+        host_bytes=d.host_bytes,
+        disk_bytes=d.disk_bytes,
         gpu_source=rule.describe(),
         gpu_name=rule.gpu_name,
         gpu_memory_bytes=rule.memory_bytes,
@@ -230,66 +284,9 @@ def build_plan(inputs: PlanInputs) -> Plan:
         memory_fraction=float(rule.fraction) if rule.derived else None,
         memory_rule=rule.rule if rule.derived else None,
         non_kv=report.non_kv,
-        gpus_per_node=node_gpus,
-        host_memory_bytes=host_memory_bytes,
+        gpus_per_node=d.gpus_per_node,
+        host_memory_bytes=d.host_memory_bytes,
     )
-    dtp = layout.draft_tp
-    ledger = Plan(
-        target=target_model.name,
-        draft=draft_model.name if draft_model else None,
-        target_path=target_model.location,
-        draft_path=draft_model.location if draft_model else None,
-        spec=inputs.spec.name,
-        tp=tp,
-        pp=pp,
-        draft_tp=dtp if dtp != tp else None,
-        dp=layout.dp,
-        dp_attention=layout.dp_attention,
-        ep=layout.ep,
-        pp_stage=last,
-        binding_pp_stage=binding,
-        kv_dtype=shape.kv_dtype,
-        tokens_per_block=shape.tokens_per_block,
-        budget=plan_budget,
-        managers=tuple(
-            _manager_plan(shape, m, last, splits, tier_blocks) for m in managers.values()
-        ),
-        capacity=capacity,
-        stages=tuple(
-            st.report(i, "all" if target_only is None or i != last else _ranks_text(0, dtp))
-            for i, st in enumerate(stages)
-        )
-        + (() if target_only is None else (target_only.report(last, _ranks_text(dtp, tp)),)),
-        warnings=tuple(warnings),
-        vocab_size=target_model.vocab_size,
-        spec_reason=inputs.spec_reason,
-    )
-    engine_inputs = EngineInputs(
-        target=target_model,
-        draft=draft_model,
-        spec=inputs.spec.name,
-        max_draft_len=shape.lookahead_tokens,
-        tp=layout.attention_tp,  # the engines split one sequence's KV over these ranks
-        pp=pp,
-        kv_dtype=parse_dtype(shape.kv_dtype),
-        state_dtype=inputs.state_dtype,
-        ssm_state_dtype=inputs.ssm_state_dtype,
-        tokens_per_block=shape.tokens_per_block,
-        max_seq_len=shape.max_seq_len,
-        max_batch_size=shape.max_batch_size,
-        gpu_kv_bytes=min(st.gpu_bytes for st in stages),
-        host_bytes=tier_bytes["host"],
-        gpu_memory_bytes=rule.memory_bytes,
-        weights_bytes=weights,
-        max_num_batched_tokens=inputs.max_num_batched_tokens,
-        async_scheduling=inputs.async_scheduling,
-        enable_prefix_caching=inputs.enable_prefix_caching,
-        launch_tp=tp,
-        dp=layout.dp,
-        dp_attention=layout.dp_attention,
-        ep=layout.ep,
-    )
-    return with_engine(ledger, engine_inputs, inputs.engine)
 
 
 def _static_fraction_notes(rule: GpuBudgetRule, report: _Stage) -> list[str]:
@@ -312,38 +309,37 @@ def _static_fraction_notes(rule: GpuBudgetRule, report: _Stage) -> list[str]:
 Managers = dict[Role, _Manager]  # in role order: target, then draft
 
 
-def _managers(shape: CostSettings, inputs: PlanInputs, draft_tp: int) -> Managers:
-    """The managers of ``inputs.spec`` with their per-stage costs; draft layers on the
-    last stage (a separate draft's KV split over ``draft_tp`` ranks)."""
-    last = shape.pp - 1
-    mtp_in_target = inputs.spec.draft == "mtp" and not inputs.separate_draft_cache
+def _managers(d: Deployment) -> Managers:
+    """The managers of ``d.spec`` with their per-stage costs; draft layers on the last
+    stage (a separate draft's KV split over its own ``draft_kv_tp`` ranks)."""
+    pp = d.parallel.pp
+    last = pp - 1
+    mtp_in_target = d.spec.draft == "mtp" and not d.separate_draft_cache
     target_layers: LayerSelection = "all" if mtp_in_target else "model"
-    target = inputs.target
+    target = d.target
     managers: Managers = {
         "target": _Manager(
             role="target",
             model=target,
             layers=target_layers,
-            details=tuple(
-                shape.detail(target, target_layers, s, shape.pp) for s in range(shape.pp)
-            ),
+            details=tuple(d.cost_detail(target, target_layers, s, pp) for s in range(pp)),
         )
     }
-    if inputs.draft is not None:
-        draft_detail = shape.detail(inputs.draft, "model", 0, 1, tp=draft_tp)
+    if d.draft is not None:
+        draft_detail = d.cost_detail(d.draft, "model", 0, 1, tp=d.parallel.draft_kv_tp)
         managers["draft"] = _Manager(
             role="draft",
-            model=inputs.draft,
+            model=d.draft,
             layers="model",
-            details=tuple(draft_detail if s == last else None for s in range(shape.pp)),
+            details=tuple(draft_detail if s == last else None for s in range(pp)),
         )
-    elif inputs.spec.draft == "mtp" and inputs.separate_draft_cache:
-        mtp_detail = shape.detail(target, "mtp", last, shape.pp)
+    elif d.spec.draft == "mtp" and d.separate_draft_cache:
+        mtp_detail = d.cost_detail(target, "mtp", last, pp)
         managers["draft"] = _Manager(
             role="draft",
             model=target,
             layers="mtp",
-            details=tuple(mtp_detail if s == last else None for s in range(shape.pp)),
+            details=tuple(mtp_detail if s == last else None for s in range(pp)),
         )
     return managers
 
@@ -365,119 +361,26 @@ def _share(split: BudgetSplit, role: Role) -> int:
 
 
 def _plan_stage(
-    shape: CostSettings,
+    d: Deployment,
     managers: Managers,
-    rule: GpuBudgetRule,
     weights: int | None,
     non_kv: NonKvMemory,
     stage: int,
 ) -> _Stage:
     """Split one stage's GPU budget and count the whole blocks every manager holds."""
+    rule = d.gpu_rule
     budget = rule.kv_bytes(weights or 0, non_kv, pp_stage=stage)
     try:
         split = _split(budget, managers, stage, "gpu")
     except InfeasibleBudgetError:
-        raise _infeasible_fixed(budget, managers, stage, shape) from None
-    blocks = _common_blocks(managers, stage, split, shape.tokens_per_block)
+        raise _infeasible_fixed(budget, managers, stage, d) from None
+    blocks = _common_blocks(managers, stage, split, d.tokens_per_block)
     return _Stage(
         gpu_bytes=budget,
         weights_bytes=weights,
         split=split,
         blocks=blocks,
         non_kv=non_kv if rule.derived else None,
-    )
-
-
-def _capacity(
-    shape: CostSettings,
-    managers: Managers,
-    binding: _Stage,
-    tier_blocks: dict[str, int],
-) -> tuple[Capacity, list[str]]:
-    """Tokens, concurrency and the longest sequence at the batch size, with warnings.
-
-    Raises InfeasibleBudgetError when not even one sequence of max_seq_len fits.
-    """
-    bs, lookahead, batch = shape.tokens_per_block, shape.lookahead_tokens, shape.max_batch_size
-    blocks = tier_blocks["gpu"]
-    # a sequence never grows past max_seq_len, so neither does its lookahead (engines
-    # reserve min(tokens + K, max_seq_len)): a full-length sequence spans its own blocks
-    seq_blocks = -(-shape.max_seq_len // bs)
-    warnings: list[str] = []
-    growing = any(_cost(m, s).slope for m in managers.values() for s in range(shape.pp))
-    if growing:
-        fit = blocks // seq_blocks
-        # window pools and state slots exist for max_batch_size sequences, and an engine
-        # runs no more than that: concurrency is capped at the batch size.
-        concurrency = min(fit, batch)
-        per_seq = (blocks // batch) * bs
-        at_batch = shape.max_seq_len if per_seq >= shape.max_seq_len else per_seq - lookahead
-        if fit == 0:
-            raise InfeasibleBudgetError(
-                f"one sequence of max_seq_len {shape.max_seq_len} needs "
-                f"{seq_blocks} blocks per manager but the GPU budget of "
-                f"{format_bytes(binding.gpu_bytes)} per rank holds {blocks} after the fixed "
-                f"cost of {format_bytes(binding.split.fixed_bytes)}; the longest sequence that "
-                f"fits is {max(blocks * bs - lookahead, 0)} tokens: lower --max-seq-len, raise "
-                "--kv-budget/--memory-fraction, use a smaller --kv-dtype, or raise --tp/--pp"
-            )
-        if fit > batch:
-            warnings.append(
-                f"the GPU blocks hold {count_of(fit, 'sequence')} of max_seq_len "
-                f"{shape.max_seq_len} but "
-                f"max_batch_size is {batch}: at most {batch} run at once (raise "
-                "--max-batch-size to use the rest, or lower --kv-budget/--memory-fraction)"
-            )
-        if fit < batch:
-            warnings.append(
-                f"only {count_of(concurrency, 'sequence')} of max_seq_len {shape.max_seq_len} "
-                "fit at once "
-                f"(max_batch_size is {batch}); at the full batch each sequence can hold "
-                f"{max(at_batch, 0)} tokens"
-            )
-    else:
-        concurrency, at_batch = batch, shape.max_seq_len
-        warnings.append(
-            "every cached layer is sliding-window or recurrent: the cache is a fixed cost "
-            f"for max_batch_size={batch} sequences of any length; the rest of the GPU budget "
-            "is unused (raise --max-batch-size to use it)"
-        )
-    capacity = Capacity(
-        tokens=blocks * bs,
-        gpu_blocks=blocks,
-        host_blocks=tier_blocks["host"],
-        disk_blocks=tier_blocks["disk"],
-        host_tokens=tier_blocks["host"] * bs,
-        disk_tokens=tier_blocks["disk"] * bs,
-        max_seq_len=shape.max_seq_len,
-        max_draft_len=lookahead,
-        lookahead_tokens=lookahead,
-        max_batch_size=batch,
-        max_concurrency=concurrency,
-        max_seq_len_at_batch=max(at_batch, 0),
-    )
-    return capacity, warnings
-
-
-def _ledger_capacity(shape: CostSettings, binding: _Stage, tier_blocks: dict[str, int]) -> Capacity:
-    """Capacity of a split too small for one sequence in kvbudget's own cache.
-
-    Only used under another engine, whose model then says what that engine holds.
-    """
-    bs = shape.tokens_per_block
-    return Capacity(
-        tokens=binding.blocks * bs,
-        gpu_blocks=binding.blocks,
-        host_blocks=tier_blocks["host"],
-        disk_blocks=tier_blocks["disk"],
-        host_tokens=tier_blocks["host"] * bs,
-        disk_tokens=tier_blocks["disk"] * bs,
-        max_seq_len=shape.max_seq_len,
-        max_draft_len=shape.lookahead_tokens,
-        lookahead_tokens=shape.lookahead_tokens,
-        max_batch_size=shape.max_batch_size,
-        max_concurrency=0,
-        max_seq_len_at_batch=0,
     )
 
 
@@ -495,7 +398,7 @@ def _ranks_text(start: int, end: int) -> str:
 
 
 def _manager_plan(
-    shape: CostSettings,
+    shape: Deployment,
     m: _Manager,
     stage: int,
     splits: dict[str, BudgetSplit],
@@ -563,7 +466,7 @@ def _common_blocks(
 
 
 def _infeasible_fixed(
-    budget: int, managers: Managers, stage: int, shape: CostSettings
+    budget: int, managers: Managers, stage: int, shape: Deployment
 ) -> InfeasibleBudgetError:
     """The error for a GPU budget below the fixed costs, with the batch that would fit."""
     batch = shape.reserve_batch
@@ -582,7 +485,8 @@ def _infeasible_fixed(
     )
     return InfeasibleBudgetError(
         f"the GPU budget of {format_bytes(budget)} ({budget} bytes) per rank"
-        f"{f' on PP stage {stage}' if shape.pp > 1 else ''} cannot cover the fixed cost of "
+        f"{f' on PP stage {stage}' if shape.parallel.pp > 1 else ''} cannot cover the fixed "
+        "cost of "
         f"{format_bytes(fixed)} ({fixed} bytes: "
         f"sliding-window blocks and recurrent state for max_batch_size={batch}); {advice}, "
         "raise --kv-budget/--memory-fraction, use a smaller --kv-dtype/--state-dtype, or raise "
@@ -651,9 +555,9 @@ Raises:
 """
 
 
-def _resolve_then_build(resolve: Callable[P, PlanInputs]) -> Callable[P, Plan]:
+def _resolve_then_build(resolve: Callable[P, Deployment]) -> Callable[P, Plan]:
     """``build_plan(resolve(...))`` under ``resolve``'s signature: :func:`plan`'s
-    parameters are declared once, on :func:`~kvbudget.plan_inputs.resolve_inputs`."""
+    parameters are declared once, on :func:`~kvbudget.deployment.resolve_deployment`."""
 
     @functools.wraps(resolve)
     def plan(*args: P.args, **kwargs: P.kwargs) -> Plan:
@@ -665,7 +569,7 @@ def _resolve_then_build(resolve: Callable[P, PlanInputs]) -> Callable[P, Plan]:
     return plan
 
 
-plan = _resolve_then_build(resolve_inputs)
+plan = _resolve_then_build(resolve_deployment)
 
 __all__ = [
     "DEFAULT_GPU",
@@ -675,7 +579,8 @@ __all__ = [
     "EAGLE3_DRAFTS",
     "SPEC_MODES",
     "SPEC_MODE_TABLE",
+    "build_ledger",
     "build_plan",
     "plan",
-    "resolve_inputs",
+    "resolve_deployment",
 ]

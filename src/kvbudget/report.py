@@ -6,7 +6,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from kvbudget.plan_types import Plan
+from kvbudget.plan_types import Plan, PoolPlan
 from kvbudget.units import format_bytes
 
 
@@ -65,35 +65,29 @@ def render_plan(plan: Plan) -> Group:
             format_bytes(m.fixed_bytes),
         )
 
-    tiers = Table(title="Tiers (per rank)", title_justify="left")
-    for col in ("role", "tier", "bytes", "blocks", "tokens", "padding"):
+    engine = plan.engine
+    tiers = Table(title=f"Pools (per rank): {engine.name} {engine.version}", title_justify="left")
+    for col in ("role", "pool", "tier", "bytes", "blocks", "tokens", "padding"):
         # fold rather than cut: a narrow terminal wraps numbers, never truncates them
         tiers.add_column(
-            col, justify="left" if col in ("role", "tier") else "right", overflow="fold"
+            col, justify="left" if col in ("role", "pool", "tier") else "right", overflow="fold"
         )
-    for m in plan.managers:
-        for t in (m.gpu, m.host, m.disk):
-            if t.tier == "gpu" or t.bytes:
-                tiers.add_row(
-                    m.role,
-                    t.tier,
-                    format_bytes(t.bytes),
-                    f"{t.blocks:,}",
-                    f"{t.tokens:,}",
-                    format_bytes(t.padding_bytes),
-                )
+    for pool in engine.pools:
+        tiers.add_row(
+            pool.role,
+            _pool_kind(pool),
+            pool.tier,
+            format_bytes(pool.bytes),
+            f"{pool.blocks:,}",
+            f"{pool.tokens:,}",
+            format_bytes(pool.padding_bytes),
+        )
 
     c = plan.capacity
     cap = Table(title="Capacity", show_header=False, title_justify="left")
     cap.add_column("item")
     cap.add_column("value", justify="right")
-    engine_name = plan.engine.name if plan.engine is not None else "kvbudget"
-    cap.add_row(
-        "tokens on GPU (every manager)"
-        if engine_name == "kvbudget"
-        else f"tokens on GPU ({engine_name}'s figure)",
-        f"{c.tokens:,}",
-    )
+    cap.add_row(f"tokens on GPU ({engine.name}'s count)", f"{c.tokens:,}")
     cap.add_row("tokens on host", f"{c.host_tokens:,}")
     if c.disk_tokens:
         cap.add_row("tokens on disk", f"{c.disk_tokens:,}")
@@ -101,7 +95,7 @@ def render_plan(plan: Plan) -> Group:
         f"sequences of {c.max_seq_len:,} tokens at once",
         f"{c.max_concurrency:,} of {c.max_batch_size:,}",
     )
-    if engine_name == "kvbudget":
+    if c.max_seq_len_at_batch is not None:
         cap.add_row(
             f"tokens per sequence at the full batch of {c.max_batch_size:,}",
             f"{c.max_seq_len_at_batch:,}",
@@ -125,8 +119,7 @@ def render_plan(plan: Plan) -> Group:
     parts: list[Table | Text] = [title, budget, source, managers, tiers, cap]
     if ranks:
         parts.append(per_rank)
-    engine = plan.engine
-    if engine is not None and engine.name != "kvbudget":
+    if engine.log:
         parts.append(
             Text.assemble(
                 (f"{engine.name} {engine.version}", "bold"),
@@ -135,6 +128,7 @@ def render_plan(plan: Plan) -> Group:
         )
         for line in engine.log:
             parts.append(Text(f"  {line}"))
+    if engine.settings:
         parts.append(Text(f"  settings: kvbudget plan ... --emit {engine.name}", style="dim"))
     for w in plan.warnings:
         parts.append(Text(f"warning: {w}", style="yellow"))
@@ -164,6 +158,12 @@ def _draft(plan: Plan) -> str:
     if plan.draft is None:
         return "none (no speculation)"
     return f"{plan.draft} ({plan.spec})"
+
+
+def _pool_kind(pool: PoolPlan) -> str:
+    """``kv``, ``window 128``, ``state``, ... with the engine's name for the pool."""
+    kind = pool.kind if pool.window_tokens is None else f"{pool.kind} {pool.window_tokens:,}"
+    return f"{kind} ({pool.name})" if pool.name else kind
 
 
 def _layers(count: int, which: str) -> str:

@@ -52,6 +52,7 @@ from kvbudget.cache.shortage import Shortage, refuse
 from kvbudget.cache.stats import CacheStats, RequestCounters, snapshot
 from kvbudget.cache.swap import swap_in, swap_out
 from kvbudget.cache.tokens import checked_prompt, checked_tokens
+from kvbudget.engines.kvbudget_cache import MODEL as OWN_CACHE
 from kvbudget.errors import (
     InvalidArgumentError,
     InvalidCacheOperationError,
@@ -87,7 +88,7 @@ class SpecDecodeCache:
             raise InvalidArgumentError(f"plan must be a Plan (from kvbudget.plan), got {plan!r}")
         if not plan.managers:
             raise InvalidArgumentError("the plan has no cache manager; nothing to build")
-        if plan.engine is not None and plan.engine.name != "kvbudget":
+        if plan.engine.name != OWN_CACHE.name:
             raise InvalidArgumentError(
                 f"this plan is {plan.engine.name}'s (engine={plan.engine.name!r}); the "
                 "SpecDecodeCache needs a plan made with engine='kvbudget' (the default)"

@@ -147,7 +147,7 @@ class Engine:
         can_swap = all(not m.window_groups and not m.state_bytes_per_seq for m in plan.managers)
         self.scheduler = Scheduler(
             self.cache,
-            num_draft_tokens=plan.capacity.max_draft_len if draft is not None else 0,
+            num_draft_tokens=plan.capacity.lookahead_tokens if draft is not None else 0,
             preempt_mode=preempt_mode if can_swap else "recompute",
             unique_salts=bool(self.target.layout.windows)
             or bool(self.draft and self.draft.layout.windows),

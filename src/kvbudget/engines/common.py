@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.engines.facts import EngineFacts
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.plan_types import EnginePlan, Plan
+from kvbudget.plan_types import Plan
+
+if TYPE_CHECKING:
+    from kvbudget.deployment import Deployment
+    from kvbudget.ledger import Ledger
 
 GIB = 1024**3
 GB = 10**9
@@ -20,28 +24,33 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def gpu_total(plan: Plan) -> int:
-    """KV bytes per GPU for an engine knob applied to every rank alike.
-
-    The reported stage's managers' bytes; with pipeline stages of different budgets,
-    the smallest stage budget, so no stage is asked for more than it has.
-    """
-    return min(sum(m.gpu.bytes for m in plan.managers), plan.min_stage_gpu_bytes)
-
-
-def stage_note(plan: Plan) -> list[str]:
+def stage_note(ledger: Ledger) -> list[str]:
     """A comment when PP stages have different budgets."""
-    if plan.min_stage_gpu_bytes >= plan.budget.gpu_bytes:
+    if ledger.min_stage_gpu_bytes >= ledger.budget.gpu_bytes:
         return []
     return [
         f"# PP stages differ: the KV bytes are the smallest stage budget "
-        f"({plan.min_stage_gpu_bytes}), not the reported last stage's ({plan.budget.gpu_bytes})"
+        f"({ledger.min_stage_gpu_bytes}), not the reported last stage's "
+        f"({ledger.budget.gpu_bytes})"
     ]
 
 
-def host_total(plan: Plan) -> int:
-    """Host bytes per rank of every manager together."""
-    return sum(m.host.bytes for m in plan.managers)
+def refuse_unmodelled(d: Deployment, engine: str) -> None:
+    """InvalidArgumentError for a deployment the engine models of ``engine`` do not cover:
+    a sparse-attention indexer cache, or a draft at another TP size than the target."""
+    from kvbudget.layers import MLALayer
+
+    if any(isinstance(x, MLALayer) and x.index_head_dim for x in d.target.layers):
+        raise InvalidArgumentError(
+            f"--engine {engine} is not modelled for {d.target.name}'s sparse-attention "
+            "indexer cache (the engines keep it apart from the MLA latent); plan it with "
+            "--engine kvbudget"
+        )
+    if d.parallel.draft_tp != d.parallel.tp:
+        raise InvalidArgumentError(
+            f"--engine {engine} is modelled with the draft at the target's tp; plan a "
+            "different draft_tp with --engine kvbudget"
+        )
 
 
 def gib_text(num_bytes: int) -> str:
@@ -56,21 +65,20 @@ def whole_gb(num_bytes: int) -> int:
     return num_bytes // GB
 
 
-def kv_dtype_name(plan: Plan, facts: EngineFacts) -> str:
-    """The engine's name for the plan's KV dtype; InvalidArgumentError when it has none."""
-    name = facts.kv_dtype_names.get(plan.kv_dtype)
+def kv_dtype_name(kv_dtype: str, facts: EngineFacts) -> str:
+    """The engine's name for ``kv_dtype``; InvalidArgumentError when it has none."""
+    name = facts.kv_dtype_names.get(kv_dtype)
     if name is None:
         choices = ", ".join(k for k, v in facts.kv_dtype_names.items() if v is not None)
         raise InvalidArgumentError(
-            f"{facts.name} has no {plan.kv_dtype} KV cache ({facts.kv_dtype_knob}); "
+            f"{facts.name} has no {kv_dtype} KV cache ({facts.kv_dtype_knob}); "
             f"plan with --kv-dtype one of {choices}"
         )
     return name
 
 
-def check_block(plan: Plan, facts: EngineFacts) -> None:
-    """InvalidArgumentError when the engine does not take the plan's block size."""
-    tpb = plan.tokens_per_block
+def check_block(tpb: int, facts: EngineFacts) -> None:
+    """InvalidArgumentError when the engine does not take ``tpb`` tokens per block."""
     if facts.block_power_of_two and (tpb < 2 or tpb & (tpb - 1)):
         raise InvalidArgumentError(
             f"{facts.name} needs {facts.block_knob} to be a power of two > 1, got {tpb}; "
@@ -89,13 +97,12 @@ def header(plan: Plan, comment: str, name: str, version: str) -> list[str]:
     ]
 
 
-def auto_note(plan: Plan, facts: EngineFacts, name: str) -> list[str]:
+def auto_note(kv_dtype: str, facts: EngineFacts, name: str) -> list[str]:
     """A comment when the engine's dtype name is "auto"."""
     if name != "auto":
         return []
     return [
-        f"# {facts.kv_dtype_knob} auto keeps the checkpoint's dtype; the plan assumes "
-        f"{plan.kv_dtype}"
+        f"# {facts.kv_dtype_knob} auto keeps the checkpoint's dtype; the plan assumes {kv_dtype}"
     ]
 
 
@@ -112,9 +119,10 @@ def command_line(head: str, settings: Mapping[str, Any]) -> str:
     return " \\\n  ".join(args)
 
 
-def comment_lines(plan: Plan, engine: EnginePlan, title: str) -> list[str]:
+def comment_lines(plan: Plan, title: str) -> list[str]:
     """The comments every emission starts with: what was planned, for which engine
     version, what each setting does there, and the predicted start-up lines."""
+    engine = plan.engine
     lines = header(plan, "#", title, engine.version) + list(engine.notes)
     return lines + log_comments(engine.log)
 

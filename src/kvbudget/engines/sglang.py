@@ -37,9 +37,10 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.cost import pp_stage_layers
+from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import (
     GB,
     GIB,
@@ -49,13 +50,26 @@ from kvbudget.engines.common import (
     command_line,
     comment_lines,
     kv_dtype_name,
+    refuse_unmodelled,
 )
 from kvbudget.engines.facts import ENGINES
-from kvbudget.engines.inputs import EngineInputs
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.layers import AttentionLayer, Layer
-from kvbudget.plan_types import EnginePlan, Plan
+from kvbudget.plan_types import (
+    Capacity,
+    EnginePlan,
+    EngineSource,
+    Plan,
+    PoolKind,
+    PoolPlan,
+    PoolRole,
+)
+from kvbudget.split import Tier
 from kvbudget.units import count_of
+
+if TYPE_CHECKING:
+    from kvbudget.deployment import Deployment
+    from kvbudget.ledger import Ledger
 
 VERSION = "main@003fca80"
 
@@ -110,12 +124,12 @@ class Pools:
     host_bytes: int = 0
 
 
-def layout(inputs: EngineInputs, stage: int) -> Layout:
+def layout(d: Deployment, stage: int) -> Layout:
     """SGLang's per-token bytes for PP stage ``stage`` (drafts on the last stage)."""
-    target = inputs.target
-    layers = [target.layers[i] for i in pp_stage_layers(target.num_layers, inputs.pp)[stage]]
+    target = d.target
+    layers = [target.layers[i] for i in pp_stage_layers(target.num_layers, d.parallel.pp)[stage]]
     for layer in (*layers, *target.mtp_layers):
-        if layer.state_bytes(inputs.state_dtype, inputs.tp):
+        if layer.state_bytes(d.state_dtype_value, d.parallel.attention_tp):
             raise InvalidArgumentError(
                 f"--engine sglang does not model {layer.kind} layers (Mamba state pools) "
                 "yet; plan this model with --engine kvbudget or vllm"
@@ -123,9 +137,9 @@ def layout(inputs: EngineInputs, stage: int) -> Layout:
     hybrid = target.model_type in HYBRID_SWA_MODEL_TYPES
 
     def per_token(ls: Sequence[Layer]) -> int:
-        return sum(x.bytes_per_token(inputs.kv_dtype, inputs.tp) for x in ls)
+        return sum(x.bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp) for x in ls)
 
-    cached = [x for x in layers if x.bytes_per_token(inputs.kv_dtype, inputs.tp)]
+    cached = [x for x in layers if x.bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp)]
     # Llama-4's chunked layers go to the SWA pool with the chunk as window
     # (model_runner: sliding_window_size = attention_chunk_size); SGLang takes them as
     # layers (i + 1) % 4 != 0 (model_config.get_hybrid_layer_ids @ 001adf56), which is
@@ -134,11 +148,11 @@ def layout(inputs: EngineInputs, stage: int) -> Layout:
     full = [x for x in cached if x not in sliding]
     draft: list[Layer] = []
     packed = False
-    if stage == inputs.pp - 1:
-        if inputs.spec == "mtp":
+    if stage == d.parallel.pp - 1:
+        if d.spec.name == "mtp":
             draft, packed = list(target.mtp_layers), True
-        elif inputs.draft is not None:
-            draft = [x for x in inputs.draft.layers if x.bytes_per_token(inputs.kv_dtype, 1)]
+        elif d.draft is not None:
+            draft = [x for x in d.draft.layers if x.bytes_per_token(d.kv_dtype_value, 1)]
     windows = {x.sliding_window for x in sliding}
     return Layout(
         full=per_token(full),
@@ -149,7 +163,9 @@ def layout(inputs: EngineInputs, stage: int) -> Layout:
         draft=per_token(draft),
         draft_layers=len(draft),
         packed_draft=packed,
-        per_layer_full=full[0].bytes_per_token(inputs.kv_dtype, inputs.tp) if full else 0,
+        per_layer_full=full[0].bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp)
+        if full
+        else 0,
     )
 
 
@@ -209,16 +225,16 @@ def host_pools(lay: Layout, hicache_gb: int, full: int, swa: int, page: int) -> 
     )
 
 
-def _swa_tokens_needed(lay: Layout, inputs: EngineInputs) -> int:
+def _swa_tokens_needed(lay: Layout, d: Deployment) -> int:
     """Sliding-pool tokens for ``max_batch_size`` running requests plus a prefill chunk.
 
     Per request the window, the lookahead and two pages of alignment (the same terms as
     SGLang's ``SWAChunkCapPoolConfigurator``: window + draft tokens + page + decode page).
     """
     assert lay.window is not None
-    page = inputs.tokens_per_block
-    per_request = min(lay.window, inputs.max_seq_len) + inputs.lookahead_tokens + 1 + 2 * page
-    need = inputs.max_batch_size * per_request + inputs.max_num_batched_tokens + page
+    page = d.tokens_per_block
+    per_request = min(lay.window, d.max_seq_len) + d.lookahead_tokens + 1 + 2 * page
+    need = d.max_batch_size * per_request + d.max_num_batched_tokens + page
     return max(cdiv(need, page) * page, (lay.window + page) // page * page + page)
 
 
@@ -240,13 +256,13 @@ class SglangPlan:
     budget_bytes: int  # what SGLang must profile for T to fit (its own cell)
 
 
-def plan_stage(inputs: EngineInputs, stage: int, budget: int) -> SglangPlan:
+def plan_stage(d: Deployment, stage: int, budget: int) -> SglangPlan:
     """Backward: the largest page-aligned T whose real pools fit ``budget`` bytes."""
-    lay = layout(inputs, stage)
-    page = inputs.tokens_per_block
+    lay = layout(d, stage)
+    page = d.tokens_per_block
     if not lay.full and not lay.swa:
-        raise InvalidArgumentError(f"{inputs.target.name} caches nothing for SGLang to size")
-    swa = _swa_tokens_needed(lay, inputs) if lay.swa_layers else 0
+        raise InvalidArgumentError(f"{d.target.name} caches nothing for SGLang to size")
+    swa = _swa_tokens_needed(lay, d) if lay.swa_layers else 0
     fixed = (swa + page) * lay.swa if lay.swa_layers else 0
     slope = lay.full + lay.draft
     full = ((budget - fixed) // slope - page) // page * page if slope else 0
@@ -264,7 +280,7 @@ def plan_stage(inputs: EngineInputs, stage: int, budget: int) -> SglangPlan:
     if full <= 0:
         raise InfeasibleBudgetError(
             f"SGLang's pools do not fit {budget} bytes per rank: the sliding pool for "
-            f"{inputs.max_batch_size} requests ({swa} tokens) leaves no full-attention "
+            f"{d.max_batch_size} requests ({swa} tokens) leaves no full-attention "
             "tokens; lower --max-batch-size or raise --kv-budget"
         )
     profiled = (full + page) * lay.cell(ratio or 0.0)
@@ -286,96 +302,163 @@ def _hicache_gb(lay: Layout, host_bytes: int, full: int, swa: int, page: int) ->
     return gb
 
 
-def _mem_fraction(inputs: EngineInputs, profiled_bytes: int) -> str | None:
+def _mem_fraction(d: Deployment, weights_bytes: int | None, profiled_bytes: int) -> str | None:
     """``--mem-fraction-static`` so the profiled budget holds ``profiled_bytes``.
 
     ``fraction x memory before weights >= weights + KV budget (+ margin)``, rounded up to
     3 decimals; None when the GPU memory or the weights are unknown.
     """
-    if inputs.gpu_memory_bytes is None or inputs.weights_bytes is None:
+    memory = d.gpu_rule.memory_bytes
+    if memory is None or weights_bytes is None:
         return None
-    need = inputs.weights_bytes + profiled_bytes + PROFILE_MARGIN_BYTES
-    value = (Decimal(need) / Decimal(inputs.gpu_memory_bytes)).quantize(
-        Decimal("0.001"), rounding=ROUND_CEILING
-    )
+    need = weights_bytes + profiled_bytes + PROFILE_MARGIN_BYTES
+    value = (Decimal(need) / Decimal(memory)).quantize(Decimal("0.001"), rounding=ROUND_CEILING)
     return str(value)
 
 
-def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
-    """SGLang's plan for ``inputs``: its pools, flags and start-up lines."""
+def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
+    """SGLang's plan for ``d``: its pools, flags and start-up lines."""
     facts = ENGINES["sglang"]
-    check_block(plan, facts)
-    dtype = kv_dtype_name(plan, facts)
-    page = inputs.tokens_per_block
-    stages = [plan_stage(inputs, s, inputs.gpu_kv_bytes) for s in range(inputs.pp)]
+    check_block(d.tokens_per_block, facts)
+    dtype = kv_dtype_name(d.kv_dtype, facts)
+    page = d.tokens_per_block
+    stages = [plan_stage(d, s, ledger.min_stage_gpu_bytes) for s in range(d.parallel.pp)]
     chosen = min(stages, key=lambda st: st.full_tokens)
     lay = stages[-1].layout  # the last stage holds the draft
     full, swa = chosen.full_tokens, chosen.swa_tokens
-    gb = _hicache_gb(lay, inputs.host_bytes, full, swa, page)
+    gb = _hicache_gb(lay, ledger.host_bytes, full, swa, page)
     host = host_pools(lay, gb, full, swa, page) if gb else None
-    fraction = _mem_fraction(inputs, max(st.budget_bytes for st in stages))
-    settings: dict[str, Any] = {
-        "--tp-size": inputs.launch_tp or inputs.tp,
-        "--pp-size": inputs.pp,
-        "--context-length": inputs.max_seq_len,
-        "--max-running-requests": inputs.max_batch_size,
-        "--chunked-prefill-size": inputs.max_num_batched_tokens,
-        facts.block_knob: page,
-        facts.kv_dtype_knob: dtype,
-        facts.token_knob: full,
-    }
-    if inputs.dp > 1:
-        settings["--dp-size"] = inputs.dp
-    if inputs.dp_attention:
-        settings["--enable-dp-attention"] = True
-    if inputs.ep > 1:
-        settings["--ep-size"] = inputs.ep
-    if fraction is not None:
-        settings["--mem-fraction-static"] = fraction
-    if lay.swa_layers and chosen.ratio is not None:
-        settings["--swa-full-tokens-ratio"] = chosen.ratio
-    if host is not None:
-        settings["--enable-hierarchical-cache"] = True
-        settings[facts.host_knob] = gb
-    if plan.spec in facts.spec_names:
-        settings[facts.spec_knob] = facts.spec_names[plan.spec]
-        if plan.draft_source:
-            settings[facts.draft_model_knob] = plan.draft_source
-        k = inputs.max_draft_len
-        if plan.spec != "ngram":
-            settings[facts.draft_len_knob] = k
-            settings["--speculative-eagle-topk"] = 1
-        settings["--speculative-num-draft-tokens"] = k + 1
-    per_request = inputs.max_seq_len + inputs.lookahead_tokens
-    sequences = min(full // per_request, inputs.max_batch_size)
-    predicted: dict[str, Any] = {
-        "max_total_num_tokens": full,
-        "swa_tokens": swa if lay.swa_layers else None,
-        "swa_full_tokens_ratio": chosen.ratio,
-        "draft_tokens": full if lay.draft and not lay.packed_draft else None,
-        "device_bytes": chosen.device_bytes,
-        "profiled_budget_bytes": max(st.budget_bytes for st in stages),
-        "mem_fraction_static": fraction,
-        "pools": _pool_list(lay, full, swa, page),
-        "host_tokens": host.host_full_tokens if host else 0,
-        "host_swa_tokens": host.host_swa_tokens if host else 0,
-        "host_draft_tokens": host.host_draft_tokens if host else 0,
-        "host_bytes": host.host_bytes if host else 0,
-        "hicache_size_gb": gb,
-    }
+    profiled = max(st.budget_bytes for st in stages)
+    fraction = _mem_fraction(d, ledger.max_weights_bytes, profiled)
+    sequences = min(full // (d.max_seq_len + d.lookahead_tokens), d.max_batch_size)
+    capacity = Capacity(
+        tokens=full,
+        tokens_per_block=page,
+        gpu_blocks=full // page,
+        host_blocks=host.host_full_tokens // page if host else 0,
+        disk_blocks=0,
+        host_tokens=host.host_full_tokens if host else 0,
+        disk_tokens=0,
+        max_seq_len=d.max_seq_len,
+        lookahead_tokens=d.lookahead_tokens,
+        max_batch_size=d.max_batch_size,
+        max_concurrency=sequences,
+        kv_groups=d.parallel.kv_groups,
+    )
+    warnings = []
+    if sequences < d.max_batch_size:
+        warnings.append(
+            f"SGLang's pool holds {count_of(sequences, 'request')} of {d.max_seq_len} "
+            "tokens at once "
+            f"(--max-running-requests {d.max_batch_size}); shorter requests share it"
+        )
+    return EnginePlan(
+        name=MODEL.name,
+        version=MODEL.version,
+        source=MODEL.source,
+        pools=_pools(lay, full, swa, page, host),
+        capacity=capacity,
+        settings=_settings(d, dtype, chosen, lay, gb if host else 0, fraction),
+        log=_log(d, lay, chosen, host),
+        notes=tuple(
+            _notes(d, ledger, lay, chosen, host, fraction, profiled)
+            + auto_note(d.kv_dtype, facts, dtype)
+        ),
+        warnings=tuple(warnings),
+        detail={
+            "max_total_num_tokens": full,
+            "swa_tokens": swa if lay.swa_layers else None,
+            "swa_full_tokens_ratio": chosen.ratio,
+            "draft_tokens": full if lay.draft and not lay.packed_draft else None,
+            "device_bytes": chosen.device_bytes,
+            "profiled_budget_bytes": profiled,
+            "mem_fraction_static": fraction,
+            "host_tokens": host.host_full_tokens if host else 0,
+            "host_swa_tokens": host.host_swa_tokens if host else 0,
+            "host_draft_tokens": host.host_draft_tokens if host else 0,
+            "host_bytes": host.host_bytes if host else 0,
+            "hicache_size_gb": gb,
+        },
+    )
+
+
+def _log(d: Deployment, lay: Layout, chosen: SglangPlan, host: Pools | None) -> tuple[str, ...]:
+    """SGLang's start-up lines about its pools."""
+    full, swa = chosen.full_tokens, chosen.swa_tokens
     log = []
     if lay.swa_layers:
         log.append(
             f"Use sliding window memory pool. full_layer_tokens={full}, swa_layer_tokens={swa}"
         )
     log.append(
-        f"max_total_num_tokens={full}, chunked_prefill_size={inputs.max_num_batched_tokens}, "
-        f"max_running_requests={inputs.max_batch_size}, context_len={inputs.max_seq_len}"
+        f"max_total_num_tokens={full}, chunked_prefill_size={d.max_num_batched_tokens}, "
+        f"max_running_requests={d.max_batch_size}, context_len={d.max_seq_len}"
     )
     if host is not None:
         log.append(
             f"Allocating {host.host_bytes / 1e9:.2f} GB host memory for hierarchical KV cache."
         )
+    return tuple(log)
+
+
+def _settings(
+    d: Deployment,
+    dtype: str,
+    chosen: SglangPlan,
+    lay: Layout,
+    hicache_gb: int,
+    fraction: str | None,
+) -> dict[str, Any]:
+    """The ``sglang.launch_server`` flags of the plan."""
+    facts = ENGINES["sglang"]
+    layout = d.parallel
+    settings: dict[str, Any] = {
+        "--tp-size": layout.tp,
+        "--pp-size": layout.pp,
+        "--context-length": d.max_seq_len,
+        "--max-running-requests": d.max_batch_size,
+        "--chunked-prefill-size": d.max_num_batched_tokens,
+        facts.block_knob: d.tokens_per_block,
+        facts.kv_dtype_knob: dtype,
+        facts.token_knob: chosen.full_tokens,
+    }
+    if layout.dp > 1:
+        settings["--dp-size"] = layout.dp
+    if layout.dp_attention:
+        settings["--enable-dp-attention"] = True
+    if layout.ep > 1:
+        settings["--ep-size"] = layout.ep
+    if fraction is not None:
+        settings["--mem-fraction-static"] = fraction
+    if lay.swa_layers and chosen.ratio is not None:
+        settings["--swa-full-tokens-ratio"] = chosen.ratio
+    if hicache_gb:
+        settings["--enable-hierarchical-cache"] = True
+        settings[facts.host_knob] = hicache_gb
+    spec = d.spec.name
+    if spec in facts.spec_names:
+        settings[facts.spec_knob] = facts.spec_names[spec]
+        if d.draft_source:
+            settings[facts.draft_model_knob] = d.draft_source
+        k = d.lookahead_tokens
+        if spec != "ngram":
+            settings[facts.draft_len_knob] = k
+            settings["--speculative-eagle-topk"] = 1
+        settings["--speculative-num-draft-tokens"] = k + 1
+    return settings
+
+
+def _notes(
+    d: Deployment,
+    ledger: Ledger,
+    lay: Layout,
+    chosen: SglangPlan,
+    host: Pools | None,
+    fraction: str | None,
+    profiled: int,
+) -> list[str]:
+    """What each setting does in SGLang, for the emitted comments."""
+    facts = ENGINES["sglang"]
     notes = [
         f"# {facts.token_knob} is the full pool's tokens; the draft pool holds the same tokens "
         "with its own geometry",
@@ -385,21 +468,22 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
     if fraction is None:
         notes.append(
             "# --mem-fraction-static not computed (GPU memory or weights unknown): set it so "
-            f"that the profiled KV budget is at least {max(st.budget_bytes for st in stages)} B"
+            f"that the profiled KV budget is at least {profiled} B"
         )
     if lay.draft_layers and not lay.packed_draft:
         notes.append(
             "# SGLang budgets the draft at the target's per-layer size (1 + draft/target "
             "layers); --mem-fraction-static is raised so the full pool still gets "
-            f"{full} tokens"
+            f"{chosen.full_tokens} tokens"
         )
     if lay.swa_layers:
         notes.append(
-            f"# sliding layers get their own pool: {swa} tokens for {inputs.max_batch_size} "
-            "running requests (window + lookahead + 2 pages each, plus a prefill chunk)"
+            f"# sliding layers get their own pool: {chosen.swa_tokens} tokens for "
+            f"{d.max_batch_size} running requests (window + lookahead + 2 pages each, plus a "
+            "prefill chunk)"
         )
-    if inputs.target.model_type not in HYBRID_SWA_MODEL_TYPES and any(
-        isinstance(x, AttentionLayer) and x.sliding_window for x in inputs.target.layers
+    if d.target.model_type not in HYBRID_SWA_MODEL_TYPES and any(
+        isinstance(x, AttentionLayer) and x.sliding_window for x in d.target.layers
     ):
         notes.append(
             "# SGLang keeps this model's sliding-window layers at full length (its "
@@ -408,66 +492,96 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
     if host is not None:
         notes.append(
             f"# {facts.host_knob} is whole decimal GB per rank; the host pools it makes pin "
-            f"{host.host_bytes} B of the {inputs.host_bytes} B budget"
+            f"{host.host_bytes} B of the {ledger.host_bytes} B budget"
         )
         if host.host_draft_tokens:
             notes.append(
                 "# the draft's sidecar host pool (target host tokens + 1 page) comes on top of "
                 f"{facts.host_knob}: it is counted in that figure"
             )
-    elif inputs.host_bytes:
+    elif ledger.host_bytes:
         notes.append(
             f"# host budget under 1 GB after the pools' pages: {facts.host_knob} takes whole "
             "GB and 0 means unset (--hicache-ratio), so HiCache is left off"
         )
-    warnings = []
-    if sequences < inputs.max_batch_size:
-        warnings.append(
-            f"SGLang's pool holds {count_of(sequences, 'request')} of {inputs.max_seq_len} "
-            "tokens at once "
-            f"(--max-running-requests {inputs.max_batch_size}); shorter requests share it"
+    return notes
+
+
+def _pools(lay: Layout, full: int, swa: int, page: int, host: Pools | None) -> tuple[PoolPlan, ...]:
+    """SGLang's device pools (``T + page`` rows each: page 0 takes padding writes) and
+    host pools (full, sliding, the draft's sidecar)."""
+
+    def pool(
+        role: PoolRole, kind: PoolKind, tier: Tier, tokens: int, per_token: int, name: str
+    ) -> PoolPlan:
+        rows = tokens + page if tier == "gpu" else tokens
+        return PoolPlan(
+            role=role,
+            kind=kind,
+            tier=tier,
+            tokens_per_block=page,
+            blocks=tokens // page,
+            bytes=rows * per_token,
+            tokens=tokens,
+            window_tokens=lay.window if kind == "window" else None,
+            padding_bytes=(rows - tokens // page * page) * per_token,
+            name=name,
         )
-    return EnginePlan(
-        name="sglang",
-        version=VERSION,
-        settings=settings,
-        predicted=predicted,
-        gpu_tokens=full,
-        max_concurrency=sequences,
-        log=tuple(log),
-        notes=tuple(notes + auto_note(plan, facts, dtype)),
-        warnings=tuple(warnings),
-    )
 
-
-def _pool_list(lay: Layout, full: int, swa: int, page: int) -> list[dict[str, Any]]:
-    pools: list[dict[str, Any]] = [
-        {"pool": "full", "tokens": full, "layers": lay.full_layers, "bytes_per_token": lay.full}
-    ]
+    pools = [pool("target", "kv", "gpu", full, lay.full, "full")]
     if lay.swa_layers:
-        pools.append(
-            {"pool": "swa", "tokens": swa, "layers": lay.swa_layers, "bytes_per_token": lay.swa}
-        )
+        pools.append(pool("target", "window", "gpu", swa, lay.swa, "swa"))
     if lay.draft_layers:
         pools.append(
-            {
-                "pool": "draft" if not lay.packed_draft else "mtp",
-                "tokens": full,
-                "layers": lay.draft_layers,
-                "bytes_per_token": lay.draft,
-            }
+            pool("draft", "kv", "gpu", full, lay.draft, "mtp" if lay.packed_draft else "draft")
         )
-    for p in pools:
-        p["rows"] = p["tokens"] + page
-    return pools
+    if host is not None:
+        packed = lay.packed_draft and lay.draft_layers
+        per_token = lay.full + (lay.draft if lay.packed_draft else 0)
+        role: PoolRole = "target+draft" if packed else "target"
+        pools.append(pool(role, "kv", "host", host.host_full_tokens, per_token, "host full"))
+        if lay.swa_layers:
+            pools.append(
+                pool("target", "window", "host", host.host_swa_tokens, lay.swa, "host swa")
+            )
+        if host.host_draft_tokens:
+            pools.append(
+                pool("draft", "kv", "host", host.host_draft_tokens, lay.draft, "host draft")
+            )
+    return tuple(pools)
 
 
-def render(plan: Plan, engine: EnginePlan) -> str:
-    """The ``sglang.launch_server`` command of ``engine.settings``, with comments."""
-    lines = comment_lines(plan, engine, "SGLang")
+def render(plan: Plan) -> str:
+    """The ``sglang.launch_server`` command of ``plan.engine.settings``, with comments."""
+    lines = comment_lines(plan, "SGLang")
     head = f"python -m sglang.launch_server --model-path {shlex.quote(plan.target_source)}"
-    lines.append(command_line(head, engine.settings))
+    lines.append(command_line(head, plan.engine.settings))
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["GIB", "VERSION", "allocate", "build", "host_pools", "layout", "render"]
+def check(d: Deployment) -> None:
+    """InvalidArgumentError for what this model of SGLang does not cover."""
+    refuse_unmodelled(d, "sglang")
+
+
+MODEL = EngineModel(
+    name="sglang",
+    version=VERSION,
+    default=True,
+    source=EngineSource(
+        repository="sgl-project/sglang",
+        ref="003fca8027387a3d6565b2c08e497e3020ac6211",
+        files=(
+            "python/sglang/srt/mem_cache/kv_cache_configurator.py",
+            "python/sglang/srt/model_executor/pool_configurator.py",
+            "python/sglang/srt/mem_cache/pool_host/base.py",
+        ),
+    ),
+    summary=f"SGLang {VERSION}",
+    plan=plan,
+    check=check,
+    render=render,
+    spec_names=frozenset(ENGINES["sglang"].spec_names),
+)
+
+__all__ = ["GIB", "MODEL", "VERSION", "allocate", "host_pools", "layout", "plan", "render"]

@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.cost import pp_stage_layers
+from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import (
     GIB,
     auto_note,
@@ -48,12 +49,16 @@ from kvbudget.engines.common import (
     check_block,
     comment_lines,
     kv_dtype_name,
+    refuse_unmodelled,
 )
 from kvbudget.engines.facts import ENGINES
-from kvbudget.engines.inputs import EngineInputs
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.layers import AttentionLayer, Layer
-from kvbudget.plan_types import EnginePlan, Plan
+from kvbudget.plan_types import Capacity, EnginePlan, EngineSource, Plan, PoolPlan, PoolRole
+
+if TYPE_CHECKING:
+    from kvbudget.deployment import Deployment
+    from kvbudget.ledger import Ledger
 from kvbudget.units import count_of
 
 VERSION = "main@00043967"
@@ -69,28 +74,28 @@ class Manager:
     windows: dict[int, int]  # window (0: full) -> bytes per token of its layers
 
 
-def managers(inputs: EngineInputs, stage: int | None = None) -> list[Manager]:
+def managers(d: Deployment, stage: int | None = None) -> list[Manager]:
     """The target manager and, for EAGLE3, MTP and draft models, the draft manager, on
     PP stage ``stage`` (default: the last, where the draft lives; the target's layers
     split as ``mapping.pp_layers`` splits them)."""
-    target = inputs.target
-    last = inputs.pp - 1
+    target = d.target
+    last = d.parallel.pp - 1
     stage = last if stage is None else stage
-    own = [target.layers[i] for i in pp_stage_layers(target.num_layers, inputs.pp)[stage]]
+    own = [target.layers[i] for i in pp_stage_layers(target.num_layers, d.parallel.pp)[stage]]
     for layer in target.layers:
-        if layer.state_bytes(inputs.state_dtype, inputs.tp):
+        if layer.state_bytes(d.state_dtype_value, d.parallel.attention_tp):
             raise InvalidArgumentError(
                 f"--engine trtllm models the V1 KV cache manager; {target.name} has "
                 f"{layer.kind} layers, which TensorRT-LLM runs on its V2 manager: plan it with "
                 "--engine kvbudget or vllm"
             )
-    out = [_manager("target", tuple(own), inputs)]
+    out = [_manager("target", tuple(own), d)]
     if stage != last:
         return out
-    if inputs.spec == "mtp":
-        out.append(_manager("draft", target.mtp_layers[:1], inputs))  # MTP one-model: 1 layer
-    elif inputs.draft is not None:
-        out.append(_manager("draft", inputs.draft.layers, inputs))
+    if d.spec.name == "mtp":
+        out.append(_manager("draft", target.mtp_layers[:1], d))  # MTP one-model: 1 layer
+    elif d.draft is not None:
+        out.append(_manager("draft", d.draft.layers, d))
     return out
 
 
@@ -107,32 +112,32 @@ def _window(layer: Layer) -> int | None:
     return None
 
 
-def _manager(role: str, layers: tuple[Layer, ...], inputs: EngineInputs) -> Manager:
+def _manager(role: str, layers: tuple[Layer, ...], d: Deployment) -> Manager:
     windows: dict[int, int] = {}
     for layer in layers:
-        per_token = layer.bytes_per_token(inputs.kv_dtype, inputs.tp)
+        per_token = layer.bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp)
         if not per_token:
             continue
         window = _window(layer) or FULL
-        if window >= inputs.max_seq_len:
+        if window >= d.max_seq_len:
             window = FULL
         windows[window] = windows.get(window, 0) + per_token
     return Manager(role=role, bytes_per_token=sum(windows.values()), windows=windows)
 
 
-def attention_windows(inputs: EngineInputs) -> list[int] | None:
+def attention_windows(d: Deployment) -> list[int] | None:
     """``max_attention_window``: the shortest repeating per-layer pattern, or None.
 
     Full-attention layers get ``max_seq_len + 1024``, which TensorRT-LLM clamps to its
     internal max_seq_len (the model length plus draft tokens).
     """
-    big = inputs.max_seq_len + 1024
+    big = d.max_seq_len + 1024
     per_layer = []
-    for layer in inputs.target.layers:
-        if not layer.bytes_per_token(inputs.kv_dtype, inputs.tp):
+    for layer in d.target.layers:
+        if not layer.bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp):
             continue
         w = _window(layer)
-        per_layer.append(w if w is not None and w < inputs.max_seq_len else big)
+        per_layer.append(w if w is not None and w < d.max_seq_len else big)
     if all(w == big for w in per_layer):
         return None
     for period in range(1, len(per_layer) + 1):
@@ -141,11 +146,11 @@ def attention_windows(inputs: EngineInputs) -> list[int] | None:
     return per_layer
 
 
-def _per_seq_tokens(inputs: EngineInputs) -> int:
+def _per_seq_tokens(d: Deployment) -> int:
     """KV tokens one sequence of max_seq_len holds: draft tokens plus the extra K - 1."""
-    k = inputs.lookahead_tokens
-    extra = k - 1 if inputs.spec in ("eagle3", "mtp") and k else 0
-    return inputs.max_seq_len + k + extra
+    k = d.lookahead_tokens
+    extra = k - 1 if d.spec.name in ("eagle3", "mtp") and k else 0
+    return d.max_seq_len + k + extra
 
 
 def _shares_text(shares: list[float]) -> str:
@@ -170,7 +175,7 @@ class TrtllmPools:
 
 
 def allocate(
-    inputs: EngineInputs,
+    d: Deployment,
     mgrs: list[Manager],
     *,
     max_tokens: int,
@@ -179,7 +184,7 @@ def allocate(
     shares_text: str | None,
 ) -> TrtllmPools:
     """Forward: the blocks V1 creates from the emitted settings (budget not binding)."""
-    tpb = inputs.tokens_per_block
+    tpb = d.tokens_per_block
     slope = sum(m.bytes_per_token for m in mgrs)
     vswa = len(mgrs[0].windows) > 1
     budget = min(max_gpu_total_bytes, slope * max_tokens) if vswa else slope * max_tokens
@@ -211,7 +216,7 @@ def allocate(
     return TrtllmPools(max_tokens=tokens, max_gpu_total_bytes=budget, shares=shares, blocks=blocks)
 
 
-def _full_window_tokens(inputs: EngineInputs, target: Manager, part: int) -> int:
+def _full_window_tokens(d: Deployment, target: Manager, part: int) -> int:
     """Full-length tokens of the target when its sliding pools hold what sequences need.
 
     Each sequence of max_seq_len takes ``ceil(per_seq / block)`` full-length blocks and,
@@ -219,136 +224,216 @@ def _full_window_tokens(inputs: EngineInputs, target: Manager, part: int) -> int
     straddle one more block than it fills); the sliding pools are sized for as many
     sequences as the full pool then holds, at most ``max_batch_size``.
     """
-    tpb = inputs.tokens_per_block
-    lookahead = _per_seq_tokens(inputs) - inputs.max_seq_len
+    tpb = d.tokens_per_block
+    lookahead = _per_seq_tokens(d) - d.max_seq_len
     window_bytes = sum(
         (cdiv(w + lookahead, tpb) + 1) * tpb * b for w, b in target.windows.items() if w != FULL
     )
-    full_seq_bytes = cdiv(_per_seq_tokens(inputs), tpb) * tpb * target.windows[FULL]
-    sequences = min(inputs.max_batch_size, part // (full_seq_bytes + window_bytes))
+    full_seq_bytes = cdiv(_per_seq_tokens(d), tpb) * tpb * target.windows[FULL]
+    sequences = min(d.max_batch_size, part // (full_seq_bytes + window_bytes))
     if sequences == 0:
         raise InfeasibleBudgetError(
             f"TensorRT-LLM's target manager gets {part} B per rank; one sequence of "
-            f"{inputs.max_seq_len} tokens needs {full_seq_bytes + window_bytes} B over its "
+            f"{d.max_seq_len} tokens needs {full_seq_bytes + window_bytes} B over its "
             "windows: raise --kv-budget or lower --max-seq-len"
         )
     return (part - sequences * window_bytes) // target.windows[FULL] // tpb * tpb
 
 
-def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
+def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
     """TensorRT-LLM's plan: the V1 managers' blocks and the YAML that makes them."""
     facts = ENGINES["trtllm"]
-    check_block(plan, facts)
-    dtype = kv_dtype_name(plan, facts)
-    tpb = inputs.tokens_per_block
-    mgrs = managers(inputs)
+    check_block(d.tokens_per_block, facts)
+    dtype = kv_dtype_name(d.kv_dtype, facts)
+    tpb = d.tokens_per_block
+    mgrs = managers(d)
     slope = sum(m.bytes_per_token for m in mgrs)
-    target = mgrs[0]
-    budget = inputs.gpu_kv_bytes
+    budget = ledger.min_stage_gpu_bytes
     # every PP rank sizes its managers from its own layers and the ranks agree on the
     # smallest count: max_tokens is the binding stage's
-    stage_slopes = [sum(m.bytes_per_token for m in managers(inputs, s)) for s in range(inputs.pp)]
+    stage_slopes = [sum(m.bytes_per_token for m in managers(d, s)) for s in range(d.parallel.pp)]
     tokens = min(budget // b // tpb * tpb for b in stage_slopes if b)
     if tokens < tpb:
         raise InfeasibleBudgetError(
             f"TensorRT-LLM's managers need {slope} B per token; {budget} B per rank holds "
             "no block: raise --kv-budget"
         )
-    shares_text = None
-    full_tokens = tokens
-    if len(target.windows) > 1:
-        # the target's share of the budget (split by bytes per token) between its windows:
-        # the full-length window gets what the draft manager's tokens need (or, with no
-        # draft, all but what the sliding windows need); sliding windows the rest
-        # the target's share of max_gpu_total_bytes = slope x tokens after the draft's
-        # (split by bytes per token): exactly tokens x the target's bytes per token
-        part = tokens * target.bytes_per_token
-        sliding = {w: b for w, b in target.windows.items() if w != FULL}
-        if len(mgrs) == 1:
-            full_tokens = _full_window_tokens(inputs, target, part)
-        full_bytes = full_tokens * target.windows[FULL]
-        rest = part - full_bytes
-        total_sliding = sum(sliding.values())
-        ordered = sorted(target.windows, key=lambda w: (w == FULL, w))
-        values = [
-            (rest * sliding[w] / total_sliding) / part if w != FULL else full_bytes / part
-            for w in ordered
-        ]
-        shares_text = _shares_text(values)
-    host_bytes = inputs.host_bytes
+    shares_text = _window_shares(d, mgrs, tokens)
     pools = allocate(
-        inputs,
+        d,
         mgrs,
         max_tokens=tokens,
         max_gpu_total_bytes=slope * tokens,
-        host_cache_size=host_bytes,
+        host_cache_size=ledger.host_bytes,
         shares_text=shares_text,
     )
     # capacity is the full-length pool of every manager (or its only window's)
     growing = [pools.blocks[m.role][FULL if FULL in m.windows else min(m.windows)] for m in mgrs]
     gpu_tokens = min(primary for primary, _ in growing) * tpb
     host_tokens = min(secondary for _, secondary in growing) * tpb
-    per_seq_blocks = cdiv(_per_seq_tokens(inputs), tpb)
-    sequences = min(gpu_tokens // tpb // per_seq_blocks, inputs.max_batch_size)
-    windows = attention_windows(inputs)
+    per_seq_blocks = cdiv(_per_seq_tokens(d), tpb)
+    sequences = min(gpu_tokens // tpb // per_seq_blocks, d.max_batch_size)
+    capacity = Capacity(
+        tokens=gpu_tokens,
+        tokens_per_block=tpb,
+        gpu_blocks=gpu_tokens // tpb,
+        host_blocks=host_tokens // tpb,
+        disk_blocks=0,
+        host_tokens=host_tokens,
+        disk_tokens=0,
+        max_seq_len=d.max_seq_len,
+        lookahead_tokens=d.lookahead_tokens,
+        max_batch_size=d.max_batch_size,
+        max_concurrency=sequences,
+        kv_groups=d.parallel.kv_groups,
+    )
+    warnings = []
+    if sequences < d.max_batch_size:
+        warnings.append(
+            f"TensorRT-LLM's managers hold {count_of(sequences, 'sequence')} of "
+            f"{d.max_seq_len} "
+            f"tokens at once (max_batch_size {d.max_batch_size})"
+        )
+    return EnginePlan(
+        name=MODEL.name,
+        version=MODEL.version,
+        source=MODEL.source,
+        pools=_pools(d, mgrs, pools),
+        capacity=capacity,
+        settings=_settings(d, ledger, dtype, pools, shares_text),
+        log=_log(d, mgrs, pools),
+        notes=tuple(_notes(d, mgrs, shares_text) + auto_note(d.kv_dtype, facts, dtype)),
+        warnings=tuple(warnings),
+        detail={
+            "kv_cache_manager": "V1",
+            "max_tokens": pools.max_tokens,
+            "managers": [_manager_detail(m, pools) for m in mgrs],
+            "gpu_tokens": gpu_tokens,
+            "host_tokens": host_tokens,
+            "blocks_per_sequence": per_seq_blocks,
+        },
+    )
+
+
+def _window_shares(d: Deployment, mgrs: list[Manager], tokens: int) -> str | None:
+    """``TRTLLM_WINDOW_SIZE_SHARES`` for a target with several windows, else None.
+
+    The target's share of the budget (split by bytes per token) between its windows:
+    the full-length window gets what the draft manager's tokens need (or, with no draft,
+    all but what the sliding windows need); sliding windows the rest. The target's share
+    of ``max_gpu_total_bytes = slope x tokens`` is exactly tokens x its bytes per token.
+    """
+    target = mgrs[0]
+    if len(target.windows) <= 1:
+        return None
+    part = tokens * target.bytes_per_token
+    sliding = {w: b for w, b in target.windows.items() if w != FULL}
+    full_tokens = _full_window_tokens(d, target, part) if len(mgrs) == 1 else tokens
+    full_bytes = full_tokens * target.windows[FULL]
+    rest = part - full_bytes
+    total_sliding = sum(sliding.values())
+    ordered = sorted(target.windows, key=lambda w: (w == FULL, w))
+    values = [
+        (rest * sliding[w] / total_sliding) / part if w != FULL else full_bytes / part
+        for w in ordered
+    ]
+    return _shares_text(values)
+
+
+def _ordered(m: Manager) -> list[int]:
+    """A manager's windows, sliding ones first, full length last."""
+    return sorted(m.windows, key=lambda w: (w == FULL, w))
+
+
+def _pools(d: Deployment, mgrs: list[Manager], pools: TrtllmPools) -> tuple[PoolPlan, ...]:
+    """Every manager's pool per window, primary (GPU) and secondary (host) blocks."""
+    tpb = d.tokens_per_block
+    out = []
+    for m in mgrs:
+        role: PoolRole = "target" if m.role == "target" else "draft"
+        for w in _ordered(m):
+            for tier, blocks in zip(("gpu", "host"), pools.blocks[m.role][w], strict=True):
+                if tier == "host" and not blocks:
+                    continue
+                out.append(
+                    PoolPlan(
+                        role=role,
+                        kind="kv" if w == FULL else "window",
+                        tier="gpu" if tier == "gpu" else "host",
+                        tokens_per_block=tpb,
+                        blocks=blocks,
+                        bytes=blocks * tpb * m.windows[w],
+                        tokens=blocks * tpb,
+                        window_tokens=None if w == FULL else w,
+                        name=f"{m.role} manager, window {w or d.max_seq_len}",
+                    )
+                )
+    return tuple(out)
+
+
+def _manager_detail(m: Manager, pools: TrtllmPools) -> dict[str, Any]:
+    """One manager's windows as the fidelity comparison reads them."""
+    return {
+        "role": m.role,
+        "bytes_per_token": m.bytes_per_token,
+        "windows": [
+            {
+                "window": w if w != FULL else None,
+                "bytes_per_token": m.windows[w],
+                "primary_blocks": pools.blocks[m.role][w][0],
+                "secondary_blocks": pools.blocks[m.role][w][1],
+                "share": None if pools.shares is None or m.role != "target" else pools.shares[w],
+            }
+            for w in _ordered(m)
+        ],
+    }
+
+
+def _settings(
+    d: Deployment, ledger: Ledger, dtype: str, pools: TrtllmPools, shares_text: str | None
+) -> dict[str, Any]:
+    """The YAML keys of the plan (dotted keys nest)."""
+    facts = ENGINES["trtllm"]
+    layout = d.parallel
     settings: dict[str, Any] = {
-        "tensor_parallel_size": inputs.launch_tp or inputs.tp,
-        "pipeline_parallel_size": inputs.pp,
-        "max_batch_size": inputs.max_batch_size,
-        "max_seq_len": inputs.max_seq_len,
-        "max_num_tokens": inputs.max_num_batched_tokens,
-        facts.token_knob: tokens,
+        "tensor_parallel_size": layout.tp,
+        "pipeline_parallel_size": layout.pp,
+        "max_batch_size": d.max_batch_size,
+        "max_seq_len": d.max_seq_len,
+        "max_num_tokens": d.max_num_batched_tokens,
+        facts.token_knob: pools.max_tokens,
         facts.gpu_knob: pools.max_gpu_total_bytes,
-        facts.host_knob: host_bytes,
-        facts.block_knob: tpb,
+        facts.host_knob: ledger.host_bytes,
+        facts.block_knob: d.tokens_per_block,
         facts.kv_dtype_knob: dtype,
-        "kv_cache_config.enable_block_reuse": inputs.enable_prefix_caching,
+        "kv_cache_config.enable_block_reuse": d.enable_prefix_caching,
         "kv_cache_config.use_kv_cache_manager_v2": False,
     }
-    if inputs.dp_attention:
+    if layout.dp_attention:
         settings["enable_attention_dp"] = True
-    if inputs.ep > 1:
-        settings["moe_expert_parallel_size"] = inputs.ep
+    if layout.ep > 1:
+        settings["moe_expert_parallel_size"] = layout.ep
+    windows = attention_windows(d)
     if windows is not None:
         settings["kv_cache_config.max_attention_window"] = windows
     if shares_text is not None:
         settings["env.TRTLLM_WINDOW_SIZE_SHARES"] = shares_text
-    if plan.spec in facts.spec_names:
-        settings[facts.spec_knob] = facts.spec_names[plan.spec]
-        settings[f"speculative_config.{facts.draft_len_knob}"] = inputs.max_draft_len
-        if plan.draft_source:
-            settings[f"speculative_config.{facts.draft_model_knob}"] = plan.draft_source
-    predicted: dict[str, Any] = {
-        "kv_cache_manager": "V1",
-        "max_tokens": pools.max_tokens,
-        "managers": [
-            {
-                "role": m.role,
-                "bytes_per_token": m.bytes_per_token,
-                "windows": [
-                    {
-                        "window": w if w != FULL else None,
-                        "bytes_per_token": m.windows[w],
-                        "primary_blocks": pools.blocks[m.role][w][0],
-                        "secondary_blocks": pools.blocks[m.role][w][1],
-                        "share": None
-                        if pools.shares is None or m.role != "target"
-                        else pools.shares[w],
-                    }
-                    for w in sorted(m.windows, key=lambda w: (w == FULL, w))
-                ],
-            }
-            for m in mgrs
-        ],
-        "gpu_tokens": gpu_tokens,
-        "host_tokens": host_tokens,
-        "blocks_per_sequence": per_seq_blocks,
-    }
+    spec = d.spec.name
+    if spec in facts.spec_names:
+        settings[facts.spec_knob] = facts.spec_names[spec]
+        settings[f"speculative_config.{facts.draft_len_knob}"] = d.lookahead_tokens
+        if d.draft_source:
+            settings[f"speculative_config.{facts.draft_model_knob}"] = d.draft_source
+    return settings
+
+
+def _log(d: Deployment, mgrs: list[Manager], pools: TrtllmPools) -> tuple[str, ...]:
+    """TensorRT-LLM's start-up lines about its managers."""
+    tpb = d.tokens_per_block
     log = [f"Number of tokens per block: {tpb}."]
     for m in mgrs:
         per_window = {
-            (w if w != FULL else inputs.max_seq_len): pools.blocks[m.role][w]
-            for w in sorted(m.windows, key=lambda w: (w == FULL, w))
+            (w if w != FULL else d.max_seq_len): pools.blocks[m.role][w] for w in _ordered(m)
         }
         log.append(f"[KVCacheManager] blocks_per_window: {per_window}  ({m.role})")
         primary = sum(b[0] * tpb * m.windows[w] for w, b in pools.blocks[m.role].items())
@@ -356,8 +441,13 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
             f"[MemUsageChange] Allocated {primary / GIB:.2f} GiB for max tokens in paged KV "
             f"cache ({sum(b[0] for b in pools.blocks[m.role].values()) * tpb}).  ({m.role})"
         )
+    return tuple(log)
+
+
+def _notes(d: Deployment, mgrs: list[Manager], shares_text: str | None) -> list[str]:
+    """What each setting does in TensorRT-LLM, for the emitted comments."""
     notes = [
-        f"# use: trtllm-serve {shlex.quote(plan.target_source)} "
+        f"# use: trtllm-serve {shlex.quote(d.target_source)} "
         "--extra_llm_api_options <this file> (newer releases: --config)",
         "# V1 manager (use_kv_cache_manager_v2 auto picks V1 for this model): max_tokens sizes "
         "every manager alike, each at its own bytes per token",
@@ -367,7 +457,7 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
             "# the draft has its own manager with the same max_tokens; host_cache_size is one "
             "per-rank budget split between them by bytes per token"
         )
-    if windows is not None and len(target.windows) > 1:
+    if attention_windows(d) is not None and len(mgrs[0].windows) > 1:
         notes.append(
             "# max_attention_window stores sliding layers in their own pools; the target's "
             "bytes go to the windows by TRTLLM_WINDOW_SIZE_SHARES (set it in the server's "
@@ -378,31 +468,14 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
                 "# with windows the draft manager still gets max_tokens = budget / (target + "
                 "draft bytes per token at full length): the draft binds capacity"
             )
-    warnings = []
-    if sequences < inputs.max_batch_size:
-        warnings.append(
-            f"TensorRT-LLM's managers hold {count_of(sequences, 'sequence')} of "
-            f"{inputs.max_seq_len} "
-            f"tokens at once (max_batch_size {inputs.max_batch_size})"
-        )
-    return EnginePlan(
-        name="trtllm",
-        version=VERSION,
-        settings=settings,
-        predicted=predicted,
-        gpu_tokens=gpu_tokens,
-        max_concurrency=sequences,
-        log=tuple(log),
-        notes=tuple(notes + auto_note(plan, facts, dtype)),
-        warnings=tuple(warnings),
-    )
+    return notes
 
 
-def render(plan: Plan, engine: EnginePlan) -> str:
-    """The YAML of ``engine.settings`` (dotted keys nested), with comments."""
-    lines = comment_lines(plan, engine, "TensorRT-LLM")
+def render(plan: Plan) -> str:
+    """The YAML of ``plan.engine.settings`` (dotted keys nested), with comments."""
+    lines = comment_lines(plan, "TensorRT-LLM")
     sections: dict[str, list[str]] = {}
-    for key, value in engine.settings.items():
+    for key, value in plan.engine.settings.items():
         if key.startswith("env."):
             continue
         text = _yaml(value)
@@ -425,3 +498,29 @@ def _yaml(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return str(value)
+
+
+def check(d: Deployment) -> None:
+    """InvalidArgumentError for what this model of TensorRT-LLM does not cover."""
+    refuse_unmodelled(d, "trtllm")
+
+
+MODEL = EngineModel(
+    name="trtllm",
+    version=VERSION,
+    default=True,
+    source=EngineSource(
+        repository="NVIDIA/TensorRT-LLM",
+        ref="0004396720054fd8e205cbf616f21f0b57c6b412",
+        files=(
+            "tensorrt_llm/_torch/pyexecutor/_util.py",
+            "tensorrt_llm/_torch/pyexecutor/resource_manager.py",
+            "tensorrt_llm/llmapi/llm_args.py",
+        ),
+    ),
+    summary=f"TensorRT-LLM {VERSION}",
+    plan=plan,
+    check=check,
+    render=render,
+    spec_names=frozenset(ENGINES["trtllm"].spec_names),
+)

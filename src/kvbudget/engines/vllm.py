@@ -51,24 +51,28 @@ from __future__ import annotations
 import math
 import shlex
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kvbudget.cost import pp_stage_layers
+from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import (
     auto_note,
     cdiv,
     command_line,
     comment_lines,
     gib_text,
-    host_total,
     kv_dtype_name,
+    refuse_unmodelled,
     stage_note,
 )
 from kvbudget.engines.facts import ENGINES
-from kvbudget.engines.inputs import EngineInputs
-from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
+from kvbudget.errors import InvalidArgumentError
 from kvbudget.layers import AttentionLayer, Layer, MLALayer
-from kvbudget.plan_types import EnginePlan, Plan
+from kvbudget.plan_types import Capacity, EnginePlan, EngineSource, Plan, PoolPlan
+
+if TYPE_CHECKING:
+    from kvbudget.deployment import Deployment
+    from kvbudget.ledger import Ledger
 
 VERSION = "0.33.0"
 
@@ -170,23 +174,27 @@ class MambaSetup:
     states_per_request: int
 
 
-def mamba_setup(inputs: EngineInputs) -> MambaSetup | None:
+def mamba_setup(d: Deployment) -> MambaSetup | None:
     """vLLM's block-size override and state pages for a hybrid model, or None."""
-    target = inputs.target
-    k = inputs.lookahead_tokens
+    target = d.target
+    k = d.lookahead_tokens
     states = [
-        x.state_bytes(inputs.state_dtype, inputs.tp, lookahead=k, ssm_dtype=inputs.ssm_state_dtype)
+        x.state_bytes(
+            d.state_dtype_value, d.parallel.attention_tp, lookahead=k, ssm_dtype=d.ssm_state_dtype
+        )
         for x in target.layers
     ]
     state_page = max(states, default=0)
     if not state_page:
         return None
     attention = [x for x in target.layers if x.kind in ("attention", "mla")]
-    attn_page_1 = attention[0].bytes_per_token(inputs.kv_dtype, inputs.tp) if attention else 0
-    align = inputs.enable_prefix_caching
+    attn_page_1 = (
+        attention[0].bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp) if attention else 0
+    )
+    align = d.enable_prefix_caching
     gdn = any(x.kind == "gated_deltanet" for x in target.layers)
     checkpoint_alignment = GDN_CHECKPOINT_ALIGNMENT if align and gdn else None
-    bs = inputs.tokens_per_block
+    bs = d.tokens_per_block
     if attn_page_1:
         kernel_align = max(KERNEL_BLOCK, bs)
         if align:
@@ -201,59 +209,59 @@ def mamba_setup(inputs: EngineInputs) -> MambaSetup | None:
     per_request = (2 + k + checkpoint) if align else (1 + k)
     return MambaSetup(
         block_size=bs,
-        mamba_block_size=bs if align else inputs.max_seq_len,
+        mamba_block_size=bs if align else d.max_seq_len,
         state_page_bytes=state_page,
         page_bytes=max(page, state_page),
         states_per_request=per_request,
     )
 
 
-def layer_specs(inputs: EngineInputs) -> list[LayerSpec]:
+def layer_specs(d: Deployment) -> list[LayerSpec]:
     """Every cached layer of target and draft on one rank, in vLLM's order.
 
     Target layers first (their PP stage from vLLM's ``get_pp_indices`` split), then the
     draft's (EAGLE3 head, MTP layers or draft model), on the last stage.
     """
-    mamba = mamba_setup(inputs)
+    mamba = mamba_setup(d)
     if mamba is not None:
-        inputs = replace(inputs, tokens_per_block=mamba.block_size)
-    target = inputs.target
+        d = replace(d, tokens_per_block=mamba.block_size)
+    target = d.target
     stage_of = {
         i: s
-        for s, layers in enumerate(pp_stage_layers(target.num_layers, inputs.pp))
+        for s, layers in enumerate(pp_stage_layers(target.num_layers, d.parallel.pp))
         for i in layers
     }
     specs = [
         spec
         for layer in target.layers
-        if (spec := _layer_spec(inputs, layer, stage_of[layer.index], False, mamba)) is not None
+        if (spec := _layer_spec(d, layer, stage_of[layer.index], False, mamba)) is not None
     ]
-    last = inputs.pp - 1
+    last = d.parallel.pp - 1
     draft_layers: tuple[Layer, ...] = ()
-    if inputs.spec == "mtp":
+    if d.spec.name == "mtp":
         draft_layers = target.mtp_layers
-    elif inputs.draft is not None:
-        draft_layers = inputs.draft.layers
+    elif d.draft is not None:
+        draft_layers = d.draft.layers
     specs += [
         spec
         for layer in draft_layers
-        if (spec := _layer_spec(inputs, layer, last, True, None)) is not None
+        if (spec := _layer_spec(d, layer, last, True, None)) is not None
     ]
     return specs
 
 
 def _layer_spec(
-    inputs: EngineInputs, layer: Layer, stage: int, draft: bool, mamba: MambaSetup | None
+    d: Deployment, layer: Layer, stage: int, draft: bool, mamba: MambaSetup | None
 ) -> LayerSpec | None:
-    bs = inputs.tokens_per_block
-    per_token = layer.bytes_per_token(inputs.kv_dtype, inputs.tp)
+    bs = d.tokens_per_block
+    per_token = layer.bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp)
     if isinstance(layer, AttentionLayer):
         window = layer.sliding_window
         kind: SpecKind = "full_attention" if window is None else "sliding_window"
         if layer.chunked:
             # ChunkedLocalAttentionSpec (attention_chunk_size in ``sliding_window``), or
             # FullAttentionSpec when the hybrid manager is off
-            full = inputs.spec in _NO_HYBRID_WITH_CHUNKS
+            full = d.spec.name in _NO_HYBRID_WITH_CHUNKS
             kind, window = ("full_attention", None) if full else ("chunked_local", window)
         return LayerSpec(
             kind=kind,
@@ -363,29 +371,27 @@ def kv_cache_groups(specs: list[LayerSpec]) -> tuple[list[LayerSpec], list[KvCac
     return unified, groups
 
 
-def _group_blocks_per_request(
-    group: KvCacheGroup, specs: list[LayerSpec], inputs: EngineInputs
-) -> int:
+def _group_blocks_per_request(group: KvCacheGroup, specs: list[LayerSpec], d: Deployment) -> int:
     """Blocks of the shared pool one request of max_model_len takes in ``group``."""
-    max_len = inputs.max_seq_len
+    max_len = d.max_seq_len
     if group.kind == "sliding_window":
         assert group.sliding_window is not None
-        retained = group.sliding_window - 1 + _in_flight_tokens(inputs)
+        retained = group.sliding_window - 1 + _in_flight_tokens(d)
         return cdiv(min(retained, max_len), group.block_size) + 1
     if group.kind == "chunked_local":
         # ChunkedLocalAttentionSpec: one chunk plus the in-flight tokens, no extra block
         assert group.sliding_window is not None
-        chunk = group.sliding_window + _in_flight_tokens(inputs)
+        chunk = group.sliding_window + _in_flight_tokens(d)
         return cdiv(min(chunk, max_len), group.block_size)
     if group.kind == "mamba":
         return max(specs[i].states_per_request for i in group.layers)
     return cdiv(max_len, group.block_size)
 
 
-def _in_flight_tokens(inputs: EngineInputs) -> int:
+def _in_flight_tokens(d: Deployment) -> int:
     """``VllmConfig.max_in_flight_tokens``: batches in flight x max_num_batched_tokens."""
-    batches = inputs.pp + 1 if inputs.async_scheduling else inputs.pp
-    return batches * inputs.max_num_batched_tokens
+    batches = d.parallel.pp + 1 if d.async_scheduling else d.parallel.pp
+    return batches * d.max_num_batched_tokens
 
 
 def _bytes_per_block(groups: list[KvCacheGroup], specs: list[LayerSpec], stage: int) -> int:
@@ -395,17 +401,17 @@ def _bytes_per_block(groups: list[KvCacheGroup], specs: list[LayerSpec], stage: 
     )
 
 
-def vllm_pool(inputs: EngineInputs) -> VllmPool:
-    """The pool vLLM 0.33 builds for ``inputs``, and its logged capacity figures."""
-    specs, groups = kv_cache_groups(layer_specs(inputs))
+def vllm_pool(d: Deployment, budget: int) -> VllmPool:
+    """The pool vLLM 0.33 builds for ``d`` from ``budget`` KV bytes per GPU, and its
+    logged capacity figures."""
+    specs, groups = kv_cache_groups(layer_specs(d))
     if not groups:
-        raise InvalidArgumentError(f"{inputs.target.name} caches nothing for vLLM to size")
-    budget = inputs.gpu_kv_bytes
-    per_group = tuple(_group_blocks_per_request(g, specs, inputs) for g in groups)
+        raise InvalidArgumentError(f"{d.target.name} caches nothing for vLLM to size")
+    per_group = tuple(_group_blocks_per_request(g, specs, d) for g in groups)
     per_request = sum(per_group)
     counts = []
     refused = None
-    for stage in range(inputs.pp):
+    for stage in range(d.parallel.pp):
         bpb = _bytes_per_block(groups, specs, stage)
         if bpb == 0:
             continue
@@ -415,23 +421,23 @@ def vllm_pool(inputs: EngineInputs) -> VllmPool:
         if refused is None and (usable <= 0 or needed > usable):
             refused = (
                 f"To serve at least one request with the model's max seq len "
-                f"({inputs.max_seq_len}), ({_gib(needed)} GiB KV cache is needed, which is "
+                f"({d.max_seq_len}), ({_gib(needed)} GiB KV cache is needed, which is "
                 f"larger than the available KV cache memory ({_gib(usable)} GiB)."
             )
     num_blocks = min(counts)
     concurrency = num_blocks / per_request
     # the attention block size after any override (what vLLM's cache_config reports)
     attention = [g.block_size for g in groups if g.kind != "mamba"]
-    block_size = min(attention) if attention else inputs.tokens_per_block
+    block_size = min(attention) if attention else d.tokens_per_block
     return VllmPool(
         groups=tuple(groups),
         block_size=block_size,
-        bytes_per_block=_bytes_per_block(groups, specs, inputs.pp - 1),
+        bytes_per_block=_bytes_per_block(groups, specs, d.parallel.pp - 1),
         num_gpu_blocks=num_blocks,
         blocks_per_request=per_request,
         group_blocks_per_request=per_group,
         max_concurrency=concurrency,
-        gpu_kv_cache_tokens=int(concurrency * inputs.max_seq_len),
+        gpu_kv_cache_tokens=int(concurrency * d.max_seq_len),
         refused=refused,
     )
 
@@ -441,56 +447,113 @@ def _gib(num_bytes: int) -> str:
     return f"{round(num_bytes / (1 << 30), 2)}"
 
 
-def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
-    """vLLM's plan: its pool for ``inputs``, the flags that make it, its start-up line.
+def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
+    """vLLM's plan: its pool for ``d``, the flags that make it, its start-up line.
 
-    Raises InfeasibleBudgetError when vLLM would refuse to start (not one request of
-    max_model_len fits beside the null block), InvalidArgumentError for a dtype or model
-    vLLM has no cache for.
+    ``refusals`` holds vLLM's start-up refusal when not one request of max_model_len
+    fits beside the null block. Raises InvalidArgumentError for a dtype or model vLLM
+    has no cache for.
     """
     facts = ENGINES["vllm"]
-    dtype = kv_dtype_name(plan, facts)
-    pool = vllm_pool(inputs)
+    dtype = kv_dtype_name(d.kv_dtype, facts)
+    budget = ledger.min_stage_gpu_bytes
+    pool = vllm_pool(d, budget)
+    refusals: tuple[str, ...] = ()
     if pool.refused is not None:
-        raise InfeasibleBudgetError(
+        refusals = (
             f"vLLM {VERSION} would refuse to start: {pool.refused} Raise --kv-budget, lower "
-            "--max-seq-len, or use a smaller --kv-dtype"
+            "--max-seq-len, or use a smaller --kv-dtype",
         )
-    settings: dict[str, Any] = {
-        # vLLM's data parallelism (replicas or DP attention) runs --data-parallel-size
-        # engines of --tensor-parallel-size ranks each: the attention TP
-        "--tensor-parallel-size": inputs.tp,
-        "--pipeline-parallel-size": plan.pp,
-        "--max-model-len": inputs.max_seq_len,
-        "--max-num-seqs": inputs.max_batch_size,
-        "--max-num-batched-tokens": inputs.max_num_batched_tokens,
-        "--async-scheduling" if inputs.async_scheduling else "--no-async-scheduling": True,
-        "--enable-prefix-caching"
-        if inputs.enable_prefix_caching
-        else "--no-enable-prefix-caching": True,
-        facts.block_knob: plan.tokens_per_block,
-        facts.kv_dtype_knob: dtype,
-        facts.gpu_knob: inputs.gpu_kv_bytes,
-    }
-    if inputs.dp > 1:
-        settings["--data-parallel-size"] = inputs.dp
-    if inputs.ep > 1:
-        settings["--enable-expert-parallel"] = True
-    host = host_total(plan)
-    ranks = plan.tp * plan.pp
-    size = gib_text(host * ranks)
+    ranks = d.parallel.tp * d.parallel.pp
+    size = gib_text(ledger.host_bytes * ranks)
+    pools = _pools(d, pool, size, ranks)
+    host = next((p for p in pools if p.tier == "host"), None)
+    sequences = min(int(pool.max_concurrency), d.max_batch_size)
+    capacity = Capacity(
+        tokens=pool.gpu_kv_cache_tokens,
+        tokens_per_block=pool.block_size,
+        gpu_blocks=pool.num_gpu_blocks,
+        host_blocks=host.blocks if host else 0,
+        disk_blocks=0,
+        host_tokens=host.tokens if host else 0,
+        disk_tokens=0,
+        max_seq_len=d.max_seq_len,
+        lookahead_tokens=d.lookahead_tokens,
+        max_batch_size=d.max_batch_size,
+        max_concurrency=sequences,
+        kv_groups=d.parallel.kv_groups,
+    )
+    warnings = []
+    if sequences < d.max_batch_size:
+        warnings.append(
+            f"vLLM's pool holds {pool.max_concurrency:.2f} requests of max_model_len "
+            f"{d.max_seq_len} at once (--max-num-seqs {d.max_batch_size}); it "
+            "admits more shorter ones"
+        )
+    log = (
+        f"GPU KV cache size: {pool.gpu_kv_cache_tokens:,} tokens, Maximum concurrency for "
+        f"{d.max_seq_len:,} tokens per request: {pool.max_concurrency:.2f}x",
+    )
+    return EnginePlan(
+        name=MODEL.name,
+        version=MODEL.version,
+        source=MODEL.source,
+        pools=pools,
+        capacity=capacity,
+        settings=_settings(d, budget, dtype, size),
+        log=log,
+        notes=tuple(_notes(d, ledger, pool, size, ranks) + auto_note(d.kv_dtype, facts, dtype)),
+        warnings=tuple(warnings),
+        refusals=refusals,
+        detail=_detail(d, pool),
+    )
+
+
+def _pools(d: Deployment, pool: VllmPool, size: str, ranks: int) -> tuple[PoolPlan, ...]:
+    """The one GPU block pool (every layer of target and draft) and the host pool.
+
+    The host pool is ``--kv-offloading-size`` GiB over ``ranks`` ranks, in blocks of
+    the GPU pool's bytes (``CPUOffloadingSpec``; modelled, not run by the harness).
+    """
+    role: Literal["target", "target+draft"] = (
+        "target+draft" if any(g.draft_layers for g in pool.groups) else "target"
+    )
+    kinds = {g.kind for g in pool.groups}
+    kind: Literal["kv", "hybrid"] = "kv" if kinds <= {"full_attention", "mla"} else "hybrid"
+    pools = [
+        PoolPlan(
+            role=role,
+            kind=kind,
+            tier="gpu",
+            tokens_per_block=pool.block_size,
+            blocks=pool.num_gpu_blocks,
+            bytes=pool.num_gpu_blocks * pool.bytes_per_block,
+            tokens=pool.gpu_kv_cache_tokens,
+            name=f"block pool ({len(pool.groups)} KV cache group"
+            f"{'s' if len(pool.groups) != 1 else ''})",
+        )
+    ]
     if size != "0":
-        settings["--kv-offloading-backend"] = "native"
-        settings[facts.host_knob] = size
-    if plan.spec in facts.spec_names:
-        config: dict[str, object] = {
-            "method": facts.spec_names[plan.spec],
-            facts.draft_len_knob: inputs.max_draft_len,
-        }
-        if plan.draft_source:
-            config[facts.draft_model_knob] = plan.draft_source
-        config.update(facts.spec_extra.get(plan.spec, {}))
-        settings["--speculative-config"] = config
+        host_bytes = int(float(size) * (1 << 30)) // ranks
+        blocks = host_bytes // pool.bytes_per_block
+        pools.append(
+            PoolPlan(
+                role=role,
+                kind=kind,
+                tier="host",
+                tokens_per_block=pool.block_size,
+                blocks=blocks,
+                bytes=host_bytes,
+                tokens=blocks * pool.block_size,
+                padding_bytes=host_bytes - blocks * pool.bytes_per_block,
+                name="CPU offloading",
+            )
+        )
+    return tuple(pools)
+
+
+def _detail(d: Deployment, pool: VllmPool) -> dict[str, Any]:
+    """vLLM's own figures: block size, blocks, groups, concurrency (the fidelity fields)."""
     groups = [
         {
             "kind": g.kind,
@@ -504,7 +567,7 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
         }
         for g, per_request in zip(pool.groups, pool.group_blocks_per_request, strict=True)
     ]
-    predicted: dict[str, Any] = {
+    return {
         "block_size": pool.block_size,
         "bytes_per_block": pool.bytes_per_block,
         "num_gpu_blocks": pool.num_gpu_blocks,
@@ -512,14 +575,55 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
         "blocks_per_request": pool.blocks_per_request,
         "gpu_kv_cache_tokens": pool.gpu_kv_cache_tokens,
         "max_concurrency": pool.max_concurrency,
-        "max_in_flight_tokens": _in_flight_tokens(inputs),
+        "max_in_flight_tokens": _in_flight_tokens(d),
         "kv_cache_groups": groups,
-        "refused": None,
+        "refused": pool.refused,
     }
-    log = (
-        f"GPU KV cache size: {pool.gpu_kv_cache_tokens:,} tokens, Maximum concurrency for "
-        f"{inputs.max_seq_len:,} tokens per request: {pool.max_concurrency:.2f}x",
-    )
+
+
+def _settings(d: Deployment, budget: int, dtype: str, size: str) -> dict[str, Any]:
+    """The ``vllm serve`` flags of the plan."""
+    facts = ENGINES["vllm"]
+    layout = d.parallel
+    settings: dict[str, Any] = {
+        # vLLM's data parallelism (replicas or DP attention) runs --data-parallel-size
+        # engines of --tensor-parallel-size ranks each: the attention TP
+        "--tensor-parallel-size": layout.attention_tp,
+        "--pipeline-parallel-size": layout.pp,
+        "--max-model-len": d.max_seq_len,
+        "--max-num-seqs": d.max_batch_size,
+        "--max-num-batched-tokens": d.max_num_batched_tokens,
+        "--async-scheduling" if d.async_scheduling else "--no-async-scheduling": True,
+        "--enable-prefix-caching"
+        if d.enable_prefix_caching
+        else "--no-enable-prefix-caching": True,
+        facts.block_knob: d.tokens_per_block,
+        facts.kv_dtype_knob: dtype,
+        facts.gpu_knob: budget,
+    }
+    if layout.dp > 1:
+        settings["--data-parallel-size"] = layout.dp
+    if layout.ep > 1:
+        settings["--enable-expert-parallel"] = True
+    if size != "0":
+        settings["--kv-offloading-backend"] = "native"
+        settings[facts.host_knob] = size
+    spec = d.spec.name
+    if spec in facts.spec_names:
+        config: dict[str, object] = {
+            "method": facts.spec_names[spec],
+            facts.draft_len_knob: d.lookahead_tokens,
+        }
+        if d.draft_source:
+            config[facts.draft_model_knob] = d.draft_source
+        config.update(facts.spec_extra.get(spec, {}))
+        settings["--speculative-config"] = config
+    return settings
+
+
+def _notes(d: Deployment, ledger: Ledger, pool: VllmPool, size: str, ranks: int) -> list[str]:
+    """What each setting does in vLLM, for the emitted comments."""
+    facts = ENGINES["vllm"]
     notes = [
         f"# {facts.gpu_knob} is the one block pool per GPU for every layer, draft layers "
         "included; it overrides --gpu-memory-utilization",
@@ -534,51 +638,65 @@ def build(plan: Plan, inputs: EngineInputs) -> EnginePlan:
     if any(g.kind == "sliding_window" for g in pool.groups):
         notes.append(
             "# sliding-window groups are charged window - 1 + max in-flight tokens "
-            f"({_in_flight_tokens(inputs)} = batches in flight x --max-num-batched-tokens) per "
+            f"({_in_flight_tokens(d)} = batches in flight x --max-num-batched-tokens) per "
             "request: a larger --max-num-batched-tokens lowers the logged capacity"
         )
     if any(g.kind == "mamba" for g in pool.groups):
-        other = vllm_pool(replace(inputs, enable_prefix_caching=not inputs.enable_prefix_caching))
-        on, off = (pool, other) if inputs.enable_prefix_caching else (other, pool)
-        chosen = "on" if inputs.enable_prefix_caching else "off"
+        other = vllm_pool(
+            replace(d, enable_prefix_caching=not d.enable_prefix_caching),
+            ledger.min_stage_gpu_bytes,
+        )
+        on, off = (pool, other) if d.enable_prefix_caching else (other, pool)
+        chosen = "on" if d.enable_prefix_caching else "off"
         notes.append(
             f"# prefix caching {chosen} for this hybrid model: with it on vLLM keeps 2 + K + 1 "
             f"states per request (align mode) and holds {on.max_concurrency:.2f} requests of "
             f"max_model_len; with --no-prefix-caching 1 + K states and "
             f"{off.max_concurrency:.2f} requests, but no prefix reuse"
         )
+    host, layout = ledger.host_bytes, d.parallel
     if size != "0":
         notes.append(
             f"# {facts.host_knob} is GiB summed over all {ranks} rank(s) "
-            f"(TP {plan.tp} x PP {plan.pp}): {host} B per rank x {ranks}, rounded down"
+            f"(TP {layout.tp} x PP {layout.pp}): {host} B per rank x {ranks}, rounded down"
         )
     elif host:
         notes.append(
             f"# host budget under 0.001 GiB in all: {facts.host_knob} left unset (0 would fail)"
         )
-    sequences = min(int(pool.max_concurrency), inputs.max_batch_size)
-    warnings = []
-    if sequences < inputs.max_batch_size:
-        warnings.append(
-            f"vLLM's pool holds {pool.max_concurrency:.2f} requests of max_model_len "
-            f"{inputs.max_seq_len} at once (--max-num-seqs {inputs.max_batch_size}); it "
-            "admits more shorter ones"
-        )
-    return EnginePlan(
-        name="vllm",
-        version=VERSION,
-        settings=settings,
-        predicted=predicted,
-        gpu_tokens=pool.gpu_kv_cache_tokens,
-        max_concurrency=sequences,
-        warnings=tuple(warnings),
-        log=log,
-        notes=tuple(notes + auto_note(plan, facts, dtype) + stage_note(plan)),
-    )
+    return notes + stage_note(ledger)
 
 
-def render(plan: Plan, engine: EnginePlan) -> str:
-    """The ``vllm serve`` command of ``engine.settings``, with comments."""
-    lines = comment_lines(plan, engine, "vLLM")
+def render(plan: Plan) -> str:
+    """The ``vllm serve`` command of ``plan.engine.settings``, with comments."""
+    engine = plan.engine
+    lines = comment_lines(plan, "vLLM")
     lines.append(command_line(f"vllm serve {shlex.quote(plan.target_source)}", engine.settings))
     return "\n".join(lines) + "\n"
+
+
+def check(d: Deployment) -> None:
+    """InvalidArgumentError for what this model of vLLM does not cover."""
+    refuse_unmodelled(d, "vllm")
+
+
+MODEL = EngineModel(
+    name="vllm",
+    version=VERSION,
+    default=True,
+    source=EngineSource(
+        repository="vllm-project/vllm",
+        ref="v0.33.0 (the PyPI wheel)",
+        files=(
+            "vllm/v1/core/kv_cache_utils.py",
+            "vllm/v1/core/kv_cache_planning.py",
+            "vllm/v1/kv_cache_interface.py",
+            "vllm/platforms/interface.py",
+        ),
+    ),
+    summary=f"vLLM {VERSION}",
+    plan=plan,
+    check=check,
+    render=render,
+    spec_names=frozenset(ENGINES["vllm"].spec_names),
+)

@@ -27,20 +27,15 @@ split policies equal ``kvbudget``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from kvbudget.cost import CacheCost
+from kvbudget.engines.kvbudget_cache import own_pools
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.plan_types import ManagerPlan, Plan, TierPlan
 from kvbudget.split import Tier, split_budget
-
-POLICIES: tuple[str, ...] = (
-    "kvbudget",
-    "doubled-host",
-    "equal-split",
-    "target-geometry-draft",
-    "no-host",
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,40 +60,49 @@ class PolicyPlan:
     notes: tuple[str, ...] = ()
 
 
-def policy_plans(base: Plan, names: tuple[str, ...] = POLICIES) -> tuple[PolicyPlan, ...]:
+def policy_plans(base: Plan, names: tuple[str, ...] | None = None) -> tuple[PolicyPlan, ...]:
     """The plans of ``names`` (default: every policy) from ``base``. Pure.
 
     Raises InvalidArgumentError for an unknown policy name.
     """
+    names = POLICIES if names is None else names
     for name in names:
-        if name not in POLICIES:
+        if name not in POLICY_VARIANTS:
             raise InvalidArgumentError(
                 f"unknown policy {name!r}; choose from {', '.join(POLICIES)} (--policies)"
             )
     return tuple(_build(base, name) for name in names)
 
 
+Variant = Callable[[Plan], tuple[Plan, int, list[str]]]
+
+
+def _as_planned(base: Plan) -> tuple[Plan, int, list[str]]:
+    return base, 0, []
+
+
+def _no_host(base: Plan) -> tuple[Plan, int, list[str]]:
+    built = _with_tier_shares(base, "host", [0] * len(base.managers))
+    return replace(built, budget=replace(built.budget, host_bytes=0)), 0, []
+
+
+def _doubled_host(base: Plan) -> tuple[Plan, int, list[str]]:
+    host = base.budget.host_bytes
+    return _with_tier_shares(base, "host", [host] * len(base.managers)), 0, []
+
+
+def _equal_split(base: Plan) -> tuple[Plan, int, list[str]]:
+    built = base
+    n = len(base.managers)
+    for tier in ("gpu", "host"):
+        total = sum(m.tier(tier).bytes for m in base.managers)
+        shares = [total - (n - 1) * (total // n)] + [total // n] * (n - 1)
+        built = _with_tier_shares(built, tier, shares)
+    return built, 0, []
+
+
 def _build(base: Plan, name: str) -> PolicyPlan:
-    notes: list[str] = []
-    overcommit = 0
-    if name == "kvbudget":
-        built = base
-    elif name == "no-host":
-        built = _with_tier_shares(base, "host", [0] * len(base.managers))
-        built = replace(built, budget=replace(built.budget, host_bytes=0))
-    elif name == "doubled-host":
-        host = base.budget.host_bytes
-        built = _with_tier_shares(base, "host", [host] * len(base.managers))
-    elif name == "equal-split":
-        built = base
-        for tier in ("gpu", "host"):
-            total = sum(m.tier(tier).bytes for m in base.managers)
-            n = len(base.managers)
-            shares = [total - (n - 1) * (total // n)] + [total // n] * (n - 1)
-            built = _with_tier_shares(built, tier, shares)
-    else:  # target-geometry-draft
-        built, overcommit, note = _target_geometry(base)
-        notes += note
+    built, overcommit, notes = POLICY_VARIANTS[name](base)
     if len(base.managers) == 1 and name in ("equal-split", "target-geometry-draft"):
         notes.append("one cache manager (no draft cache): the same as kvbudget")
     pinned = sum(m.host.bytes for m in built.managers)
@@ -107,7 +111,7 @@ def _build(base: Plan, name: str) -> PolicyPlan:
         name=name,
         plan=built,
         pinned_host_bytes=pinned,
-        host_budget_bytes=base.budget.host_bytes if name != "no-host" else 0,
+        host_budget_bytes=built.budget.host_bytes,
         node_pinned_host_bytes=pinned * per_node,
         node_host_memory_bytes=base.budget.host_memory_bytes,
         gpu_overcommit_bytes=overcommit,
@@ -136,7 +140,7 @@ def _with_tier_shares(
             continue
         fixed = m.fixed_bytes if tier == "gpu" else 0
         counts.append(max(0, share - fixed) // per_block)
-    old = getattr(plan.capacity, f"{tier}_blocks")
+    old: int = getattr(plan.capacity, f"{tier}_blocks")
     common = min(counts) if counts else old
     tpb = plan.tokens_per_block
     managers = []
@@ -170,7 +174,8 @@ def _with_tier_shares(
         )
     else:
         cap = replace(cap, **{f"{tier}_blocks": common, f"{tier}_tokens": common * tpb})
-    return replace(plan, managers=tuple(managers), capacity=cap)
+    engine = replace(plan.engine, capacity=cap, pools=own_pools(tuple(managers)))
+    return replace(plan, managers=tuple(managers), engine=engine)
 
 
 def _target_geometry(base: Plan) -> tuple[Plan, int, list[str]]:
@@ -205,3 +210,16 @@ def _target_geometry(base: Plan) -> tuple[Plan, int, list[str]]:
     elif priced == draft.slope_bytes_per_token:
         notes.append("the priced and real draft geometry agree: the same split as kvbudget")
     return built, overcommit, notes
+
+
+# the policies by name, in the order they are reported: each a pure variant of the plan
+POLICY_VARIANTS: MappingProxyType[str, Variant] = MappingProxyType(
+    {
+        "kvbudget": _as_planned,
+        "doubled-host": _doubled_host,
+        "equal-split": _equal_split,
+        "target-geometry-draft": _target_geometry,
+        "no-host": _no_host,
+    }
+)
+POLICIES: tuple[str, ...] = tuple(POLICY_VARIANTS)

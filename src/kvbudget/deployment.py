@@ -1,10 +1,12 @@
-"""The planner's inputs as checked, typed values: :func:`resolve_inputs`.
+"""A deployment as one checked, typed value: :class:`Deployment`, made by
+:func:`resolve_deployment`.
 
-:func:`kvbudget.plan` is ``build_plan(resolve_inputs(...))``. Everything that reads a
+:func:`kvbudget.plan` is ``build_plan(resolve_deployment(...))``. Everything that reads a
 string (a model id or path, a dtype, a byte size, an engine or a speculation mode),
 checks a setting or combines settings happens here, once; :func:`kvbudget.planner.build_plan`
-then computes from values only. A variant of a plan (another budget split, another
-layout) is a :func:`dataclasses.replace` of a :class:`PlanInputs`.
+and every engine model then compute from this value only, read whole (no setting is
+copied into a second record). A variant of a deployment (another budget, another
+layout, another engine) is a :func:`dataclasses.replace` of it.
 
 Library errors name the parameters (``kv_budget``, ``max_draft_len``); the CLI maps them
 to its flags.
@@ -18,10 +20,9 @@ from kvbudget._validate import require_int
 from kvbudget.budget import GpuBudgetRule, gpu_budget_rule
 from kvbudget.cost import CostDetail, LayerSelection, cache_cost_detail
 from kvbudget.dtypes import DType, parse_dtype
-from kvbudget.engines import ENGINE_NAMES, ENGINES
-from kvbudget.engines.inputs import DEFAULT_MAX_NUM_BATCHED_TOKENS
+from kvbudget.engines.base import EngineModel
+from kvbudget.engines.registry import get_engine_model
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.layers import MLALayer
 from kvbudget.model import ModelSpec, load_model
 from kvbudget.spec_modes import SPEC_MODE_TABLE, SPEC_MODES, SpecModeInfo
 from kvbudget.units import parse_bytes, rounding_note
@@ -31,6 +32,7 @@ DEFAULT_TARGET = "meta-llama/Llama-3.1-8B-Instruct"
 DEFAULT_GPU = "H200"
 DEFAULT_HOST_BUDGET = 0  # no engine offloads to host memory unless asked
 DEFAULT_MAX_BATCH_SIZE = 256
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # tokens one scheduler step runs (the prefill chunk)
 
 # EAGLE3 heads shipped as presets, by the target they were trained for.
 EAGLE3_DRAFTS: dict[str, str] = {
@@ -126,46 +128,6 @@ class Parallelism:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CostSettings:
-    """The per-sequence settings every manager is costed with (:mod:`kvbudget.cost`)."""
-
-    kv_dtype: str
-    state_dtype: str  # "auto" or a dtype name
-    tokens_per_block: int
-    max_batch_size: int
-    reserve_batch: int  # sequences whose fixed costs (windows, states) are reserved
-    cached_states: int  # recurrent states kept at block boundaries (prefix reuse)
-    max_seq_len: int
-    lookahead_tokens: int
-    tp: int  # ranks one sequence's KV is split over
-    pp: int
-
-    def detail(
-        self,
-        model: ModelSpec,
-        layers: LayerSelection,
-        stage: int,
-        stages: int,
-        tp: int | None = None,
-    ) -> CostDetail:
-        """One manager's cost on PP stage ``stage`` of ``stages``, at ``tp`` ranks."""
-        return cache_cost_detail(
-            model,
-            kv_dtype=self.kv_dtype,
-            state_dtype=self.state_dtype,
-            tokens_per_block=self.tokens_per_block,
-            max_batch_size=self.reserve_batch,
-            max_seq_len=self.max_seq_len,
-            tp=self.tp if tp is None else tp,
-            pp=stages,
-            pp_stage=stage,
-            layers=layers,
-            lookahead_tokens=self.lookahead_tokens,
-            cached_states=self.cached_states,
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
 class NonKvOverrides:
     """Parts of the non-KV memory estimate given by the user (bytes per rank)."""
 
@@ -187,19 +149,37 @@ class NonKvOverrides:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PlanInputs:
-    """Everything :func:`kvbudget.planner.build_plan` needs, checked and typed.
+class Deployment:
+    """One deployment, checked and typed: what every engine model is handed, whole.
 
-    ``notes`` are the warnings found while resolving (sizes rounded from logs, the
-    draft's vocabulary or context, what a generic config assumed); the plan carries them
-    first.
+    * Models: ``target``, ``draft`` (an EAGLE3/EAGLE head or a small model, with its own
+      geometry; None for MTP, whose layers are the target's, and ngram), ``spec``
+      (``spec_reason``: why ``spec="auto"`` chose it).
+    * Per-sequence settings: ``kv_dtype`` and ``state_dtype`` (names; ``state_dtype``
+      may be ``"auto"``), ``tokens_per_block``, ``max_batch_size``, ``max_seq_len``,
+      ``max_draft_len`` (K as given; :attr:`lookahead_tokens` is what a sequence
+      reserves), ``cached_states`` (kvbudget's cache only).
+    * ``parallel``: the layout; ``gpu_rule``: the GPU budget (given, or derived under
+      one engine's memory knob); ``host_bytes``, ``disk_bytes``: budgets per rank;
+      ``gpus_per_node``, ``host_memory_bytes``: the node.
+    * ``engine``: the engine model planned for, and its knobs the user gave:
+      ``max_num_batched_tokens``, ``async_scheduling``, ``enable_prefix_caching``,
+      ``separate_draft_cache`` (MTP layers in their own manager).
+    * ``notes``: warnings found while resolving (sizes rounded from logs, the draft's
+      vocabulary or context, what a generic config assumed); the plan carries them first.
     """
 
     target: ModelSpec
     draft: ModelSpec | None
     spec: SpecModeInfo
     spec_reason: str | None
-    settings: CostSettings
+    kv_dtype: str
+    state_dtype: str
+    tokens_per_block: int
+    max_batch_size: int
+    max_seq_len: int
+    max_draft_len: int
+    cached_states: int
     parallel: Parallelism
     gpu_rule: GpuBudgetRule
     non_kv_overrides: NonKvOverrides
@@ -208,7 +188,7 @@ class PlanInputs:
     disk_bytes: int
     gpus_per_node: int
     host_memory_bytes: int | None
-    engine: str
+    engine: EngineModel
     separate_draft_cache: bool
     max_num_batched_tokens: int
     async_scheduling: bool
@@ -216,21 +196,74 @@ class PlanInputs:
     notes: tuple[str, ...] = ()
 
     @property
-    def state_dtype(self) -> DType:
+    def lookahead_tokens(self) -> int:
+        """Unverified draft tokens a sequence reserves: ``max_draft_len``, or 0 when the
+        spec mode has no lookahead (``none``). The one place this rule is written."""
+        return self.max_draft_len if self.spec.lookahead else 0
+
+    @property
+    def reserve_batch(self) -> int:
+        """Sequences whose fixed costs (windows, states) the ledger reserves:
+        ``max_batch_size`` where the engine reserves them up front, else one (engines
+        that draw them per request size the rest from their own pools)."""
+        return self.max_batch_size if self.engine.fixed_per_batch else 1
+
+    @property
+    def kv_dtype_value(self) -> DType:
+        """The KV dtype as a value."""
+        return parse_dtype(self.kv_dtype)
+
+    @property
+    def state_dtype_value(self) -> DType:
         """The dtype recurrent state is stored in (``auto``: the target's dtype)."""
-        return parse_dtype(
-            self.settings.state_dtype, auto=self.target.dtype or "bf16", what="state_dtype"
-        )
+        return parse_dtype(self.state_dtype, auto=self.target.dtype or "bf16", what="state_dtype")
 
     @property
     def ssm_state_dtype(self) -> DType | None:
         """The SSM state's own dtype from the config, when ``state_dtype`` is auto."""
-        if self.settings.state_dtype.strip().lower() == "auto" and self.target.ssm_state_dtype:
+        if self.state_dtype.strip().lower() == "auto" and self.target.ssm_state_dtype:
             return parse_dtype(self.target.ssm_state_dtype, what="state_dtype")
         return None
 
+    @property
+    def draft_source(self) -> str | None:
+        """What an engine loads the draft from: its local folder, else its id."""
+        if self.draft is None:
+            return None
+        return self.draft.location or self.draft.name
 
-def resolve_inputs(
+    @property
+    def target_source(self) -> str:
+        """What an engine loads the target from: its local folder, else its id."""
+        return self.target.location or self.target.name
+
+    def cost_detail(
+        self,
+        model: ModelSpec,
+        layers: LayerSelection,
+        stage: int,
+        stages: int,
+        tp: int | None = None,
+    ) -> CostDetail:
+        """One manager's cost on PP stage ``stage`` of ``stages``, at ``tp`` ranks
+        (default: the attention TP)."""
+        return cache_cost_detail(
+            model,
+            kv_dtype=self.kv_dtype,
+            state_dtype=self.state_dtype,
+            tokens_per_block=self.tokens_per_block,
+            max_batch_size=self.reserve_batch,
+            max_seq_len=self.max_seq_len,
+            tp=self.parallel.attention_tp if tp is None else tp,
+            pp=stages,
+            pp_stage=stage,
+            layers=layers,
+            lookahead_tokens=self.lookahead_tokens,
+            cached_states=self.cached_states,
+        )
+
+
+def resolve_deployment(
     target: str | ModelSpec = DEFAULT_TARGET,
     draft: str | ModelSpec | None = None,
     *,
@@ -268,9 +301,10 @@ def resolve_inputs(
     async_scheduling: bool = True,
     enable_prefix_caching: bool = True,
     cached_states: int | None = None,
-) -> PlanInputs:
+) -> Deployment:
     """Resolve and check :func:`kvbudget.plan`'s arguments (its docstring says what each
-    means). Loads the models; raises InvalidArgumentError or ConfigError on bad input."""
+    means) into one :class:`Deployment`. Loads the models; raises InvalidArgumentError or
+    ConfigError on bad input."""
     if spec != "auto" and spec not in SPEC_MODES:
         raise InvalidArgumentError(
             f"unknown spec {spec!r}; choose one of auto, {', '.join(SPEC_MODES)}"
@@ -281,13 +315,13 @@ def resolve_inputs(
     require_int("tokens_per_block", tokens_per_block, minimum=1)
     require_int("max_batch_size", max_batch_size, minimum=1)
     require_int("max_draft_len", max_draft_len, minimum=0)
-    engine_name = _engine_name(engine)
+    engine_model = get_engine_model(engine)
     if cached_states is not None:
         require_int("cached_states", cached_states)
-        if engine_name != "kvbudget" and cached_states:
+        if not engine_model.sizes_cached_states and cached_states:
             raise InvalidArgumentError(
-                f"cached_states sizes kvbudget's own cache; {engine_name} sizes its cached "
-                "states itself: drop --cached-states or use --engine kvbudget"
+                f"cached_states sizes kvbudget's own cache; {engine_model.name} sizes its "
+                "cached states itself: drop --cached-states or use --engine kvbudget"
             )
     require_int("max_num_batched_tokens", max_num_batched_tokens, minimum=1)
     for name, flag in (
@@ -317,29 +351,17 @@ def resolve_inputs(
             f"--max-draft-len 0 means no speculation; use --spec none instead of --spec {spec}"
         )
     draft_model = _resolve_draft(mode, target_model, draft)
-    speculation = ENGINES[engine_name].spec_names if engine_name != "kvbudget" else None
+    speculation = engine_model.spec_names
     if speculation is not None and mode.lookahead and mode.name not in speculation:
         raise InvalidArgumentError(
-            f"{ENGINES[engine_name].name} has no speculation mode for --spec {mode.name} "
-            f"(it runs {', '.join(speculation)}); choose one of them or another --engine"
+            f"{engine_model.summary} has no speculation mode for --spec {mode.name} "
+            f"(it runs {', '.join(sorted(speculation))}); choose one of them or another "
+            "--engine"
         )
     if parallel.draft_tp != tp and draft_model is None:
         raise InvalidArgumentError(
             f"draft_tp applies to a separate draft (an EAGLE3 head or a draft model); "
             f"--spec {spec} has none (MTP layers run at the target's tp): drop --draft-tp"
-        )
-    if engine_name != "kvbudget" and any(
-        isinstance(x, MLALayer) and x.index_head_dim for x in target_model.layers
-    ):
-        raise InvalidArgumentError(
-            f"--engine {engine_name} is not modelled for {target_model.name}'s sparse-attention "
-            "indexer cache (the engines keep it apart from the MLA latent); plan it with "
-            "--engine kvbudget"
-        )
-    if parallel.draft_tp != tp and engine_name != "kvbudget":
-        raise InvalidArgumentError(
-            f"--engine {engine_name} is modelled with the draft at the target's tp; plan a "
-            "different draft_tp with --engine kvbudget"
         )
     # "auto" is the target's dtype for every manager (engines run the draft in the
     # target's dtype), else the draft's when the target config names none.
@@ -353,26 +375,12 @@ def resolve_inputs(
         parse_dtype(state_dtype, what="state_dtype")
     seq_len = target_model.max_position_embeddings if max_seq_len is None else max_seq_len
     require_int("max_seq_len", seq_len, minimum=1)
-    if engine_name != "kvbudget":
+    if not engine_model.sizes_cached_states:
         states = 0
     elif cached_states is not None:
         states = cached_states
     else:
         states = max_batch_size if enable_prefix_caching else 0
-    settings = CostSettings(
-        kv_dtype=parse_dtype(kv_dtype, auto=kv_auto).name,
-        state_dtype=str(state_dtype),
-        tokens_per_block=tokens_per_block,
-        max_batch_size=max_batch_size,
-        # an engine draws windows and states per request from its pool: the per-manager
-        # split reserves them for one sequence, the engine model sizes the rest
-        reserve_batch=max_batch_size if engine_name == "kvbudget" else 1,
-        cached_states=states,
-        max_seq_len=seq_len,
-        lookahead_tokens=max_draft_len if mode.lookahead else 0,
-        tp=parallel.attention_tp,
-        pp=pp,
-    )
     node_gpus = min(parallel.ranks, 8) if gpus_per_node is None else gpus_per_node
     require_int("gpus_per_node", node_gpus, minimum=1)
     rule = gpu_budget_rule(
@@ -399,12 +407,18 @@ def resolve_inputs(
     ]
     notes += draft_warnings(target_model, draft_model, seq_len)
     notes += [*target_model.assumed, *(draft_model.assumed if draft_model else ())]
-    return PlanInputs(
+    deployment = Deployment(
         target=target_model,
         draft=draft_model,
         spec=mode,
         spec_reason=spec_reason,
-        settings=settings,
+        kv_dtype=parse_dtype(kv_dtype, auto=kv_auto).name,
+        state_dtype=str(state_dtype),
+        tokens_per_block=tokens_per_block,
+        max_batch_size=max_batch_size,
+        max_seq_len=seq_len,
+        max_draft_len=max_draft_len,
+        cached_states=states,
         parallel=parallel,
         gpu_rule=rule,
         non_kv_overrides=NonKvOverrides(
@@ -417,13 +431,15 @@ def resolve_inputs(
         disk_bytes=parse_bytes(disk_budget, name="disk_budget"),
         gpus_per_node=node_gpus,
         host_memory_bytes=_optional_bytes(host_memory, "host_memory"),
-        engine=engine_name,
+        engine=engine_model,
         separate_draft_cache=separate_draft_cache,
         max_num_batched_tokens=max_num_batched_tokens,
         async_scheduling=async_scheduling,
         enable_prefix_caching=enable_prefix_caching,
         notes=tuple(notes),
     )
+    engine_model.check(deployment)
+    return deployment
 
 
 def draft_warnings(target: ModelSpec, draft: ModelSpec | None, seq_len: int) -> list[str]:
@@ -453,15 +469,6 @@ def _optional_bytes(value: int | str | None, name: str) -> int | None:
 
 def _resolve(model: str | ModelSpec) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else load_model(model)
-
-
-def _engine_name(engine: object) -> str:
-    name = engine.lower() if isinstance(engine, str) else None
-    if name not in ENGINE_NAMES:
-        raise InvalidArgumentError(
-            f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_NAMES)}"
-        )
-    return name
 
 
 def _auto_spec(target: ModelSpec, draft: str | ModelSpec | None) -> tuple[str, str]:
@@ -542,12 +549,12 @@ __all__ = [
     "DEFAULT_GPU",
     "DEFAULT_HOST_BUDGET",
     "DEFAULT_MAX_BATCH_SIZE",
+    "DEFAULT_MAX_NUM_BATCHED_TOKENS",
     "DEFAULT_TARGET",
     "EAGLE3_DRAFTS",
-    "CostSettings",
+    "Deployment",
     "NonKvOverrides",
     "Parallelism",
-    "PlanInputs",
     "draft_warnings",
-    "resolve_inputs",
+    "resolve_deployment",
 ]

@@ -1,4 +1,4 @@
-"""``plan`` = ``build_plan(resolve_inputs(...))``: inputs as values, variants by replace."""
+"""``plan`` = ``build_plan(resolve_deployment(...))``: inputs as values, variants by replace."""
 
 from __future__ import annotations
 
@@ -7,19 +7,19 @@ import dataclasses
 import pytest
 
 import kvbudget
+from kvbudget.deployment import Parallelism, resolve_deployment
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.plan_inputs import Parallelism, resolve_inputs
 from kvbudget.planner import build_plan, plan
 from kvbudget.spec_modes import SPEC_MODE_TABLE, SPEC_MODES
 
 
 def test_plan_is_build_of_resolved_inputs() -> None:
     kwargs = {"spec": "eagle3", "kv_budget": "20GiB", "host_budget": "8GiB", "max_seq_len": 8192}
-    assert build_plan(resolve_inputs(**kwargs)) == plan(**kwargs)  # type: ignore[arg-type]
+    assert build_plan(resolve_deployment(**kwargs)) == plan(**kwargs)  # type: ignore[arg-type]
 
 
-def test_resolve_inputs_types_every_string() -> None:
-    inputs = resolve_inputs(
+def test_resolve_deployment_types_every_string() -> None:
+    inputs = resolve_deployment(
         "meta-llama/Llama-3.1-8B-Instruct", kv_budget="1GiB", host_budget="2GiB", tp=2
     )
     assert inputs.target.name == "meta-llama/Llama-3.1-8B-Instruct"
@@ -27,14 +27,16 @@ def test_resolve_inputs_types_every_string() -> None:
     assert inputs.draft is not None and inputs.draft.is_eagle3
     assert inputs.host_bytes == 2 * 1024**3  # 2 GiB = 2,147,483,648 B
     assert inputs.gpu_rule.given_bytes == 1024**3
-    assert inputs.settings.kv_dtype == "bf16"  # the config's torch_dtype bfloat16
-    assert inputs.settings.lookahead_tokens == 3  # max_draft_len default
+    assert inputs.kv_dtype == "bf16"  # the config's torch_dtype bfloat16
+    assert inputs.max_draft_len == 3  # the default
+    assert inputs.lookahead_tokens == 3  # eagle3 speculates: K tokens of lookahead
+    assert inputs.engine.id == f"kvbudget@{kvbudget.__version__}"  # the default engine
     assert inputs.parallel == Parallelism(tp=2, pp=1, draft_tp=2, dp=1, dp_attention=False, ep=1)
 
 
 def test_a_variant_is_a_replace_of_the_inputs() -> None:
     """Doubling the host budget in the inputs doubles each manager's host bytes."""
-    inputs = resolve_inputs(spec="eagle3", kv_budget="20GiB", host_budget="8GiB")
+    inputs = resolve_deployment(spec="eagle3", kv_budget="20GiB", host_budget="8GiB")
     base = build_plan(inputs)
     doubled = build_plan(dataclasses.replace(inputs, host_bytes=2 * inputs.host_bytes))
     assert doubled.budget.host_bytes == 2 * base.budget.host_bytes == 16 * 1024**3

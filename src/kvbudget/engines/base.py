@@ -1,0 +1,66 @@
+"""The engine-model type: one engine version, registered by name and version.
+
+An engine model turns a :class:`~kvbudget.deployment.Deployment` and kvbudget's budget
+ledger into that engine's whole plan (:class:`~kvbudget.plan_types.EnginePlan`): the
+pools it allocates, what they hold, the settings that make it allocate them, its
+predicted start-up lines, warnings and refusals. Each engine version is one module that
+defines ``MODEL``; :mod:`kvbudget.engines.registry` lists them. Nothing downstream
+branches on an engine's name: what differs between engines is in these values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvbudget.plan_types import EngineSource
+
+if TYPE_CHECKING:
+    from kvbudget.deployment import Deployment
+    from kvbudget.ledger import Ledger
+    from kvbudget.plan_types import EnginePlan, Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineModel:
+    """One engine version's model.
+
+    * ``name`` and ``version``: ``--engine name@version``; ``default``: the version that
+      ``--engine name`` picks.
+    * ``source``: the repository, release or commit and files the model was read from.
+    * ``fixed_per_batch``: the engine reserves window blocks and recurrent state for
+      ``max_batch_size`` sequences up front (kvbudget's own cache); False where it draws
+      them per request from its pools, so the ledger reserves them for one sequence.
+    * ``sizes_cached_states``: ``cached_states`` (recurrent states kept for prefix
+      reuse) is a setting of this engine; others size their own.
+    * ``spec_names``: the speculation modes it runs (None: every mode kvbudget plans).
+    * ``check(deployment)``: raises InvalidArgumentError for a deployment this model does
+      not cover (before any planning); ``plan(deployment, ledger)``: the engine plan;
+      ``render(plan)``: the emitted settings as text (None: nothing to emit).
+    """
+
+    name: str
+    version: str
+    default: bool
+    source: EngineSource
+    summary: str
+    plan: Callable[[Deployment, Ledger], EnginePlan]
+    check: Callable[[Deployment], None]
+    render: Callable[[Plan], str] | None = None
+    fixed_per_batch: bool = False
+    sizes_cached_states: bool = False
+    spec_names: frozenset[str] | None = None
+
+    @property
+    def id(self) -> str:
+        """``name@version``."""
+        return f"{self.name}@{self.version}"
+
+
+def no_check(deployment: Deployment) -> None:
+    """A :attr:`EngineModel.check` that accepts every deployment."""
+    del deployment
+
+
+__all__ = ["EngineModel", "no_check"]

@@ -1,0 +1,196 @@
+"""kvbudget's own cache (:class:`~kvbudget.SpecDecodeCache`) as an engine model.
+
+It allocates exactly the ledger: per role, one pool of the growing layers' blocks per
+tier (every role the same count, in lockstep), window pools of ``blocks_per_seq x
+max_batch_size`` blocks per window size, ``max_batch_size`` recurrent-state slots and the
+``cached_states`` kept at block boundaries, all reserved up front on the GPU. Capacity
+is the common block count: tokens, sequences of ``max_seq_len`` at once (capped at the
+batch) and the longest sequence at the full batch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvbudget._version import __version__
+from kvbudget.engines.base import EngineModel, no_check
+from kvbudget.engines.common import cdiv
+from kvbudget.errors import InfeasibleBudgetError
+from kvbudget.plan_types import Capacity, EnginePlan, EngineSource, ManagerPlan, PoolPlan
+from kvbudget.units import count_of, format_bytes
+
+if TYPE_CHECKING:
+    from kvbudget.deployment import Deployment
+    from kvbudget.ledger import Ledger
+
+
+def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
+    """The cache's pools and capacity for ``ledger``.
+
+    Raises InfeasibleBudgetError when not even one sequence of max_seq_len fits.
+    """
+    capacity, warnings = _capacity(d, ledger)
+    pools = own_pools(ledger.managers)
+    return EnginePlan(
+        name=MODEL.name,
+        version=MODEL.version,
+        source=MODEL.source,
+        pools=pools,
+        capacity=capacity,
+        settings={},
+        warnings=tuple(warnings),
+    )
+
+
+def own_pools(managers: tuple[ManagerPlan, ...]) -> tuple[PoolPlan, ...]:
+    """The cache's pools for ``managers``, role by role (a policy variant's too)."""
+    return tuple(pool for m in managers for pool in _pools(m))
+
+
+def _pools(m: ManagerPlan) -> list[PoolPlan]:
+    """One manager's pools: growing blocks per tier, then its GPU fixed pools."""
+    bs = m.tokens_per_block
+    pools = [
+        PoolPlan(
+            role=m.role,
+            kind="kv",
+            tier=t.tier,
+            tokens_per_block=bs,
+            blocks=t.blocks,
+            bytes=t.bytes - (m.fixed_bytes if t.tier == "gpu" else 0),
+            tokens=t.tokens,
+            padding_bytes=t.padding_bytes,
+        )
+        for t in (m.gpu, m.host, m.disk)
+        if t.tier == "gpu" or t.bytes
+    ]
+    for g in m.window_groups:
+        blocks = g.blocks_per_seq * m.max_batch_size
+        pools.append(
+            PoolPlan(
+                role=m.role,
+                kind="window",
+                tier="gpu",
+                tokens_per_block=bs,
+                blocks=blocks,
+                bytes=blocks * bs * g.bytes_per_token,
+                tokens=blocks * bs,
+                window_tokens=g.window_tokens,
+            )
+        )
+    if m.state_bytes_per_seq:
+        pools.append(
+            PoolPlan(
+                role=m.role,
+                kind="state",
+                tier="gpu",
+                tokens_per_block=bs,
+                blocks=m.max_batch_size,
+                bytes=m.state_bytes_per_seq * m.max_batch_size,
+                tokens=0,
+            )
+        )
+    if m.cached_states:
+        pools.append(
+            PoolPlan(
+                role=m.role,
+                kind="checkpoint",
+                tier="gpu",
+                tokens_per_block=bs,
+                blocks=m.cached_states,
+                bytes=m.state_bytes_per_checkpoint * m.cached_states,
+                tokens=0,
+            )
+        )
+    return pools
+
+
+def _capacity(d: Deployment, ledger: Ledger) -> tuple[Capacity, list[str]]:
+    """Tokens, concurrency and the longest sequence at the batch size, with warnings.
+
+    Raises InfeasibleBudgetError when not even one sequence of max_seq_len fits.
+    """
+    bs, lookahead, batch = d.tokens_per_block, d.lookahead_tokens, d.max_batch_size
+    blocks = ledger.gpu_blocks
+    # a sequence never grows past max_seq_len, so neither does its lookahead (engines
+    # reserve min(tokens + K, max_seq_len)): a full-length sequence spans its own blocks
+    seq_blocks = cdiv(d.max_seq_len, bs)
+    warnings: list[str] = []
+    if ledger.growing:
+        fit = blocks // seq_blocks
+        # window pools and state slots exist for max_batch_size sequences, and an engine
+        # runs no more than that: concurrency is capped at the batch size.
+        concurrency = min(fit, batch)
+        per_seq = (blocks // batch) * bs
+        at_batch = d.max_seq_len if per_seq >= d.max_seq_len else per_seq - lookahead
+        if fit == 0:
+            raise InfeasibleBudgetError(
+                f"one sequence of max_seq_len {d.max_seq_len} needs "
+                f"{seq_blocks} blocks per manager but the GPU budget of "
+                f"{format_bytes(ledger.binding_gpu_bytes)} per rank holds {blocks} after the "
+                f"fixed cost of {format_bytes(ledger.binding_fixed_bytes)}; the longest "
+                f"sequence that fits is {max(blocks * bs - lookahead, 0)} tokens: lower "
+                "--max-seq-len, raise --kv-budget/--memory-fraction, use a smaller "
+                "--kv-dtype, or raise --tp/--pp"
+            )
+        warnings += _batch_notes(d, fit, concurrency, at_batch)
+    else:
+        concurrency, at_batch = batch, d.max_seq_len
+        warnings.append(
+            "every cached layer is sliding-window or recurrent: the cache is a fixed cost "
+            f"for max_batch_size={batch} sequences of any length; the rest of the GPU budget "
+            "is unused (raise --max-batch-size to use it)"
+        )
+    capacity = Capacity(
+        tokens=blocks * bs,
+        tokens_per_block=bs,
+        gpu_blocks=blocks,
+        host_blocks=ledger.host_blocks,
+        disk_blocks=ledger.disk_blocks,
+        host_tokens=ledger.host_blocks * bs,
+        disk_tokens=ledger.disk_blocks * bs,
+        max_seq_len=d.max_seq_len,
+        lookahead_tokens=lookahead,
+        max_batch_size=batch,
+        max_concurrency=concurrency,
+        max_seq_len_at_batch=max(at_batch, 0),
+        kv_groups=d.parallel.kv_groups,
+    )
+    return capacity, warnings
+
+
+def _batch_notes(d: Deployment, fit: int, concurrency: int, at_batch: int) -> list[str]:
+    """What the batch size leaves unused, or what it cannot run at full length."""
+    batch = d.max_batch_size
+    if fit > batch:
+        return [
+            f"the GPU blocks hold {count_of(fit, 'sequence')} of max_seq_len "
+            f"{d.max_seq_len} but "
+            f"max_batch_size is {batch}: at most {batch} run at once (raise "
+            "--max-batch-size to use the rest, or lower --kv-budget/--memory-fraction)"
+        ]
+    if fit < batch:
+        return [
+            f"only {count_of(concurrency, 'sequence')} of max_seq_len {d.max_seq_len} "
+            "fit at once "
+            f"(max_batch_size is {batch}); at the full batch each sequence can hold "
+            f"{max(at_batch, 0)} tokens"
+        ]
+    return []
+
+
+MODEL = EngineModel(
+    name="kvbudget",
+    version=__version__,
+    default=True,
+    source=EngineSource(
+        repository="kvbudget", ref=__version__, files=("src/kvbudget/cache/spec_decode_cache.py",)
+    ),
+    summary="kvbudget's own SpecDecodeCache",
+    plan=plan,
+    check=no_check,
+    fixed_per_batch=True,
+    sizes_cached_states=True,
+)
+
+__all__ = ["MODEL", "own_pools", "plan"]

@@ -1,0 +1,53 @@
+"""The engine models kvbudget knows, by name and version.
+
+=====================  =========================================================
+``kvbudget``           kvbudget's own :class:`~kvbudget.SpecDecodeCache`
+``vllm@0.33.0``        vLLM 0.33.0 (the default ``vllm``)
+``vllm@0.28.x``        an earlier vLLM release line, where its sizing differs
+``sglang@0.5.23``      SGLang 0.5.23
+``trtllm@<commit>``    TensorRT-LLM's V1 manager at the commit its facts were read
+=====================  =========================================================
+
+``--engine NAME`` picks the model marked ``default`` for that name; ``NAME@VERSION`` one
+version. Adding an engine version is one module that defines ``MODEL`` (an
+:class:`~kvbudget.engines.base.EngineModel`), listed in :data:`ENGINE_MODELS`.
+"""
+
+from __future__ import annotations
+
+from kvbudget.engines import kvbudget_cache, sglang, trtllm, vllm
+from kvbudget.engines.base import EngineModel
+from kvbudget.errors import InvalidArgumentError
+
+ENGINE_MODELS: tuple[EngineModel, ...] = (
+    kvbudget_cache.MODEL,
+    vllm.MODEL,
+    sglang.MODEL,
+    trtllm.MODEL,
+)
+
+ENGINE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(m.name for m in ENGINE_MODELS))
+
+
+def get_engine_model(engine: object) -> EngineModel:
+    """The engine model of ``engine``: ``"vllm"`` (its default version) or
+    ``"vllm@0.33.0"``; an :class:`EngineModel` is returned as it is.
+
+    Raises InvalidArgumentError naming the known engines and versions.
+    """
+    if isinstance(engine, EngineModel):
+        return engine
+    text = engine.strip().lower() if isinstance(engine, str) else None
+    if text:
+        name, _, version = text.partition("@")
+        for model in ENGINE_MODELS:
+            if model.name == name and (model.version == version if version else model.default):
+                return model
+    known = ", ".join(m.id for m in ENGINE_MODELS)
+    raise InvalidArgumentError(
+        f"unknown engine {engine!r}; choose one of {', '.join(ENGINE_NAMES)} (the default "
+        f"version) or one of {known} (kvbudget engines lists them)"
+    )
+
+
+__all__ = ["ENGINE_MODELS", "ENGINE_NAMES", "get_engine_model"]

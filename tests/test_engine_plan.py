@@ -1,0 +1,158 @@
+"""One engine plan, read everywhere: the table, the JSON and ``--emit`` show the same
+figures, for every engine model and the preset cases the engine tests build.
+
+Each engine model returns its pools, capacity, settings and log once
+(:class:`kvbudget.EnginePlan`); these tests check that no output recomputes or drops one.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+import kvbudget
+from kvbudget.cli import app
+from kvbudget.engines import ENGINE_MODELS, emit, get_engine_model
+from kvbudget.errors import InvalidArgumentError
+from kvbudget.plan_types import Plan
+from kvbudget.report import render_plan
+
+CASES: list[tuple[str, dict[str, Any]]] = [
+    ("llama8b-eagle3", {"target": "meta-llama/Llama-3.1-8B-Instruct", "spec": "eagle3"}),
+    ("llama8b-none-host", {"target": "meta-llama/Llama-3.1-8B-Instruct", "spec": "none",
+                           "host_budget": "16GiB"}),
+    ("gpt-oss-eagle3-host", {"target": "openai/gpt-oss-120b", "spec": "eagle3",
+                             "host_budget": "64GiB"}),
+    ("dsv3-mtp-tp8", {"target": "deepseek-ai/DeepSeek-V3", "spec": "mtp", "tp": 8}),
+    ("qwen3-next-mtp", {"target": "Qwen/Qwen3-Next-80B-A3B-Instruct", "spec": "mtp",
+                        "max_batch_size": 16}),
+    ("gemma3-ngram", {"target": "google/gemma-3-27b-it", "spec": "ngram",
+                      "max_batch_size": 16}),
+    ("llama70b-draft-tp4-pp2", {"target": "meta-llama/Llama-3.1-70B-Instruct",
+                                "draft": "meta-llama/Llama-3.2-1B-Instruct",
+                                "spec": "draft-target", "tp": 4, "pp": 2}),
+]  # fmt: skip
+ENGINE_IDS = [m.id for m in ENGINE_MODELS]
+
+
+def _plan(engine: str, case: dict[str, Any]) -> Plan | None:
+    args: dict[str, Any] = {"kv_budget": "40GiB", "max_seq_len": 32768, "tokens_per_block": 16}
+    args.update(case)
+    try:
+        return kvbudget.plan(engine=engine, **args)
+    except InvalidArgumentError as exc:  # a deployment the engine model does not cover
+        assert "model" in str(exc) and "--engine" in str(exc), exc
+        return None
+
+
+def _table(plan: Plan) -> str:
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(render_plan(plan))
+    return console.export_text()
+
+
+def _row(text: str, label: str) -> str:
+    (line,) = [line for line in text.splitlines() if label in line]
+    return line
+
+
+@pytest.mark.parametrize("engine", ENGINE_IDS)
+@pytest.mark.parametrize(("name", "case"), CASES, ids=[c[0] for c in CASES])
+def test_table_json_and_emit_show_one_figure(engine: str, name: str, case: dict[str, Any]) -> None:
+    p = _plan(engine, case)
+    if p is None:
+        return
+    e = p.engine
+    data = json.loads(p.to_json())
+    # JSON: the plan's capacity is the engine's, and the engine object is the plan's
+    assert data["capacity"] == data["engine"]["capacity"] == e.capacity.to_dict()
+    assert data["engine"]["pools"] == [pool.to_dict() for pool in e.pools]
+    assert data["engine"]["settings"] == json.loads(json.dumps(dict(e.settings)))
+    assert data["engine"]["log"] == list(e.log)
+    # the table: the capacity's figures and one row per pool, with its own figures
+    table = _table(p)
+    assert _row(table, "tokens on GPU (").split()[-2] == f"{e.capacity.tokens:,}"
+    assert _row(table, "tokens on host").split()[-2] == f"{e.capacity.host_tokens:,}"
+    assert f"{e.capacity.max_concurrency:,} of {e.capacity.max_batch_size:,}" in table
+    rows = [line.split("│")[1:-1] for line in table.splitlines() if line.startswith("│")]
+    pool_rows = [[c.strip() for c in r] for r in rows if len(r) == 7]
+    expected = [[pool.role, pool.tier, f"{pool.blocks:,}", f"{pool.tokens:,}"] for pool in e.pools]
+    assert [[r[0], r[2], r[4], r[5]] for r in pool_rows] == expected
+    # --emit: the settings as the engine reads them, and the predicted lines
+    if get_engine_model(engine).render is None:
+        with pytest.raises(InvalidArgumentError, match="no settings to emit"):
+            emit(p)
+        return
+    text = emit(p)
+    for line in e.log:
+        assert f"#   {line}" in text
+    body = " ".join(line for line in text.splitlines() if not line.startswith("#"))
+    for key, value in e.settings.items():
+        if key.startswith("env."):  # an environment variable: in the comments
+            assert f"{key[4:]}={value}" in text
+        elif key.startswith("--") and value is not True and not isinstance(value, dict):
+            assert f"{key} {shlex.quote(str(value))}" in body
+        elif "." in key and not key.startswith("--"):
+            section, field = key.split(".", 1)
+            assert f"{section}:" in text and f"  {field}: " in text
+
+
+def test_the_issue_example_has_one_block_count() -> None:
+    """gpt-oss-120b under vLLM: the table, the JSON and the engine's own figure agree.
+
+    vLLM 0.33: 36 layers x 16 tokens x 2 x 8 heads x 64 x 2 B = 32,768 B per layer
+    page x 18 layers of the widest group = 589,824 B a block (the fidelity harness's
+    figure), and 5.38 GiB = 5,776,731,799 B // 589,824 = 9,793 blocks.
+    """
+    p = kvbudget.plan(
+        "openai/gpt-oss-120b", spec="none", kv_budget="5.38GiB", tokens_per_block=16,
+        engine="vllm",
+    )  # fmt: skip
+    (pool,) = p.engine.pools
+    assert pool.blocks == p.capacity.gpu_blocks == p.engine.detail["num_gpu_blocks"] == 9_793
+    assert p.engine.detail["bytes_per_block"] == 589_824
+    assert pool.tokens == p.capacity.tokens == p.engine.detail["gpu_kv_cache_tokens"]
+    table = _table(p)
+    assert "9,784" not in table  # the ledger's own block count is not shown for vLLM
+    assert f"{p.capacity.tokens:,}" in _row(table, "tokens on GPU")
+
+
+def test_engines_are_registered_by_name_and_version() -> None:
+    assert get_engine_model("vllm") is get_engine_model("vllm@0.33.0")
+    assert get_engine_model(" VLLM ") is get_engine_model("vllm")
+    assert get_engine_model("kvbudget").id == f"kvbudget@{kvbudget.__version__}"
+    with pytest.raises(InvalidArgumentError, match=r"unknown engine 'vllm@0\.1'.*vllm@0\.33\.0"):
+        get_engine_model("vllm@0.1")
+    # one default per name
+    for name in {m.name for m in ENGINE_MODELS}:
+        assert sum(m.default for m in ENGINE_MODELS if m.name == name) == 1
+
+
+def test_kvbudget_engines_lists_every_model_with_its_source() -> None:
+    result = CliRunner().invoke(app, ["engines", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [r["engine"] for r in rows] == ENGINE_IDS
+    for row, model in zip(rows, ENGINE_MODELS, strict=True):
+        assert row["repository"] == model.source.repository and row["ref"] == model.source.ref
+        assert row["files"] and row["default"] == model.default
+    table = CliRunner().invoke(app, ["engines"])
+    assert table.exit_code == 0 and "vllm@0.33.0" in table.stdout
+
+
+def test_an_engine_refusal_is_an_error_that_carries_the_plan() -> None:
+    """vLLM refuses when one request of max_model_len does not fit beside the null block:
+    Llama-3.1-8B at 131,072 tokens needs 8,192 blocks of 16 x 131,072 B (16 GiB)."""
+    with pytest.raises(kvbudget.EngineRefusedError, match=r"vLLM 0\.33\.0 would refuse") as info:
+        kvbudget.plan(spec="none", kv_budget="8GiB", tokens_per_block=16, engine="vllm")
+    refused = info.value.plan
+    assert isinstance(refused, Plan) and refused.engine.refusals
+    assert refused.engine.detail["refused"].startswith("To serve at least one request")
+    args = "plan --spec none --kv-budget 8GiB --tokens-per-block 16 --engine vllm"
+    result = CliRunner().invoke(app, args.split())
+    assert result.exit_code == 2 and result.stderr.startswith("error: vLLM 0.33.0 would refuse")
