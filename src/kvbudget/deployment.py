@@ -315,14 +315,6 @@ def resolve_deployment(
     require_int("tokens_per_block", tokens_per_block, minimum=1)
     require_int("max_batch_size", max_batch_size, minimum=1)
     require_int("max_draft_len", max_draft_len, minimum=0)
-    engine_model = get_engine_model(engine)
-    if cached_states is not None:
-        require_int("cached_states", cached_states)
-        if not engine_model.sizes_cached_states and cached_states:
-            raise InvalidArgumentError(
-                f"cached_states sizes kvbudget's own cache; {engine_model.name} sizes its "
-                "cached states itself: drop --cached-states or use --engine kvbudget"
-            )
     require_int("max_num_batched_tokens", max_num_batched_tokens, minimum=1)
     for name, flag in (
         ("async_scheduling", async_scheduling),
@@ -331,56 +323,16 @@ def resolve_deployment(
     ):
         if not isinstance(flag, bool):
             raise InvalidArgumentError(f"{name} must be True or False, got {flag!r}")
-    target_model = _resolve(target)
-    if target_model.is_head:
-        raise InvalidArgumentError(
-            f"{target_model.name} is an EAGLE{'3' if target_model.is_eagle3 else ''} draft "
-            "head, not a target model; pass it as --draft and its base model as --target"
-        )
-    spec_reason = None
-    if spec == "auto":
-        spec, why = _auto_spec(target_model, draft)
-        spec_reason = f"spec auto chose {spec}: {why}"
-    mode = SPEC_MODE_TABLE[spec]
-    if separate_draft_cache and mode.draft != "mtp":
-        raise InvalidArgumentError(
-            f"--separate-draft-cache applies to --spec mtp only (got --spec {spec}); drop it"
-        )
-    if max_draft_len == 0 and mode.lookahead:
-        raise InvalidArgumentError(
-            f"--max-draft-len 0 means no speculation; use --spec none instead of --spec {spec}"
-        )
-    draft_model = _resolve_draft(mode, target_model, draft)
-    speculation = engine_model.spec_names
-    if speculation is not None and mode.lookahead and mode.name not in speculation:
-        raise InvalidArgumentError(
-            f"{engine_model.summary} has no speculation mode for --spec {mode.name} "
-            f"(it runs {', '.join(sorted(speculation))}); choose one of them or another "
-            "--engine"
-        )
-    if parallel.draft_tp != tp and draft_model is None:
-        raise InvalidArgumentError(
-            f"draft_tp applies to a separate draft (an EAGLE3 head or a draft model); "
-            f"--spec {spec} has none (MTP layers run at the target's tp): drop --draft-tp"
-        )
-    # "auto" is the target's dtype for every manager (engines run the draft in the
-    # target's dtype), else the draft's when the target config names none.
-    # A config that names no dtype (a quantized checkpoint) runs its activations, and so
-    # its KV cache, in bf16 in every engine (vLLM's ``_get_and_verify_dtype`` default).
-    auto_dtype = target_model.dtype or (draft_model.dtype if draft_model else None) or "bf16"
-    # a ModelOpt checkpoint that quantizes its KV cache (kv_cache_quant_algo FP8) is run
-    # with that KV dtype under "auto" (vLLM's resolve_kv_cache_dtype_string)
-    kv_auto = checkpoint_kv_dtype(target_model) or auto_dtype
+    engine_model = get_engine_model(engine)
+    if cached_states is not None:
+        require_int("cached_states", cached_states)
+    target_model, draft_model, mode, spec_reason = _models(
+        target, draft, spec, parallel, max_draft_len=max_draft_len, separate=separate_draft_cache
+    )
     if str(state_dtype).strip().lower() != "auto":
         parse_dtype(state_dtype, what="state_dtype")
     seq_len = target_model.max_position_embeddings if max_seq_len is None else max_seq_len
     require_int("max_seq_len", seq_len, minimum=1)
-    if not engine_model.sizes_cached_states:
-        states = 0
-    elif cached_states is not None:
-        states = cached_states
-    else:
-        states = max_batch_size if enable_prefix_caching else 0
     node_gpus = min(parallel.ranks, 8) if gpus_per_node is None else gpus_per_node
     require_int("gpus_per_node", node_gpus, minimum=1)
     rule = gpu_budget_rule(
@@ -412,13 +364,13 @@ def resolve_deployment(
         draft=draft_model,
         spec=mode,
         spec_reason=spec_reason,
-        kv_dtype=parse_dtype(kv_dtype, auto=kv_auto).name,
+        kv_dtype=_kv_dtype(kv_dtype, target_model, draft_model),
         state_dtype=str(state_dtype),
         tokens_per_block=tokens_per_block,
         max_batch_size=max_batch_size,
         max_seq_len=seq_len,
         max_draft_len=max_draft_len,
-        cached_states=states,
+        cached_states=0,
         parallel=parallel,
         gpu_rule=rule,
         non_kv_overrides=NonKvOverrides(
@@ -438,8 +390,96 @@ def resolve_deployment(
         enable_prefix_caching=enable_prefix_caching,
         notes=tuple(notes),
     )
-    engine_model.check(deployment)
-    return deployment
+    return for_engine(deployment, engine_model, cached_states=cached_states)
+
+
+def for_engine(
+    deployment: Deployment, engine: str | EngineModel, *, cached_states: int | None = None
+) -> Deployment:
+    """``deployment`` planned for ``engine`` (a name, ``name@version`` or model): the
+    settings that depend on the engine resolved again and checked. Pure; a deployment
+    transform (the simulator plans every engine's settings from one deployment).
+
+    ``cached_states`` (kvbudget's cache only) defaults to ``max_batch_size`` with prefix
+    caching on, else 0. Raises InvalidArgumentError for a setting the engine does not
+    take or a deployment its model does not cover.
+    """
+    model = get_engine_model(engine)
+    if cached_states and not model.sizes_cached_states:
+        raise InvalidArgumentError(
+            f"cached_states sizes kvbudget's own cache; {model.name} sizes its cached states "
+            "itself: drop --cached-states or use --engine kvbudget"
+        )
+    mode, speculation = deployment.spec, model.spec_names
+    if speculation is not None and mode.lookahead and mode.name not in speculation:
+        raise InvalidArgumentError(
+            f"{model.summary} has no speculation mode for --spec {mode.name} "
+            f"(it runs {', '.join(sorted(speculation))}); choose one of them or another "
+            "--engine"
+        )
+    if not model.sizes_cached_states:
+        states = 0
+    elif cached_states is not None:
+        states = cached_states
+    else:
+        states = deployment.max_batch_size if deployment.enable_prefix_caching else 0
+    planned = replace(deployment, engine=model, cached_states=states)
+    model.check(planned)
+    return planned
+
+
+def _models(
+    target: str | ModelSpec,
+    draft: str | ModelSpec | None,
+    spec: str,
+    parallel: Parallelism,
+    *,
+    max_draft_len: int,
+    separate: bool,
+) -> tuple[ModelSpec, ModelSpec | None, SpecModeInfo, str | None]:
+    """The target, the draft, the speculation mode and why ``auto`` chose it, checked
+    against each other."""
+    target_model = _resolve(target)
+    if target_model.is_head:
+        raise InvalidArgumentError(
+            f"{target_model.name} is an EAGLE{'3' if target_model.is_eagle3 else ''} draft "
+            "head, not a target model; pass it as --draft and its base model as --target"
+        )
+    spec_reason = None
+    if spec == "auto":
+        spec, why = _auto_spec(target_model, draft)
+        spec_reason = f"spec auto chose {spec}: {why}"
+    mode = SPEC_MODE_TABLE[spec]
+    if separate and mode.draft != "mtp":
+        raise InvalidArgumentError(
+            f"--separate-draft-cache applies to --spec mtp only (got --spec {spec}); drop it"
+        )
+    if max_draft_len == 0 and mode.lookahead:
+        raise InvalidArgumentError(
+            f"--max-draft-len 0 means no speculation; use --spec none instead of --spec {spec}"
+        )
+    draft_model = _resolve_draft(mode, target_model, draft)
+    if parallel.draft_tp != parallel.tp and draft_model is None:
+        raise InvalidArgumentError(
+            f"draft_tp applies to a separate draft (an EAGLE3 head or a draft model); "
+            f"--spec {spec} has none (MTP layers run at the target's tp): drop --draft-tp"
+        )
+    return target_model, draft_model, mode, spec_reason
+
+
+def _kv_dtype(kv_dtype: str, target: ModelSpec, draft: ModelSpec | None) -> str:
+    """The KV dtype's name; ``auto`` resolved as the engines resolve it.
+
+    "auto" is the target's dtype for every manager (engines run the draft in the
+    target's dtype), else the draft's when the target config names none. A config that
+    names no dtype (a quantized checkpoint) runs its activations, and so its KV cache, in
+    bf16 in every engine (vLLM's ``_get_and_verify_dtype`` default). A ModelOpt
+    checkpoint that quantizes its KV cache (kv_cache_quant_algo FP8) is run with that KV
+    dtype under "auto" (vLLM's resolve_kv_cache_dtype_string).
+    """
+    auto_dtype = target.dtype or (draft.dtype if draft else None) or "bf16"
+    kv_auto = checkpoint_kv_dtype(target) or auto_dtype
+    return parse_dtype(kv_dtype, auto=kv_auto).name
 
 
 def draft_warnings(target: ModelSpec, draft: ModelSpec | None, seq_len: int) -> list[str]:
@@ -556,5 +596,6 @@ __all__ = [
     "NonKvOverrides",
     "Parallelism",
     "draft_warnings",
+    "for_engine",
     "resolve_deployment",
 ]

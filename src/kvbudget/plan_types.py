@@ -189,8 +189,9 @@ class PoolPlan:
       ``bytes``: what the engine allocates for it; ``tokens``: the tokens it holds for
       requests of the plan's ``max_seq_len`` (for a window or state pool: the tokens of
       the sequences its blocks serve, 0 when it holds no token of its own);
-      ``padding_bytes``: the part of ``bytes`` no block uses; ``name``: the engine's own
-      word for it.
+      ``padding_bytes``: the part of ``bytes`` no block uses; ``reserved_blocks``: blocks
+      the engine holds back and never gives a request (vLLM's null block);
+      ``name``: the engine's own word for it.
     """
 
     role: PoolRole
@@ -202,6 +203,7 @@ class PoolPlan:
     tokens: int
     window_tokens: int | None = None
     padding_bytes: int = 0  # bytes of ``bytes`` no block uses
+    reserved_blocks: int = 0  # of ``blocks``, held back by the engine (vLLM's null block)
     name: str = ""
 
     def to_dict(self) -> dict[str, Any]:

@@ -529,6 +529,7 @@ def _pools(d: Deployment, pool: VllmPool, size: str, ranks: int) -> tuple[PoolPl
             blocks=pool.num_gpu_blocks,
             bytes=pool.num_gpu_blocks * pool.bytes_per_block,
             tokens=pool.gpu_kv_cache_tokens,
+            reserved_blocks=1,  # block 0, the null block BlockPool holds back
             name=f"block pool ({len(pool.groups)} KV cache group"
             f"{'s' if len(pool.groups) != 1 else ''})",
         )
