@@ -176,7 +176,7 @@ def test_simulate_takes_every_plan_option() -> None:
         flag = "--" + name.replace("_", "-")
         assert flag in result.output, flag
     assert "--emit" not in result.output
-    for flag in ("--trace", "--acceptance", "--rate-scale", "--policies", "--html", "--json"):
+    for flag in ("--engine", "--trace", "--acceptance", "--rate-scale", "--policies", "--html", "--json"):
         assert flag in result.output
 
 

@@ -1085,8 +1085,9 @@ def _one_line(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- kvbudget side
 
 
-def kvbudget_side(case: Case) -> tuple[dict[str, Any] | None, str | None]:
-    """kvbudget's prediction for the case, or (None, why not)."""
+def kvbudget_side(case: Case, engine: str = "vllm") -> tuple[dict[str, Any] | None, str | None]:
+    """kvbudget's prediction for the case under its engine model ``engine`` (``vllm``,
+    ``vllm@0.33.0``, ...), or (None, why not)."""
     try:
         kb = _kvbudget()
         p = kb.plan(
@@ -1104,14 +1105,16 @@ def kvbudget_side(case: Case) -> tuple[dict[str, Any] | None, str | None]:
             max_seq_len=case.max_model_len,
             max_batch_size=case.max_num_seqs,
             max_draft_len=case.num_speculative_tokens,
-            engine="vllm",
+            engine=engine,
             max_num_batched_tokens=case.max_num_batched_tokens,
             async_scheduling=case.async_scheduling,
             enable_prefix_caching=case.enable_prefix_caching,
         )
-        predicted = p.to_dict()["engine"]["predicted"]
+        obj = p.to_dict()["engine"]
+        # schema 3: the engine's own figures are in "detail" (schema 2: "predicted")
+        predicted = obj.get("detail", obj.get("predicted"))
         if not isinstance(predicted, dict):
-            return None, f"engine.predicted is {type(predicted).__name__}"
+            return None, f"engine.detail is {type(predicted).__name__}"
         return predicted, None
     except Exception as exc:
         try:
@@ -1242,7 +1245,11 @@ def _tsv_row(record: dict[str, Any]) -> str:
 
 
 def run(
-    cases: list[Case], json_path: str | None, verbose: bool, tsv_path: str | None = None
+    cases: list[Case],
+    json_path: str | None,
+    verbose: bool,
+    tsv_path: str | None = None,
+    engine: str = "vllm",
 ) -> int:
     records = []
     agree = differ = unavailable = skipped = errors = 0
@@ -1270,7 +1277,7 @@ def run(
             records.append(record)
             continue
         record["vllm"] = asdict(v)
-        k, why = kvbudget_side(case)
+        k, why = kvbudget_side(case, engine)
         if k is None:
             unavailable += 1
             status = "n/a"
@@ -1337,6 +1344,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only cases whose id contains TEXT (repeatable, all must match)",
     )
     parser.add_argument("--verbose", action="store_true", help="tracebacks for harness errors")
+    parser.add_argument(
+        "--engine",
+        metavar="NAME@VERSION",
+        help="kvbudget's engine model to compare (default: vllm@<the installed vLLM's "
+        "version> when kvbudget models it, else its default vllm)",
+    )
     args = parser.parse_args(argv)
     logging.getLogger("vllm").setLevel(logging.ERROR)
     cases = quick_cases() if args.cases == "quick" else all_cases()
@@ -1344,8 +1357,19 @@ def main(argv: list[str] | None = None) -> int:
     # vLLM prints a few import-time notices on stderr; keep them out of the report
     with contextlib.redirect_stderr(io.StringIO()):
         import vllm.v1.core.kv_cache_planning  # noqa: F401
-    print(f"vLLM {_vllm_version()}: {len(cases)} cases", flush=True)
-    return run(cases, args.json, args.verbose, args.tsv)
+    engine = args.engine or _engine_for(_vllm_version())
+    print(f"vLLM {_vllm_version()}: {len(cases)} cases, kvbudget --engine {engine}", flush=True)
+    return run(cases, args.json, args.verbose, args.tsv, engine)
+
+
+def _engine_for(version: str) -> str:
+    """kvbudget's engine model of this vLLM release, or its default vLLM model."""
+    try:
+        from kvbudget.engines import get_engine_model
+
+        return get_engine_model(f"vllm@{version}").id
+    except Exception:  # an older kvbudget without the registry, or an unmodelled release
+        return "vllm"
 
 
 if __name__ == "__main__":

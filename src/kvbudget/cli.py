@@ -289,7 +289,7 @@ def plan_command(
             metavar="ENGINE",
             help="Whose cache to plan: kvbudget (default: the project's own cache), vllm, "
             "sglang or trtllm (what that engine will really allocate), or NAME@VERSION "
-            "(`kvbudget engines` lists them). --emit X implies it.",
+            "(`kvbudget engines` lists them); simulate replays that engine's pools.",
         ),
     ] = None,
     max_num_batched_tokens: Annotated[
@@ -383,7 +383,7 @@ def _simulate_command() -> Callable[..., None]:
     plan_params = [
         p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
         for name, p in inspect.signature(plan_command, eval_str=True).parameters.items()
-        if name not in _PLAN_OUTPUT_OPTIONS
+        if name not in _PLAN_OUTPUT_OPTIONS or name == "engine"
     ]
     sim_params = [
         p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
@@ -394,8 +394,8 @@ def _simulate_command() -> Callable[..., None]:
     def command(**options: Any) -> None:
         plan_options = {k: v for k, v in options.items() if k in plan_names}
         sim = {k: v for k, v in options.items() if k not in plan_names}
-        kwargs = _plan_kwargs(plan_options, "kvbudget")
-        run_simulate(kwargs, guard=_run, **sim)
+        engine = _run(lambda: get_engine_model(plan_options.get("engine") or "kvbudget"))
+        run_simulate(_plan_kwargs(plan_options, engine.id), guard=_run, **sim)
 
     params = plan_params + sim_params
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

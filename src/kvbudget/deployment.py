@@ -344,19 +344,16 @@ def resolve_deployment(
         gpu_memory_utilization=gpu_memory_utilization,
         mem_fraction_static=mem_fraction_static,
     )
-    notes: list[str] = [
-        note
-        for name, value in (
-            ("kv_budget", kv_budget),
-            ("host_budget", host_budget),
-            ("disk_budget", disk_budget),
-            ("gpu_memory", gpu_memory),
-            ("reserve", reserve),
-            ("weights_bytes", weights_bytes),
-            ("host_memory", host_memory),
-        )
-        if (note := rounding_note(value, name=name)) is not None
-    ]
+    sizes = {
+        "kv_budget": kv_budget,
+        "host_budget": host_budget,
+        "disk_budget": disk_budget,
+        "gpu_memory": gpu_memory,
+        "reserve": reserve,
+        "weights_bytes": weights_bytes,
+        "host_memory": host_memory,
+    }
+    notes = [n for k, v in sizes.items() if (n := rounding_note(v, name=k)) is not None]
     notes += draft_warnings(target_model, draft_model, seq_len)
     notes += [*target_model.assumed, *(draft_model.assumed if draft_model else ())]
     deployment = Deployment(

@@ -148,9 +148,11 @@ def run_simulate(
     from rich.console import Console
 
     from kvbudget.cli import _raise
+    from kvbudget.deployment import resolve_deployment
     from kvbudget.errors import InvalidArgumentError
-    from kvbudget.planner import plan as make_plan
+    from kvbudget.planner import build_plan
     from kvbudget.sim.acceptance import AcceptanceModel
+    from kvbudget.sim.engine_cache import cache_plan
     from kvbudget.sim.policies import POLICIES, policy_plans
     from kvbudget.sim.simulation import engine_flags_for, simulate
     from kvbudget.sim.summary import print_summary
@@ -179,11 +181,13 @@ def run_simulate(
             groups=prefix_groups, share=prefix_share, base_tokens=prefix_tokens, seed=seed
         )
     )
-    base = guard(lambda: make_plan(**{**plan_kwargs, "engine": "kvbudget"}))
-    guard(lambda: policy_plans(base, names))  # unknown names fail before any replay
+    deployment = guard(lambda: resolve_deployment(**plan_kwargs))
+    base = guard(lambda: build_plan(deployment))
+    # unknown policies and pools the cache cannot replay fail before any replay
+    guard(lambda: policy_plans(cache_plan(base), names))
     path = Path(trace) if trace is not None else default_trace_path()
     total = guard(lambda: sum(1 for _ in read_trace(path, prefixes=synth, limit=limit)))
-    flags = guard(lambda: engine_flags_for(plan_kwargs))
+    flags = guard(lambda: engine_flags_for(deployment))
     stderr = Console(stderr=True)
 
     def run(progress: Callable[[str, int], None] | None) -> Any:

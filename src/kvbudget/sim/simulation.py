@@ -21,11 +21,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.plan_types import Plan
+
+if TYPE_CHECKING:
+    from kvbudget.deployment import Deployment
 from kvbudget.sim.acceptance import AcceptanceModel
+from kvbudget.sim.engine_cache import cache_plan
 from kvbudget.sim.metrics import PolicyMetrics
 from kvbudget.sim.policies import POLICIES, PolicyPlan, policy_plans
 from kvbudget.sim.replay import ReplayConfig, replay
@@ -122,7 +126,8 @@ def simulate(
     engine_flags: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> SimulationResult:
     """Replay ``trace`` (default: the shipped Azure conversation trace) through each of
-    ``policies``' variants of ``plan`` (made with ``engine="kvbudget"``).
+    ``policies``' variants of ``plan``: kvbudget's own cache, or under another engine
+    that engine's pools as the cache enforces them (:func:`~kvbudget.sim.engine_cache.cache_plan`).
 
     The trace is streamed once per policy. ``gpu`` names the roofline's GPU (default: the
     plan's); ``peak_tflops`` supplies its FLOPs where ``gpu_flops.csv`` has none.
@@ -160,7 +165,7 @@ def simulate(
     )
     synth = prefixes if prefixes is not None else PrefixSynthesis(seed=seed)
     path = Path(trace) if trace is not None else default_trace_path()
-    variants = policy_plans(plan, policies)
+    variants = policy_plans(cache_plan(plan), policies)
     jobs = require_jobs(jobs)
     done: dict[str, tuple[PolicyMetrics, float]] = {}
     if jobs > 1 and len(variants) > 1:
@@ -232,24 +237,26 @@ def _replay_one(
     return metrics, time.perf_counter() - start
 
 
-def engine_flags_for(plan_kwargs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The settings each engine is given for the plan of ``plan_kwargs`` (the arguments
-    of :func:`kvbudget.plan`, without ``engine``): engine -> flag -> value, as
-    ``kvbudget plan --emit ENGINE`` prints them; ``{"error": message}`` for an engine
-    that cannot run that plan. Re-plans once per engine."""
-    from kvbudget.engines import ENGINES
+def engine_flags_for(deployment: Deployment) -> dict[str, dict[str, Any]]:
+    """The settings each engine (its default version) is given for ``deployment``:
+    engine -> flag -> value, as ``kvbudget plan --emit ENGINE`` prints them;
+    ``{"error": message}`` for an engine that cannot run it. Each engine's plan is made
+    from the one deployment (:func:`~kvbudget.deployment.for_engine`), no model reloaded."""
+    from kvbudget.deployment import for_engine
+    from kvbudget.engines import ENGINE_MODELS
     from kvbudget.errors import KvBudgetError
-    from kvbudget.planner import plan as make_plan
+    from kvbudget.planner import build_plan
 
     out: dict[str, dict[str, Any]] = {}
-    for name in ENGINES:
-        try:
-            planned = make_plan(**{**plan_kwargs, "engine": name})
-        except KvBudgetError as exc:
-            out[name] = {"error": str(exc)}
+    for model in ENGINE_MODELS:
+        if not model.default or model.render is None:
             continue
-        assert planned.engine is not None
-        out[name] = {k: _plain(v) for k, v in planned.engine.settings.items()}
+        try:
+            planned = build_plan(for_engine(deployment, model))
+        except KvBudgetError as exc:
+            out[model.name] = {"error": str(exc)}
+            continue
+        out[model.name] = {k: _plain(v) for k, v in planned.engine.settings.items()}
     return out
 
 
