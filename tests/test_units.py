@@ -11,8 +11,10 @@ from kvbudget import InvalidArgumentError, format_bytes, get_gpu, list_gpus, par
     ("text", "expected"),
     [
         ("0", 0),
-        ("123", 123),
-        ("1_000", 1000),
+        ("123B", 123),
+        ("1_000 B", 1000),
+        ("1048576", 1024**2),  # a unitless string is bytes from 1 MiB = 2^20 up
+        ("0.0", 0),
         ("10GiB", 10 * 1024**3),  # 10 x 2^30 = 10737418240
         ("64GB", 64 * 10**9),  # decimal: 64000000000
         ("512MiB", 512 * 1024**2),  # 536870912
@@ -30,6 +32,50 @@ def test_parse_bytes(text: str | int, expected: int) -> None:
 def test_parse_bytes_rejects(bad: str | int) -> None:
     with pytest.raises(InvalidArgumentError):
         parse_bytes(bad)
+
+
+UNITS = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
+
+
+def test_a_size_without_a_unit_below_one_mib_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        parse_bytes("64", name="host_budget")
+    assert str(info.value) == (
+        "host_budget 64 has no unit: 64 bytes is surely not meant; write 64GiB or 64GB, "
+        f"or 64B for bytes (units: {UNITS})"
+    )
+
+
+@pytest.mark.parametrize("text", ["1", " 64 ", "1_000", "1048575", "0.5"])
+def test_small_unitless_strings_are_refused(text: str) -> None:
+    # 1048575 = 2^20 - 1, the largest refused; 0.5 would round down to 0 bytes
+    with pytest.raises(InvalidArgumentError) as info:
+        parse_bytes(text, name="kv_budget")
+    assert str(info.value).startswith(f"kv_budget {text.strip()} has no unit: ")
+
+
+def test_ints_and_explicit_bytes_stay_bytes() -> None:
+    # the Python API passes ints: 64 is 64 bytes; "64B" says bytes on purpose
+    assert parse_bytes(64) == 64
+    assert parse_bytes("64B") == 64
+    assert parse_bytes("64 b") == 64
+
+
+@pytest.mark.parametrize(
+    ("text", "unit"), [("5XB", "XB"), ("10 PiB", "PiB"), ("1EiB", "EiB"), ("3 gigs", "gigs")]
+)
+def test_an_unknown_unit_names_the_accepted_ones(text: str, unit: str) -> None:
+    from kvbudget.units import rounding_note
+
+    expected = f"host_budget: unknown unit {unit!r} in {text!r}; the units are {UNITS}"
+    with pytest.raises(InvalidArgumentError) as info:
+        parse_bytes(text, name="host_budget")
+    assert str(info.value) == expected
+    # asked for the rounding note first (as the planner does), the same typed error,
+    # not a KeyError
+    with pytest.raises(InvalidArgumentError) as info:
+        rounding_note(text, name="host_budget")
+    assert str(info.value) == expected
 
 
 def test_gpu_presets_named_by_the_issue_exist() -> None:
