@@ -238,3 +238,14 @@ def test_worker_processes_give_the_same_results() -> None:
     assert one.policies == two.policies
     with pytest.raises(kvbudget.InvalidArgumentError, match="--jobs"):
         simulate(plan, limit=1, jobs=0)
+
+
+def test_a_trace_on_standard_input_is_read_once() -> None:
+    text = "arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,200,20\n1,300,5\n"
+    args = [*SMALL, "--policies", "kvbudget,no-host", "--jobs", "1", "--json"]
+    result = RUNNER.invoke(app, ["simulate", *args, "--trace", "-"], input=text)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    # counted, then replayed by each of the 2 policies: all 3 requests every time
+    assert data["trace"]["path"] == "-" and data["trace"]["requests"] == 3
+    assert [p["completed"] for p in data["policies"]] == [3, 3]

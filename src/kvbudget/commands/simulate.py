@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -143,18 +144,18 @@ def run_simulate(
     ``guard(action)`` runs ``action`` and turns kvbudget and file errors into one
     ``error:`` line (the CLI's ``_run``).
     """
-    import json
-
-    from rich.console import Console
-
     from kvbudget.cli import _raise
     from kvbudget.errors import InvalidArgumentError
     from kvbudget.planner import plan as make_plan
     from kvbudget.sim.acceptance import AcceptanceModel
     from kvbudget.sim.policies import POLICIES, policy_plans
     from kvbudget.sim.simulation import engine_flags_for, simulate
-    from kvbudget.sim.summary import print_summary
-    from kvbudget.sim.trace import PrefixSynthesis, default_trace_path, read_trace
+    from kvbudget.sim.trace import (
+        PrefixSynthesis,
+        default_trace_path,
+        read_trace,
+        replayable_trace,
+    )
 
     names = tuple(p.strip() for p in policies.split(",") if p.strip())
     if policies.strip() == "all":
@@ -181,51 +182,58 @@ def run_simulate(
     )
     base = guard(lambda: make_plan(**{**plan_kwargs, "engine": "kvbudget"}))
     guard(lambda: policy_plans(base, names))  # unknown names fail before any replay
-    path = Path(trace) if trace is not None else default_trace_path()
-    total = guard(lambda: sum(1 for _ in read_trace(path, prefixes=synth, limit=limit)))
+    source = trace if trace is not None else str(default_trace_path())
     flags = guard(lambda: engine_flags_for(plan_kwargs))
-    stderr = Console(stderr=True)
-
-    def run(progress: Callable[[str, int], None] | None) -> Any:
-        return guard(
-            lambda: simulate(
-                base,
-                path,
-                policies=names,
-                acceptance=model,
-                rate_scale=rate_scale,
-                limit=limit,
-                prefixes=synth,
-                peak_tflops=peak_tflops,
-                max_num_batched_tokens=int(plan_kwargs.get("max_num_batched_tokens", 8192)),
-                preempt=preempt,
-                seed=seed,
-                sample_steps=sample_steps,
-                progress=progress,
-                jobs=jobs or min(len(names), os.cpu_count() or 1),
-                engine_flags=flags,
-            )
+    with ExitStack() as stack:
+        # a pipe (--trace -, a FIFO) is read once, into a file that the count and every
+        # policy's replay read
+        path = guard(lambda: stack.enter_context(replayable_trace(source)))
+        total = guard(
+            lambda: sum(1 for _ in read_trace(path, prefixes=synth, limit=limit, name=source))
         )
 
-    if stderr.is_terminal:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+        def run(progress: Callable[[str, int], None] | None) -> Any:
+            return guard(
+                lambda: simulate(
+                    base,
+                    path,
+                    policies=names,
+                    acceptance=model,
+                    rate_scale=rate_scale,
+                    limit=limit,
+                    prefixes=synth,
+                    peak_tflops=peak_tflops,
+                    max_num_batched_tokens=int(plan_kwargs.get("max_num_batched_tokens", 8192)),
+                    preempt=preempt,
+                    seed=seed,
+                    sample_steps=sample_steps,
+                    progress=progress,
+                    jobs=jobs or min(len(names), os.cpu_count() or 1),
+                    engine_flags=flags,
+                    trace_name=source,
+                )
+            )
 
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=stderr,
-            transient=True,
-        ) as bar:
-            tasks = {n: bar.add_task(n, total=total) for n in names}
+        result = _with_progress(run, names, total)
+    _report(result, guard=guard, json_out=json_out, plots=plots, html=html)
 
-            def update(name: str, done: int) -> None:
-                bar.update(tasks[name], completed=done)
 
-            result = run(update)
-    else:
-        result = run(None)
+def _report(
+    result: Any,
+    *,
+    guard: Callable[[Callable[[], Any]], Any],
+    json_out: bool,
+    plots: str | None,
+    html: str | None,
+) -> None:
+    """Print the simulation ``result`` (JSON or the summary table) and write its plots
+    and HTML report."""
+    import json
+
+    from rich.console import Console
+
+    from kvbudget.sim.summary import print_summary
+
     if json_out:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -244,6 +252,34 @@ def run_simulate(
         if not json_out:
             typer.echo(f"wrote {out}")
     sys.stdout.flush()
+
+
+def _with_progress(
+    run: Callable[[Callable[[str, int], None] | None], Any], names: tuple[str, ...], total: int
+) -> Any:
+    """``run(progress)``, with a progress bar per policy (of ``total`` requests) on a
+    terminal's stderr, else ``run(None)``."""
+    from rich.console import Console
+
+    stderr = Console(stderr=True)
+    if not stderr.is_terminal:
+        return run(None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    ) as bar:
+        tasks = {n: bar.add_task(n, total=total) for n in names}
+
+        def update(name: str, done: int) -> None:
+            bar.update(tasks[name], completed=done)
+
+        return run(update)
 
 
 def _check_output(flag: str, path: Path, is_dir: bool) -> None:
