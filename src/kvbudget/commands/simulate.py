@@ -8,6 +8,7 @@ keyword arguments. matplotlib is imported only when plots or HTML are asked for.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -56,7 +57,10 @@ def simulate_options(
     ] = "0.7",
     rate_scale: Annotated[
         float,
-        typer.Option(metavar="X", help="Divide arrival times by X (2: twice the request rate)."),
+        typer.Option(
+            metavar="X",
+            help="Divide arrival times by X (2: twice the request rate; 0.001 to 10^6).",
+        ),
     ] = 1.0,
     limit: Annotated[
         int | None, typer.Option(metavar="N", help="Replay the first N requests only.")
@@ -155,8 +159,14 @@ def run_simulate(
         default_trace_path,
         read_trace,
         replayable_trace,
+        require_rate_scale,
     )
 
+    floats = (("--rate-scale", rate_scale), ("--prefix-share", prefix_share))
+    for flag, value in (*floats, ("--peak-tflops", peak_tflops)):
+        if value is not None and not math.isfinite(value):
+            guard(_raise(InvalidArgumentError(f"{flag} must be a finite number, got {value}")))
+    guard(lambda: require_rate_scale(rate_scale))
     names = tuple(p.strip() for p in policies.split(",") if p.strip())
     if policies.strip() == "all":
         names = POLICIES
@@ -228,14 +238,14 @@ def _report(
 ) -> None:
     """Print the simulation ``result`` (JSON or the summary table) and write its plots
     and HTML report."""
-    import json
 
     from rich.console import Console
 
     from kvbudget.sim.summary import print_summary
 
     if json_out:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        # strict JSON: a NaN or infinity would print as NaN/Infinity, which no parser takes
+        typer.echo(guard(lambda: _strict_json(result.to_dict())))
     else:
         print_summary(result, Console())
     if plots is not None:
@@ -252,6 +262,22 @@ def _report(
         if not json_out:
             typer.echo(f"wrote {out}")
     sys.stdout.flush()
+
+
+def _strict_json(document: Any) -> str:
+    """``document`` as indented JSON. Raises InvalidArgumentError when it holds a NaN or
+    an infinity (JSON has neither; the inputs that make them are refused before)."""
+    import json
+
+    from kvbudget.errors import InvalidArgumentError
+
+    try:
+        return json.dumps(document, indent=2, allow_nan=False)
+    except ValueError:
+        raise InvalidArgumentError(
+            "the simulation's JSON would hold a NaN or an infinity, which JSON cannot "
+            "write; check --rate-scale, --peak-tflops and --acceptance"
+        ) from None
 
 
 def _with_progress(

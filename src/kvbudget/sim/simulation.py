@@ -36,6 +36,7 @@ from kvbudget.sim.trace import (
     default_trace_path,
     read_trace,
     replayable_trace,
+    require_rate_scale,
 )
 
 SIM_SCHEMA_VERSION = 1
@@ -146,6 +147,7 @@ def simulate(
             a plan the cache cannot be built from.
         OSError: the trace cannot be read.
     """
+    require_rate_scale(rate_scale)  # before any replay (in a worker process) meets it
     model = (
         acceptance if isinstance(acceptance, AcceptanceModel) else AcceptanceModel.parse(acceptance)
     )

@@ -17,6 +17,14 @@ and so does a line no trace has: a CSV field over csv's 128 KiB limit, a JSON nu
 more than 4,300 digits (Python's limit), JSON nested too deeply to parse, or a
 ``prefix_group`` name over :data:`MAX_PREFIX_GROUP_CHARS` characters.
 
+``rate_scale`` (``--rate-scale``) divides arrival times and lies in
+[:data:`MIN_RATE_SCALE`, :data:`MAX_RATE_SCALE`] = [10^-3, 10^6]. Arrival seconds are
+floats that the replay's clock adds step times to: at 10^-3 a 12-day trace (10^6 s) ends
+at 10^9 s, where a float still resolves 2^-23 s (0.12 us), finer than the roofline's
+shortest step; at 10^-300 arrivals reach 10^303 s, a step added to them changes nothing,
+and every TTFT came out 0. At 10^6 a day-long trace arrives within 0.09 s, all at once
+as at any larger scale; infinity or NaN would print as invalid JSON.
+
 A trace from a pipe (``-`` for standard input, ``/dev/stdin``, a FIFO, ``<(...)``) can be
 read only once, but a simulation reads its trace once per policy:
 :func:`replayable_trace` copies such a stream, read once, to a temporary file that lives
@@ -56,6 +64,8 @@ STDIN = "-"  # the trace path that means standard input
 MAX_PREFIX_GROUP_CHARS = 1024  # characters of a prefix_group name
 _SHOWN_CHARS = 40  # characters of a bad value quoted in a message
 _COPY_CHUNK_BYTES = 1 << 20  # bytes per read when a stream is copied
+MIN_RATE_SCALE = 1e-3  # --rate-scale range (module docstring: why)
+MAX_RATE_SCALE = 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,12 +144,28 @@ def read_trace(
             arrivals out of order, or a bad ``rate_scale``/``limit``.
         OSError: the file cannot be read.
     """
-    if not isinstance(rate_scale, (int, float)) or not rate_scale > 0:
-        raise InvalidArgumentError(f"rate_scale must be > 0, got {rate_scale!r} (--rate-scale)")
+    require_rate_scale(rate_scale)
     if limit is not None and (type(limit) is not int or limit < 0):
         raise InvalidArgumentError(f"limit must be an int >= 0, got {limit!r} (--limit)")
     synth = prefixes if prefixes is not None else PrefixSynthesis()
     return _read(Path(path), name or str(path), synth, float(rate_scale), limit)
+
+
+def require_rate_scale(value: object) -> float:
+    """``value`` as a rate scale: a number in [:data:`MIN_RATE_SCALE`,
+    :data:`MAX_RATE_SCALE`] (module docstring). Raises InvalidArgumentError."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not MIN_RATE_SCALE <= value <= MAX_RATE_SCALE
+    ):
+        raise InvalidArgumentError(
+            f"rate_scale must be a number from {MIN_RATE_SCALE:g} to {MAX_RATE_SCALE:g}, got "
+            f"{value!r} (--rate-scale): a smaller one stretches arrival times past what the "
+            "replay's clock (float seconds) can add a step to; a larger one makes every "
+            "request arrive at once anyway"
+        )
+    return float(value)
 
 
 @contextmanager
