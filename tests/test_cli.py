@@ -168,6 +168,32 @@ def test_bad_input_is_one_line_and_nonzero(args: tuple[str, ...]) -> None:
     assert "Traceback" not in result.output
 
 
+SIZE_UNITS = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
+
+
+@pytest.mark.parametrize("command", ["plan", "simulate", "run"])
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [
+        ("5XB", f"--host-budget: unknown unit 'XB' in '5XB'; the units are {SIZE_UNITS}"),
+        ("10 PiB", f"--host-budget: unknown unit 'PiB' in '10 PiB'; the units are {SIZE_UNITS}"),
+        (
+            "64",
+            "--host-budget 64 has no unit: 64 bytes is surely not meant; write 64GiB or 64GB, "
+            f"or 64B for bytes (units: {SIZE_UNITS})",
+        ),
+    ],
+    ids=["unknown unit", "PiB", "no unit"],
+)
+def test_a_bad_size_is_one_error_line_in_every_command(
+    command: str, size: str, message: str
+) -> None:
+    result = run(command, "--host-budget", size)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: {message}\n"
+    assert result.stdout == ""
+
+
 def test_a_draft_of_another_family_plans_with_a_warning() -> None:
     data = plan_json(
         "--kv-budget", "40GiB", "--spec", "draft-target", "--target", "Qwen/Qwen3-8B",

@@ -176,7 +176,15 @@ def test_simulate_takes_every_plan_option() -> None:
         flag = "--" + name.replace("_", "-")
         assert flag in result.output, flag
     assert "--emit" not in result.output
-    for flag in ("--engine", "--trace", "--acceptance", "--rate-scale", "--policies", "--html", "--json"):
+    for flag in (
+        "--engine",
+        "--trace",
+        "--acceptance",
+        "--rate-scale",
+        "--policies",
+        "--html",
+        "--json",
+    ):
         assert flag in result.output
 
 
@@ -213,7 +221,7 @@ def test_html_and_plots(tmp_path: Path) -> None:
         (["--policies", "kvbudget,nope"], "error: unknown policy 'nope'"),
         (["--acceptance", "2"], "error: acceptance rates must be numbers in [0, 1]"),
         (["--trace", "/nonexistent/trace.csv"], "error: No such file or directory"),
-        (["--rate-scale", "0"], "error: rate_scale must be > 0"),
+        (["--rate-scale", "0"], "error: rate_scale must be a number from 0.001 to 1e+06"),
         (["--preempt", "later"], "error: preempt must be auto, swap or recompute"),
         (["--tp", "0"], "error: --tp must be >= 1"),
         (["--policies", ","], "error: --policies needs distinct policy names"),
@@ -238,3 +246,72 @@ def test_worker_processes_give_the_same_results() -> None:
     assert one.policies == two.policies
     with pytest.raises(kvbudget.InvalidArgumentError, match="--jobs"):
         simulate(plan, limit=1, jobs=0)
+
+
+def test_a_trace_on_standard_input_is_read_once() -> None:
+    text = "arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,200,20\n1,300,5\n"
+    args = [*SMALL, "--policies", "kvbudget,no-host", "--jobs", "1", "--json"]
+    result = RUNNER.invoke(app, ["simulate", *args, "--trace", "-"], input=text)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    # counted, then replayed by each of the 2 policies: all 3 requests every time
+    assert data["trace"]["path"] == "-" and data["trace"]["requests"] == 3
+    assert [p["completed"] for p in data["policies"]] == [3, 3]
+
+
+RATE_RANGE = (
+    "(--rate-scale): a smaller one stretches arrival times past what the replay's clock "
+    "(float seconds) can add a step to; a larger one makes every request arrive at once "
+    "anyway"
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rate-scale", "inf"], "--rate-scale must be a finite number, got inf"),
+        (["--rate-scale", "nan"], "--rate-scale must be a finite number, got nan"),
+        (["--peak-tflops", "inf"], "--peak-tflops must be a finite number, got inf"),
+        (["--peak-tflops", "nan"], "--peak-tflops must be a finite number, got nan"),
+        (["--prefix-share", "-inf"], "--prefix-share must be a finite number, got -inf"),
+        # 10^-300 stretched arrivals to 10^303 s: every step vanished, TTFT 0
+        (
+            ["--rate-scale", "1e-300"],
+            f"rate_scale must be a number from 0.001 to 1e+06, got 1e-300 {RATE_RANGE}",
+        ),
+        (
+            ["--rate-scale", "2e6"],
+            f"rate_scale must be a number from 0.001 to 1e+06, got 2000000.0 {RATE_RANGE}",
+        ),
+    ],
+    ids=["rate inf", "rate nan", "tflops inf", "tflops nan", "share -inf", "1e-300", "2e6"],
+)
+def test_numbers_json_cannot_hold_are_refused(args: list[str], message: str) -> None:
+    result = run("simulate", *SMALL, "--limit", "3", "--json", *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"error: {message}\n"
+    assert result.stdout == ""
+
+
+def test_the_json_is_strict() -> None:
+    from kvbudget.commands.simulate import _strict_json
+    from kvbudget.errors import InvalidArgumentError
+
+    assert _strict_json({"x": 1.5}) == '{\n  "x": 1.5\n}'
+    with pytest.raises(InvalidArgumentError, match="would hold a NaN or an infinity"):
+        _strict_json({"x": float("inf")})
+
+
+def test_the_library_refuses_such_numbers_before_any_replay() -> None:
+    from kvbudget.sim import simulate
+    from kvbudget.sim.roofline import gpu_rates
+
+    plan = kvbudget.plan(kv_budget="4GiB", max_seq_len=16384)
+    for scale in (float("inf"), float("nan"), 1e-300, 0.0009):
+        with pytest.raises(kvbudget.InvalidArgumentError, match="rate_scale must be a number"):
+            simulate(plan, rate_scale=scale, limit=3)
+    # the range's ends are allowed: 10^-3 and 10^6
+    assert simulate(plan, rate_scale=1e-3, limit=2, policies=("kvbudget",)).rate_scale == 1e-3
+    assert simulate(plan, rate_scale=1e6, limit=2, policies=("kvbudget",)).rate_scale == 1e6
+    with pytest.raises(kvbudget.InvalidArgumentError, match="must be a finite number > 0"):
+        gpu_rates("H200", peak_tflops=float("inf"))

@@ -53,7 +53,7 @@ def test_sglang_and_trtllm_pools_map_per_role() -> None:
 def test_pools_the_cache_cannot_enforce_are_refused() -> None:
     # gpt-oss under vLLM: full and sliding groups draw on one hybrid pool
     p = kvbudget.plan("openai/gpt-oss-120b", spec="none", engine="vllm", **ARGS)  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgumentError, match="hybrid pool.*--engine kvbudget"):
+    with pytest.raises(InvalidArgumentError, match=r"hybrid pool.*--engine kvbudget"):
         cache_plan(p)
 
 
@@ -89,5 +89,5 @@ def test_engine_flags_come_from_the_one_deployment(monkeypatch: pytest.MonkeyPat
 
 
 def test_policies_are_a_registry() -> None:
-    assert POLICIES == tuple(POLICY_VARIANTS)
+    assert tuple(POLICY_VARIANTS) == POLICIES
     assert POLICIES[0] == "kvbudget"  # the plan as made comes first

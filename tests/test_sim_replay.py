@@ -215,3 +215,29 @@ def test_a_request_swapped_out_is_not_resumed_in_the_same_step(
         elif kind == "in":
             between = events[out_at.pop(rid) + 1 : i]
             assert any(k == "commit" for k, _ in between), f"{rid} came straight back"
+
+
+def test_prefix_group_ids_are_bounded_and_drawn_again_the_same() -> None:
+    from kvbudget.sim.replay import MAX_KEPT_PREFIX_TOKENS, _Tokens
+    from kvbudget.sim.trace import TraceRequest
+
+    def req(i: int, group: str) -> TraceRequest:
+        return TraceRequest(
+            index=i, arrival_s=0.0, prompt_tokens=600, output_tokens=1, prefix_group=group,
+            prefix_tokens=512,
+        )  # fmt: skip
+
+    # each group keeps max(512, 1024) = 1024 ids; a bound of 2048 holds two groups
+    tokens = _Tokens(32000, seed=0, max_tokens=2048)
+    first = tokens.prompt(req(0, "a"))
+    tokens.prompt(req(1, "b"))
+    tokens.prompt(req(2, "a"))  # "a" used again: "b" is now the oldest
+    tokens.prompt(req(3, "c"))  # 3 x 1024 > 2048: "b" is dropped
+    assert tokens.kept() == (2, 2048)
+    tokens.prompt(req(4, "b"))  # drawn again from its seed; "a" is dropped
+    tokens.prompt(req(5, "c"))
+    again = tokens.prompt(req(6, "a"))  # and "a" drawn again: the same 512 prefix ids
+    assert again[:512] == first[:512]
+    assert tokens.kept() == (2, 2048)
+    # the default: 2^20 tokens = 1,024 groups of 1,024 ids (about 37 MiB)
+    assert MAX_KEPT_PREFIX_TOKENS == 1024 * 1024

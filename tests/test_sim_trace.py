@@ -135,3 +135,118 @@ def test_the_shipped_trace_reads_whole() -> None:
 def test_bad_prefix_settings(kwargs: dict[str, float]) -> None:
     with pytest.raises(InvalidArgumentError):
         PrefixSynthesis(**kwargs)  # type: ignore[arg-type]
+
+
+SIMPLE = "arrival_s,prompt_tokens,output_tokens"
+
+
+def _message(path: Path) -> str:
+    with pytest.raises(InvalidArgumentError) as info:
+        list(read_trace(path, prefixes=NONE))
+    return str(info.value)
+
+
+def test_a_csv_field_over_csvs_limit_is_a_typed_error(tmp_path: Path) -> None:
+    path = tmp_path / "big.csv"
+    # 140,000 characters > csv's 131,072 (128 KiB) field limit
+    path.write_text(f"{SIMPLE},prefix_group\n0,10,5,sys\n1,10,5,{'x' * 140_000}\n")
+    assert _message(path) == (
+        f"{path}: line 3: a CSV field is longer than 131,072 characters (csv's limit); a "
+        "trace field is a number or a short prefix group name"
+    )
+
+
+def test_a_json_number_of_more_than_4300_digits_is_a_typed_error(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    path.write_text(
+        '{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 5}\n'
+        '{"arrival_s": 0, "prompt_tokens": ' + "1" * 5000 + ', "output_tokens": 5}\n'
+    )
+    assert _message(path) == (
+        f"{path}: line 2: a number of more than 4,300 digits; token counts and arrival "
+        "seconds are short numbers"
+    )
+
+
+def test_deeply_nested_json_is_a_typed_error(tmp_path: Path) -> None:
+    path = tmp_path / "deep.jsonl"
+    # 100,000 levels: far past the parser's recursion limit
+    nested = "[" * 100_000 + "]" * 100_000
+    path.write_text(f'{{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 5, "x": {nested}}}\n')
+    assert _message(path) == (
+        f"{path}: line 1: JSON nested too deeply to read; a trace line is one flat object"
+    )
+
+
+def test_a_long_bad_value_is_quoted_short(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(f"{SIMPLE}\n0,{'9' * 5000},5\n")  # more digits than int() reads
+    # repr is 5002 characters (quotes): the first 40 are shown
+    assert _message(path) == (
+        f"{path}: line 2: field 'prompt_tokens' must be a whole number of tokens, got "
+        f"'{'9' * 39}... (5002 characters)"
+    )
+
+
+def test_a_prefix_group_name_is_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(f"{SIMPLE},prefix_group\n0,10,5,{'g' * 1025}\n")
+    assert _message(path) == (
+        f"{path}: line 2: prefix_group has 1025 characters, more than 1024; a group is a short name"
+    )
+
+
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])
+def test_leading_blank_lines_are_skipped(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"t.{suffix}"
+    if suffix == "csv":
+        path.write_text(f"\n  \n{SIMPLE}\n0,10,5\n\n1,12,6\n0,1,1\n")
+    else:
+        row = '{{"arrival_s": {}, "prompt_tokens": {}, "output_tokens": {}}}\n'
+        path.write_text(
+            "\n\n" + row.format(0, 10, 5) + "\n" + row.format(1, 12, 6) + row.format(0, 1, 1)
+        )
+    rows = read_trace(path, prefixes=NONE)
+    assert [(r.prompt_tokens, r.output_tokens) for r in (next(rows), next(rows))] == [
+        (10, 5),
+        (12, 6),
+    ]
+    # the third row is on line 7 of the file (2 blank lines, the header, a blank line
+    # for the CSV; 2 blank lines and a blank line for the JSONL, which has no header)
+    line = 7 if suffix == "csv" else 6
+    with pytest.raises(InvalidArgumentError) as info:
+        next(rows)
+    assert str(info.value).startswith(f"{path}: line {line}: arrival 0.0 s is before")
+
+
+def test_an_empty_trace_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("\n\n  \n")
+    assert (
+        _message(path) == f"{path}: empty trace (no header, no rows); see kvbudget simulate --help"
+    )
+
+
+def test_a_stream_is_copied_once_and_a_file_is_not(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    from kvbudget.sim.trace import replayable_trace
+
+    text = f"{SIMPLE}\n0,10,5\n1,12,6\n"
+    regular = tmp_path / "t.csv"
+    regular.write_text(text)
+    with replayable_trace(regular) as path:
+        assert path == regular
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_text, args=(text,), daemon=True)
+    writer.start()
+    with replayable_trace(fifo) as path:
+        writer.join()
+        assert path != fifo
+        # read twice (the count, then each policy's replay): the same rows each time
+        first = list(read_trace(path, prefixes=NONE, name=str(fifo)))
+        assert first == list(read_trace(path, prefixes=NONE, name=str(fifo)))
+        assert [r.prompt_tokens for r in first] == [10, 12]
+    assert not path.exists()  # the copy is removed

@@ -331,7 +331,8 @@ def plan_command(
 ) -> None:
     """Plan the KV caches of target + draft per rank across GPU, host and disk.
 
-    Sizes take units (40GiB, 64GB, 512MiB) or plain bytes; every budget is per rank.
+    Sizes take units (40GiB, 64GB, 512MiB, 4096B); a number without one is bytes only
+    when 0 or at least 1 MiB. Every budget is per rank.
     """
     options = dict(locals())
     chosen = _run(lambda: _chosen_engine(engine, emit_engine))

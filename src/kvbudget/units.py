@@ -1,9 +1,14 @@
-"""Byte sizes as people write them: ``10GiB``, ``64GB``, ``512MiB``, ``1_000``, ``123``.
+"""Byte sizes as people write them: ``10GiB``, ``64GB``, ``512MiB``, ``4096B``, ``0``.
 
-Binary units (KiB, MiB, GiB, TiB) are powers of 1024; decimal units (KB, MB, GB, TB)
-powers of 1000, as engines and vendors use them. Results are whole bytes: a size copied
-from an engine's log (``3.81GiB``, ``23.58 GiB``) is rounded down to the byte below, and
-:func:`rounding_note` says so.
+Binary units (KiB, MiB, GiB, TiB) are powers of 1024; decimal units (KB, MB, GB, TB;
+also K, M, G, T) powers of 1000, as engines and vendors use them. Results are whole
+bytes: a size copied from an engine's log (``3.81GiB``, ``23.58 GiB``) is rounded down to
+the byte below, and :func:`rounding_note` says so.
+
+A string with no unit is bytes only from 1 MiB up (``"1073741824"``) or when it is 0:
+``--host-budget 64`` is surely 64 GiB or 64 GB mistyped, not 64 bytes, so a unitless
+string of 1 to 1,048,575 bytes is refused with the units named (write ``64B`` to mean
+bytes). Ints, as the Python API passes them, are always bytes.
 """
 
 from __future__ import annotations
@@ -29,19 +34,25 @@ _UNITS: dict[str, int] = {
     "gib": 1024**3,
     "tib": 1024**4,
 }
+# the units a message lists (K, M, G, T are accepted too, as KB, MB, GB, TB)
+UNIT_NAMES = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
 _SIZE = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 GIB = 1024**3
 # 16 EiB: more than any rank, node or cluster holds; larger sizes are typing mistakes
 MAX_BYTES = 2**64
 _MAX_TEXT = 64  # characters of a size string read at all
+# a unitless string below this many bytes (and not 0) is refused as a missing unit
+MIN_UNITLESS_BYTES = 1024**2
 
 
 def parse_bytes(value: str | int, *, name: str = "size") -> int:
     """Whole bytes of ``value`` (an int, or a string with an optional unit), a fraction
     of a byte rounded down (:func:`rounding_note` words it).
 
-    Raises InvalidArgumentError for negative or garbled values.
+    Raises InvalidArgumentError for negative or garbled values, an unknown unit (the
+    message lists the accepted ones), more than :data:`MAX_BYTES`, and a string without
+    a unit that is not 0 and below :data:`MIN_UNITLESS_BYTES` (module docstring).
     """
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise InvalidArgumentError(
@@ -51,33 +62,56 @@ def parse_bytes(value: str | int, *, name: str = "size") -> int:
         if value < 0:
             raise InvalidArgumentError(f"{name} must not be negative, got {value}")
         return _bounded(value, name)
+    number, unit = _split(value, name)
+    exact = number * _UNITS[unit.lower()]
+    whole = _bounded(exact.numerator // exact.denominator, name)
+    if not unit and exact != 0 and exact < MIN_UNITLESS_BYTES:
+        text = value.strip()
+        raise InvalidArgumentError(
+            f"{name} {text} has no unit: {text} bytes is surely not meant; write {text}GiB "
+            f"or {text}GB, or {text}B for bytes (units: {UNIT_NAMES})"
+        )
+    return whole
+
+
+def _split(value: str, name: str) -> tuple[Fraction, str]:
+    """The exact number and the unit as written (``""`` for none) of the string
+    ``value``. Raises InvalidArgumentError for a garbled, negative or too long one, or an
+    unknown unit."""
     if len(value) > _MAX_TEXT:
         raise InvalidArgumentError(f"{name}: {value[:20]!r}... is too long to be a byte size")
-    if str(value).strip().startswith("-"):
+    if value.strip().startswith("-"):
         raise InvalidArgumentError(f"{name} must not be negative, got {value!r}")
-    match = _SIZE.match(str(value))
-    if not match or match.group(2).lower() not in _UNITS:
+    match = _SIZE.match(value)
+    if not match:
         raise InvalidArgumentError(
-            f"{name}: cannot read {value!r} as a byte size; write e.g. 40GiB, 64GB, 512MiB "
-            "or a plain number of bytes"
+            f"{name}: cannot read {value!r} as a byte size; write e.g. 40GiB, 64GB or "
+            f"512MiB (units: {UNIT_NAMES})"
+        )
+    if match.group(2).lower() not in _UNITS:
+        raise InvalidArgumentError(
+            f"{name}: unknown unit {match.group(2)!r} in {value.strip()!r}; the units are "
+            f"{UNIT_NAMES}"
         )
     try:
         number = Fraction(match.group(1).replace("_", ""))  # exact, whatever the digits
     except ValueError:
         raise InvalidArgumentError(f"{name}: cannot read {value!r} as a number") from None
-    exact = number * _UNITS[match.group(2).lower()]
-    return _bounded(exact.numerator // exact.denominator, name)
+    return number, match.group(2)
 
 
 def rounding_note(value: str | int | None, *, name: str) -> str | None:
     """A sentence when :func:`parse_bytes` rounds ``value`` down (a fraction of a byte,
-    as sizes copied from logs have), else None. Call after ``value`` parsed."""
+    as sizes copied from logs have), else None.
+
+    Raises what :func:`parse_bytes` raises for a value it refuses (so a caller that asks
+    for the note first still gets the typed error, never a KeyError).
+    """
     if not isinstance(value, str):
         return None
-    match = _SIZE.match(value)
-    if match is None:
-        return None
-    exact = Fraction(match.group(1).replace("_", "")) * _UNITS[match.group(2).lower()]
+    parse_bytes(value, name=name)
+    number, unit = _split(value, name)
+    exact = number * _UNITS[unit.lower()]
     if exact.denominator == 1:
         return None
     whole = exact.numerator // exact.denominator

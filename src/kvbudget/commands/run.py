@@ -154,7 +154,12 @@ class RunSettings:
     threads: int = 1
 
     def check(self) -> None:
-        """Raise InvalidArgumentError for an inconsistent combination, or no torch."""
+        """Raise InvalidArgumentError for an inconsistent combination, a bad size, or no
+        torch."""
+        from kvbudget.units import parse_bytes
+
+        parse_bytes(self.kv_budget, name="kv_budget")  # before any model is written
+        parse_bytes(self.host_budget, name="host_budget")
         _require_torch()  # before anything of kvbudget.engine is imported
         from kvbudget.engine.config import SPECS
 

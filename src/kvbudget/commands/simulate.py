@@ -8,9 +8,11 @@ keyword arguments. matplotlib is imported only when plots or HTML are asked for.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -55,7 +57,10 @@ def simulate_options(
     ] = "0.7",
     rate_scale: Annotated[
         float,
-        typer.Option(metavar="X", help="Divide arrival times by X (2: twice the request rate)."),
+        typer.Option(
+            metavar="X",
+            help="Divide arrival times by X (2: twice the request rate; 0.001 to 10^6).",
+        ),
     ] = 1.0,
     limit: Annotated[
         int | None, typer.Option(metavar="N", help="Replay the first N requests only.")
@@ -143,10 +148,6 @@ def run_simulate(
     ``guard(action)`` runs ``action`` and turns kvbudget and file errors into one
     ``error:`` line (the CLI's ``_run``).
     """
-    import json
-
-    from rich.console import Console
-
     from kvbudget.cli import _raise
     from kvbudget.deployment import resolve_deployment
     from kvbudget.errors import InvalidArgumentError
@@ -155,9 +156,19 @@ def run_simulate(
     from kvbudget.sim.engine_cache import cache_plan
     from kvbudget.sim.policies import POLICIES, policy_plans
     from kvbudget.sim.simulation import engine_flags_for, simulate
-    from kvbudget.sim.summary import print_summary
-    from kvbudget.sim.trace import PrefixSynthesis, default_trace_path, read_trace
+    from kvbudget.sim.trace import (
+        PrefixSynthesis,
+        default_trace_path,
+        read_trace,
+        replayable_trace,
+        require_rate_scale,
+    )
 
+    floats = (("--rate-scale", rate_scale), ("--prefix-share", prefix_share))
+    for flag, value in (*floats, ("--peak-tflops", peak_tflops)):
+        if value is not None and not math.isfinite(value):
+            guard(_raise(InvalidArgumentError(f"{flag} must be a finite number, got {value}")))
+    guard(lambda: require_rate_scale(rate_scale))
     names = tuple(p.strip() for p in policies.split(",") if p.strip())
     if policies.strip() == "all":
         names = POLICIES
@@ -185,53 +196,60 @@ def run_simulate(
     base = guard(lambda: build_plan(deployment))
     # unknown policies and pools the cache cannot replay fail before any replay
     guard(lambda: policy_plans(cache_plan(base), names))
-    path = Path(trace) if trace is not None else default_trace_path()
-    total = guard(lambda: sum(1 for _ in read_trace(path, prefixes=synth, limit=limit)))
+    source = trace if trace is not None else str(default_trace_path())
     flags = guard(lambda: engine_flags_for(deployment))
-    stderr = Console(stderr=True)
-
-    def run(progress: Callable[[str, int], None] | None) -> Any:
-        return guard(
-            lambda: simulate(
-                base,
-                path,
-                policies=names,
-                acceptance=model,
-                rate_scale=rate_scale,
-                limit=limit,
-                prefixes=synth,
-                peak_tflops=peak_tflops,
-                max_num_batched_tokens=int(plan_kwargs.get("max_num_batched_tokens", 8192)),
-                preempt=preempt,
-                seed=seed,
-                sample_steps=sample_steps,
-                progress=progress,
-                jobs=jobs or min(len(names), os.cpu_count() or 1),
-                engine_flags=flags,
-            )
+    with ExitStack() as stack:
+        # a pipe (--trace -, a FIFO) is read once, into a file that the count and every
+        # policy's replay read
+        path = guard(lambda: stack.enter_context(replayable_trace(source)))
+        total = guard(
+            lambda: sum(1 for _ in read_trace(path, prefixes=synth, limit=limit, name=source))
         )
 
-    if stderr.is_terminal:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+        def run(progress: Callable[[str, int], None] | None) -> Any:
+            return guard(
+                lambda: simulate(
+                    base,
+                    path,
+                    policies=names,
+                    acceptance=model,
+                    rate_scale=rate_scale,
+                    limit=limit,
+                    prefixes=synth,
+                    peak_tflops=peak_tflops,
+                    max_num_batched_tokens=int(plan_kwargs.get("max_num_batched_tokens", 8192)),
+                    preempt=preempt,
+                    seed=seed,
+                    sample_steps=sample_steps,
+                    progress=progress,
+                    jobs=jobs or min(len(names), os.cpu_count() or 1),
+                    engine_flags=flags,
+                    trace_name=source,
+                )
+            )
 
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=stderr,
-            transient=True,
-        ) as bar:
-            tasks = {n: bar.add_task(n, total=total) for n in names}
+        result = _with_progress(run, names, total)
+    _report(result, guard=guard, json_out=json_out, plots=plots, html=html)
 
-            def update(name: str, done: int) -> None:
-                bar.update(tasks[name], completed=done)
 
-            result = run(update)
-    else:
-        result = run(None)
+def _report(
+    result: Any,
+    *,
+    guard: Callable[[Callable[[], Any]], Any],
+    json_out: bool,
+    plots: str | None,
+    html: str | None,
+) -> None:
+    """Print the simulation ``result`` (JSON or the summary table) and write its plots
+    and HTML report."""
+
+    from rich.console import Console
+
+    from kvbudget.sim.summary import print_summary
+
     if json_out:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
+        # strict JSON: a NaN or infinity would print as NaN/Infinity, which no parser takes
+        typer.echo(guard(lambda: _strict_json(result.to_dict())))
     else:
         print_summary(result, Console())
     if plots is not None:
@@ -248,6 +266,50 @@ def run_simulate(
         if not json_out:
             typer.echo(f"wrote {out}")
     sys.stdout.flush()
+
+
+def _strict_json(document: Any) -> str:
+    """``document`` as indented JSON. Raises InvalidArgumentError when it holds a NaN or
+    an infinity (JSON has neither; the inputs that make them are refused before)."""
+    import json
+
+    from kvbudget.errors import InvalidArgumentError
+
+    try:
+        return json.dumps(document, indent=2, allow_nan=False)
+    except ValueError:
+        raise InvalidArgumentError(
+            "the simulation's JSON would hold a NaN or an infinity, which JSON cannot "
+            "write; check --rate-scale, --peak-tflops and --acceptance"
+        ) from None
+
+
+def _with_progress(
+    run: Callable[[Callable[[str, int], None] | None], Any], names: tuple[str, ...], total: int
+) -> Any:
+    """``run(progress)``, with a progress bar per policy (of ``total`` requests) on a
+    terminal's stderr, else ``run(None)``."""
+    from rich.console import Console
+
+    stderr = Console(stderr=True)
+    if not stderr.is_terminal:
+        return run(None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    ) as bar:
+        tasks = {n: bar.add_task(n, total=total) for n in names}
+
+        def update(name: str, done: int) -> None:
+            bar.update(tasks[name], completed=done)
+
+        return run(update)
 
 
 def _check_output(flag: str, path: Path, is_dir: bool) -> None:

@@ -20,7 +20,10 @@ The engine loop, one step at a time (a continuous-batching scheduler, vLLM-like)
 Token ids: a request's prompt is its prefix group's tokens (seeded per group, so equal
 groups give equal blocks) then two marker tokens that encode its index and a fixed filler
 (the hash chain makes every later block unique); output tokens are a fixed id. Real ids
-never matter to the cache beyond equality of blocks.
+never matter to the cache beyond equality of blocks. The ids of at most
+:data:`MAX_KEPT_PREFIX_TOKENS` tokens of prefix groups are kept (about 37 MiB), the least
+recently used group's dropped first; a dropped group that comes back is drawn again from
+its seed, the same ids, so the bound changes time, never results.
 
 Not finished, with a reason (every request is either completed or counted in one):
 
@@ -35,7 +38,7 @@ Outputs longer than ``max_seq_len - prompt`` tokens are cut there (``truncated_o
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -47,6 +50,10 @@ from kvbudget.sim.metrics import LatencyRecorder, Percentiles, PolicyMetrics, Se
 from kvbudget.sim.policies import PolicyPlan
 from kvbudget.sim.roofline import Roofline
 from kvbudget.sim.trace import TraceRequest
+
+# tokens of prefix-group ids kept between requests (each group holds at least 1,024);
+# a Python list holds about 36 bytes per id: 2^20 tokens is about 37 MiB (measured)
+MAX_KEPT_PREFIX_TOKENS = 1 << 20
 
 PreemptChoice = Literal["auto", "swap", "recompute"]
 ProgressFn = Callable[[int], None]
@@ -114,14 +121,22 @@ class _Live:
 
 
 class _Tokens:
-    """Prompt token ids for the cache (see the module docstring). Internal, mutable."""
+    """Prompt token ids for the cache (see the module docstring). Internal, mutable.
 
-    __slots__ = ("_filler", "_groups", "_seed", "_vocab")
+    Keeps the ids of at most ``max_tokens`` tokens of prefix groups (a group longer
+    than that alone is kept until the next group is drawn), least recently used
+    dropped first."""
 
-    def __init__(self, vocab_size: int, seed: int) -> None:
+    __slots__ = ("_filler", "_groups", "_kept_tokens", "_max_tokens", "_seed", "_vocab")
+
+    def __init__(
+        self, vocab_size: int, seed: int, *, max_tokens: int = MAX_KEPT_PREFIX_TOKENS
+    ) -> None:
         self._vocab = max(vocab_size, 3)
         self._seed = seed
-        self._groups: dict[str, list[int]] = {}
+        self._max_tokens = max_tokens
+        self._groups: OrderedDict[str, list[int]] = OrderedDict()  # oldest use first
+        self._kept_tokens = 0
         self._filler: list[int] = []
 
     def prompt(self, req: TraceRequest) -> list[int]:
@@ -131,6 +146,8 @@ class _Tokens:
             group = self._groups.get(req.prefix_group)
             if group is None or len(group) < req.prefix_tokens:
                 group = self._group(req.prefix_group, req.prefix_tokens)
+            else:
+                self._groups.move_to_end(req.prefix_group)
             head = group[: req.prefix_tokens]
         rest = req.prompt_tokens - len(head)
         i = req.index
@@ -140,12 +157,23 @@ class _Tokens:
             self._filler = [(k * 7919 + 13) % v for k in range(max(fill, 2 * len(self._filler)))]
         return head + marker + self._filler[:fill]
 
+    def kept(self) -> tuple[int, int]:
+        """Groups and tokens whose ids are kept now (tests)."""
+        return len(self._groups), self._kept_tokens
+
     def _group(self, name: str, length: int) -> list[int]:
+        """Group ``name``'s first ``max(length, 1024)`` ids, drawn from its seed (the
+        same ids whenever drawn), kept as the most recently used."""
         import random
 
         rng = random.Random(f"{self._seed}:{name}")
         tokens = [rng.randrange(self._vocab) for _ in range(max(length, 1024))]
+        old = self._groups.pop(name, None)
+        self._kept_tokens += len(tokens) - (len(old) if old is not None else 0)
         self._groups[name] = tokens
+        while self._kept_tokens > self._max_tokens and len(self._groups) > 1:
+            _, dropped = self._groups.popitem(last=False)
+            self._kept_tokens -= len(dropped)
         return tokens
 
 

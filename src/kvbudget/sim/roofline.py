@@ -40,6 +40,7 @@ host copies and compute are not modelled.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -76,8 +77,10 @@ def gpu_rates(gpu: str, *, peak_tflops: float | None = None) -> GpuRates:
             f"GPU {spec.name!r} has no memory bandwidth in gpus.csv; simulate with another --gpu"
         )
     tflops = peak_tflops if peak_tflops is not None else spec.bf16_dense_tflops
-    if peak_tflops is not None and not peak_tflops > 0:
-        raise InvalidArgumentError(f"--peak-tflops must be > 0, got {peak_tflops!r}")
+    if peak_tflops is not None and not 0 < peak_tflops < math.inf:
+        raise InvalidArgumentError(
+            f"--peak-tflops must be a finite number > 0 (dense BF16 TFLOPS), got {peak_tflops!r}"
+        )
     link = spec.host_link_gb_s
     return GpuRates(
         name=spec.name,

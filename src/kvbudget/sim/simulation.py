@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,14 @@ from kvbudget.sim.metrics import PolicyMetrics
 from kvbudget.sim.policies import POLICIES, PolicyPlan, policy_plans
 from kvbudget.sim.replay import ReplayConfig, replay
 from kvbudget.sim.roofline import Roofline, gpu_rates, roofline_for
-from kvbudget.sim.trace import PrefixSynthesis, default_trace_path, read_trace
+from kvbudget.sim.trace import (
+    PrefixSynthesis,
+    TraceRequest,
+    default_trace_path,
+    read_trace,
+    replayable_trace,
+    require_rate_scale,
+)
 
 SIM_SCHEMA_VERSION = 1
 
@@ -124,13 +131,17 @@ def simulate(
     progress: PolicyProgress | None = None,
     jobs: int = 1,
     engine_flags: Mapping[str, Mapping[str, Any]] | None = None,
+    trace_name: str | None = None,
 ) -> SimulationResult:
     """Replay ``trace`` (default: the shipped Azure conversation trace) through each of
     ``policies``' variants of ``plan``: kvbudget's own cache, or under another engine
     that engine's pools as the cache enforces them (:func:`~kvbudget.sim.engine_cache.cache_plan`).
 
-    The trace is streamed once per policy. ``gpu`` names the roofline's GPU (default: the
-    plan's); ``peak_tflops`` supplies its FLOPs where ``gpu_flops.csv`` has none.
+    The trace is streamed once per policy (a pipe or FIFO is first copied to a
+    temporary file, read once: :func:`~kvbudget.sim.trace.replayable_trace`);
+    ``trace_name`` is what messages and the result call it (default: ``trace``).
+    ``gpu`` names the roofline's GPU (default: the plan's); ``peak_tflops`` supplies its
+    FLOPs where ``gpu_flops.csv`` has none.
     ``progress(policy, requests_done)`` reports as replays go. ``jobs`` > 1 replays the
     policies in that many worker processes (the results are the same: every replay is
     seeded and independent). ``engine_flags`` (from
@@ -141,6 +152,7 @@ def simulate(
             a plan the cache cannot be built from.
         OSError: the trace cannot be read.
     """
+    require_rate_scale(rate_scale)  # before any replay (in a worker process) meets it
     model = (
         acceptance if isinstance(acceptance, AcceptanceModel) else AcceptanceModel.parse(acceptance)
     )
@@ -164,9 +176,63 @@ def simulate(
         seed=seed,
     )
     synth = prefixes if prefixes is not None else PrefixSynthesis(seed=seed)
-    path = Path(trace) if trace is not None else default_trace_path()
+    source = trace if trace is not None else default_trace_path()
+    label = trace_name or str(source)
     variants = policy_plans(cache_plan(plan), policies)
     jobs = require_jobs(jobs)
+    with replayable_trace(source) as path:
+        stream = _TraceStream(
+            path=path, name=label, prefixes=synth, rate_scale=rate_scale, limit=limit
+        )
+        done = _replay_all(variants, stream, roof, config, progress, jobs)
+    results = [done[v.name][0] for v in variants]
+    wall = {v.name: done[v.name][1] for v in variants}
+    return SimulationResult(
+        plan=plan,
+        trace_path=label,
+        rate_scale=rate_scale,
+        limit=limit,
+        prefixes=synth,
+        config=config,
+        roofline=roof,
+        policies=tuple(results),
+        wall_s=wall,
+        engine_flags={k: dict(v) for k, v in (engine_flags or {}).items()},
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _TraceStream:
+    """How every replay reads the trace: ``path`` (a regular file), ``name`` for
+    messages, and :func:`read_trace`'s settings."""
+
+    path: Path
+    name: str
+    prefixes: PrefixSynthesis
+    rate_scale: float
+    limit: int | None
+
+    def requests(self) -> Iterator[TraceRequest]:
+        """A fresh stream of the trace's requests."""
+        return read_trace(
+            self.path,
+            prefixes=self.prefixes,
+            rate_scale=self.rate_scale,
+            limit=self.limit,
+            name=self.name,
+        )
+
+
+def _replay_all(
+    variants: tuple[PolicyPlan, ...],
+    trace: _TraceStream,
+    roof: Roofline,
+    config: ReplayConfig,
+    progress: PolicyProgress | None,
+    jobs: int,
+) -> dict[str, tuple[PolicyMetrics, float]]:
+    """Each variant's metrics and replay seconds, by policy name, replayed in ``jobs``
+    processes."""
     done: dict[str, tuple[PolicyMetrics, float]] = {}
     if jobs > 1 and len(variants) > 1:
         # one process per policy replay, each streaming the trace itself; progress is
@@ -175,9 +241,7 @@ def simulate(
 
         with ProcessPoolExecutor(max_workers=min(jobs, len(variants))) as pool:
             futures = {
-                pool.submit(
-                    _replay_one, variant, path, synth, rate_scale, limit, roof, config, None
-                ): variant.name
+                pool.submit(_replay_one, variant, trace, roof, config, None): variant.name
                 for variant in variants
             }
             for future in as_completed(futures):
@@ -193,23 +257,8 @@ def simulate(
                 def report(count: int, name: str = variant.name) -> None:
                     progress(name, count)
 
-            done[variant.name] = _replay_one(
-                variant, path, synth, rate_scale, limit, roof, config, report
-            )
-    results = [done[v.name][0] for v in variants]
-    wall = {v.name: done[v.name][1] for v in variants}
-    return SimulationResult(
-        plan=plan,
-        trace_path=str(path),
-        rate_scale=rate_scale,
-        limit=limit,
-        prefixes=synth,
-        config=config,
-        roofline=roof,
-        policies=tuple(results),
-        wall_s=wall,
-        engine_flags={k: dict(v) for k, v in (engine_flags or {}).items()},
-    )
+            done[variant.name] = _replay_one(variant, trace, roof, config, report)
+    return done
 
 
 def require_jobs(jobs: object) -> int:
@@ -221,17 +270,14 @@ def require_jobs(jobs: object) -> int:
 
 def _replay_one(
     variant: PolicyPlan,
-    path: Path,
-    synth: PrefixSynthesis,
-    rate_scale: float,
-    limit: int | None,
+    trace: _TraceStream,
     roof: Roofline,
     config: ReplayConfig,
     progress: Callable[[int], None] | None,
 ) -> tuple[PolicyMetrics, float]:
     """One policy's replay over a fresh stream of the trace, and its wall seconds (a
     module-level function, so that a worker process can run it)."""
-    requests = read_trace(path, prefixes=synth, rate_scale=rate_scale, limit=limit)
+    requests = trace.requests()
     start = time.perf_counter()
     metrics = replay(variant, requests, roof, config, progress=progress)
     return metrics, time.perf_counter() - start
