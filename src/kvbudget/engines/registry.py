@@ -3,9 +3,9 @@
 =====================  =========================================================
 ``kvbudget``           kvbudget's own :class:`~kvbudget.SpecDecodeCache`
 ``vllm@0.33.0``        vLLM 0.33.0 (the default ``vllm``)
-``vllm@0.28.x``        an earlier vLLM release line, where its sizing differs
-``sglang@0.5.23``      SGLang 0.5.23
-``trtllm@<commit>``    TensorRT-LLM's V1 manager at the commit its facts were read
+``vllm@0.29.0``        the newest 0.2x release, where its sizing differs
+``sglang@main@...``    SGLang at the commit its facts were read
+``trtllm@main@...``    TensorRT-LLM's V1 manager at the commit its facts were read
 =====================  =========================================================
 
 ``--engine NAME`` picks the model marked ``default`` for that name; ``NAME@VERSION`` one
@@ -15,13 +15,14 @@ version. Adding an engine version is one module that defines ``MODEL`` (an
 
 from __future__ import annotations
 
-from kvbudget.engines import kvbudget_cache, sglang, trtllm, vllm
+from kvbudget.engines import kvbudget_cache, sglang, trtllm, vllm, vllm_0_29
 from kvbudget.engines.base import EngineModel
 from kvbudget.errors import InvalidArgumentError
 
 ENGINE_MODELS: tuple[EngineModel, ...] = (
     kvbudget_cache.MODEL,
     vllm.MODEL,
+    vllm_0_29.MODEL,
     sglang.MODEL,
     trtllm.MODEL,
 )

@@ -76,6 +76,52 @@ if TYPE_CHECKING:
 
 VERSION = "0.33.0"
 
+
+@dataclass(frozen=True, kw_only=True)
+class VllmRelease:
+    """What differs between the vLLM releases kvbudget models (the rest of this module
+    holds for each of them; every field cites both releases' code).
+
+    * ``checkpoint_state_kinds``: hybrid layer kinds whose spec keeps one more state per
+      request in "align" mode, a prefill checkpoint (``num_prefill_checkpoint_blocks``
+      in ``MambaSpec.max_memory_usage_bytes``, kv_cache_interface.py; set by
+      ``mamba_mixer2.py`` from 0.32.0 and ``qwen_gdn_linear_attn.py`` from 0.33.0).
+    * ``gdn_checkpoint_alignment``: tokens a Gated DeltaNet block size is aligned to in
+      align mode (``Platform._align_hybrid_block_size``, platforms/interface.py: the
+      ``lcm`` with FlashInfer's GDN checkpoint interval, 0.33.0), or None.
+    * ``async_with_ngram``: ngram speculation runs with async scheduling (0.33.0: Model
+      Runner V2 runs ngram; 0.29.0 ``VllmConfig.__post_init__`` turns async scheduling
+      off for ngram, config/vllm.py:1262-1285, and refuses ``--async-scheduling`` with it).
+    * ``speculation_with_pp``: an EAGLE/EAGLE3/MTP drafter runs with PP > 1 (0.33.0 gives
+      the draft ``pipeline_parallel_size=1``, config/speculative.py:1905; 0.29.0 gives it
+      the target's, :1690, and the draft classes lack ``SupportsPP``, so
+      ``ModelConfig`` refuses, config/model.py:1424-1430).
+    """
+
+    version: str
+    ref: str
+    checkpoint_state_kinds: frozenset[str]
+    gdn_checkpoint_alignment: int | None
+    async_with_ngram: bool
+    speculation_with_pp: bool
+
+
+RELEASE = VllmRelease(
+    version=VERSION,
+    ref="v0.33.0 (the PyPI wheel)",
+    checkpoint_state_kinds=frozenset({"mamba2", "gated_deltanet"}),
+    # FlashInfer's GDN prefill exports align-mode checkpoints every 64 tokens on Hopper
+    # (gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT)
+    gdn_checkpoint_alignment=64,
+    async_with_ngram=True,
+    speculation_with_pp=True,
+)
+# vLLM's refusal of a drafter without SupportsPP under PP (config/model.py)
+PP_REFUSAL = (
+    "Pipeline parallelism is not supported for this model. Supported models implement "
+    "the `SupportsPP` interface."
+)
+
 SpecKind = Literal["full_attention", "sliding_window", "chunked_local", "mla", "mamba"]
 
 # speculative methods that make vLLM turn its hybrid KV cache manager off for chunked
@@ -149,10 +195,8 @@ class VllmPool:
 
 
 # FlashAttention's kernel block sizes: MultipleOf(16) (flash_attn.py
-# get_supported_kernel_block_sizes); FlashInfer's GDN prefill exports align-mode
-# checkpoints every 64 tokens on Hopper (gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT)
+# get_supported_kernel_block_sizes)
 KERNEL_BLOCK = 16
-GDN_CHECKPOINT_ALIGNMENT = 64
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,7 +218,7 @@ class MambaSetup:
     states_per_request: int
 
 
-def mamba_setup(d: Deployment) -> MambaSetup | None:
+def mamba_setup(d: Deployment, release: VllmRelease) -> MambaSetup | None:
     """vLLM's block-size override and state pages for a hybrid model, or None."""
     target = d.target
     k = d.lookahead_tokens
@@ -193,7 +237,7 @@ def mamba_setup(d: Deployment) -> MambaSetup | None:
     )
     align = d.enable_prefix_caching
     gdn = any(x.kind == "gated_deltanet" for x in target.layers)
-    checkpoint_alignment = GDN_CHECKPOINT_ALIGNMENT if align and gdn else None
+    checkpoint_alignment = release.gdn_checkpoint_alignment if align and gdn else None
     bs = d.tokens_per_block
     if attn_page_1:
         kernel_align = max(KERNEL_BLOCK, bs)
@@ -203,9 +247,10 @@ def mamba_setup(d: Deployment) -> MambaSetup | None:
         block = KERNEL_BLOCK * cdiv(block, KERNEL_BLOCK)
         bs = max(bs, block)
     page = bs * attn_page_1 if attn_page_1 else state_page
-    # Mamba2 layers always declare a checkpoint block; GDN only when its FlashInfer
-    # prefill exports checkpoints (align mode on Hopper)
-    checkpoint = 1 if (not gdn or checkpoint_alignment) else 0
+    # the layers that declare a prefill checkpoint block (0.33.0: Mamba2 always; GDN when
+    # its FlashInfer prefill exports checkpoints, align mode on Hopper)
+    kinds = {x.kind for x in target.layers} & release.checkpoint_state_kinds
+    checkpoint = 1 if kinds and (not gdn or checkpoint_alignment) else 0
     per_request = (2 + k + checkpoint) if align else (1 + k)
     return MambaSetup(
         block_size=bs,
@@ -216,13 +261,13 @@ def mamba_setup(d: Deployment) -> MambaSetup | None:
     )
 
 
-def layer_specs(d: Deployment) -> list[LayerSpec]:
+def layer_specs(d: Deployment, release: VllmRelease) -> list[LayerSpec]:
     """Every cached layer of target and draft on one rank, in vLLM's order.
 
     Target layers first (their PP stage from vLLM's ``get_pp_indices`` split), then the
     draft's (EAGLE3 head, MTP layers or draft model), on the last stage.
     """
-    mamba = mamba_setup(d)
+    mamba = mamba_setup(d, release)
     if mamba is not None:
         d = replace(d, tokens_per_block=mamba.block_size)
     target = d.target
@@ -371,26 +416,34 @@ def kv_cache_groups(specs: list[LayerSpec]) -> tuple[list[LayerSpec], list[KvCac
     return unified, groups
 
 
-def _group_blocks_per_request(group: KvCacheGroup, specs: list[LayerSpec], d: Deployment) -> int:
+def _group_blocks_per_request(
+    group: KvCacheGroup, specs: list[LayerSpec], d: Deployment, release: VllmRelease
+) -> int:
     """Blocks of the shared pool one request of max_model_len takes in ``group``."""
     max_len = d.max_seq_len
     if group.kind == "sliding_window":
         assert group.sliding_window is not None
-        retained = group.sliding_window - 1 + _in_flight_tokens(d)
+        retained = group.sliding_window - 1 + _in_flight_tokens(d, release)
         return cdiv(min(retained, max_len), group.block_size) + 1
     if group.kind == "chunked_local":
         # ChunkedLocalAttentionSpec: one chunk plus the in-flight tokens, no extra block
         assert group.sliding_window is not None
-        chunk = group.sliding_window + _in_flight_tokens(d)
+        chunk = group.sliding_window + _in_flight_tokens(d, release)
         return cdiv(min(chunk, max_len), group.block_size)
     if group.kind == "mamba":
         return max(specs[i].states_per_request for i in group.layers)
     return cdiv(max_len, group.block_size)
 
 
-def _in_flight_tokens(d: Deployment) -> int:
+def async_scheduling(d: Deployment, release: VllmRelease) -> bool:
+    """Whether vLLM schedules asynchronously: as set, unless the release runs the
+    speculation method without it (0.29.0's ngram)."""
+    return d.async_scheduling and (release.async_with_ngram or d.spec.name != "ngram")
+
+
+def _in_flight_tokens(d: Deployment, release: VllmRelease) -> int:
     """``VllmConfig.max_in_flight_tokens``: batches in flight x max_num_batched_tokens."""
-    batches = d.parallel.pp + 1 if d.async_scheduling else d.parallel.pp
+    batches = d.parallel.pp + 1 if async_scheduling(d, release) else d.parallel.pp
     return batches * d.max_num_batched_tokens
 
 
@@ -401,13 +454,13 @@ def _bytes_per_block(groups: list[KvCacheGroup], specs: list[LayerSpec], stage: 
     )
 
 
-def vllm_pool(d: Deployment, budget: int) -> VllmPool:
-    """The pool vLLM 0.33 builds for ``d`` from ``budget`` KV bytes per GPU, and its
-    logged capacity figures."""
-    specs, groups = kv_cache_groups(layer_specs(d))
+def vllm_pool(d: Deployment, budget: int, release: VllmRelease = RELEASE) -> VllmPool:
+    """The pool ``release`` of vLLM builds for ``d`` from ``budget`` KV bytes per GPU,
+    and its logged capacity figures."""
+    specs, groups = kv_cache_groups(layer_specs(d, release))
     if not groups:
         raise InvalidArgumentError(f"{d.target.name} caches nothing for vLLM to size")
-    per_group = tuple(_group_blocks_per_request(g, specs, d) for g in groups)
+    per_group = tuple(_group_blocks_per_request(g, specs, d, release) for g in groups)
     per_request = sum(per_group)
     counts = []
     refused = None
@@ -447,23 +500,18 @@ def _gib(num_bytes: int) -> str:
     return f"{round(num_bytes / (1 << 30), 2)}"
 
 
-def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
+def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> EnginePlan:
     """vLLM's plan: its pool for ``d``, the flags that make it, its start-up line.
 
     ``refusals`` holds vLLM's start-up refusal when not one request of max_model_len
-    fits beside the null block. Raises InvalidArgumentError for a dtype or model vLLM
-    has no cache for.
+    fits beside the null block (or, in a release without it, a drafter under PP).
+    Raises InvalidArgumentError for a dtype or model vLLM has no cache for.
     """
     facts = ENGINES["vllm"]
     dtype = kv_dtype_name(d.kv_dtype, facts)
     budget = ledger.min_stage_gpu_bytes
-    pool = vllm_pool(d, budget)
-    refusals: tuple[str, ...] = ()
-    if pool.refused is not None:
-        refusals = (
-            f"vLLM {VERSION} would refuse to start: {pool.refused} Raise --kv-budget, lower "
-            "--max-seq-len, or use a smaller --kv-dtype",
-        )
+    pool = vllm_pool(d, budget, release)
+    refusals = _refusals(d, pool, release)
     ranks = d.parallel.tp * d.parallel.pp
     size = gib_text(ledger.host_bytes * ranks)
     pools = _pools(d, pool, size, ranks)
@@ -495,18 +543,38 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
         f"{d.max_seq_len:,} tokens per request: {pool.max_concurrency:.2f}x",
     )
     return EnginePlan(
-        name=MODEL.name,
-        version=MODEL.version,
-        source=MODEL.source,
+        name="vllm",
+        version=release.version,
+        source=source(release),
         pools=pools,
         capacity=capacity,
-        settings=_settings(d, budget, dtype, size),
+        settings=_settings(d, budget, dtype, size, release),
         log=log,
-        notes=tuple(_notes(d, ledger, pool, size, ranks) + auto_note(d.kv_dtype, facts, dtype)),
+        notes=tuple(
+            _notes(d, ledger, pool, size, ranks, release) + auto_note(d.kv_dtype, facts, dtype)
+        ),
         warnings=tuple(warnings),
         refusals=refusals,
-        detail=_detail(d, pool),
+        detail=_detail(d, pool, release),
     )
+
+
+def _refusals(d: Deployment, pool: VllmPool, release: VllmRelease) -> tuple[str, ...]:
+    """What vLLM would refuse at start-up, in its words, with what to change."""
+    out = []
+    drafter = d.spec.name in ("eagle", "eagle3", "mtp")
+    if drafter and d.parallel.pp > 1 and not release.speculation_with_pp:
+        out.append(
+            f"vLLM {release.version} would refuse to start: {PP_REFUSAL} (the {d.spec.name} "
+            "drafter is given the target's --pipeline-parallel-size): use --pp 1, or "
+            "--engine vllm (0.30.0 and later run the drafter at PP 1)"
+        )
+    if pool.refused is not None:
+        out.append(
+            f"vLLM {release.version} would refuse to start: {pool.refused} Raise "
+            "--kv-budget, lower --max-seq-len, or use a smaller --kv-dtype"
+        )
+    return tuple(out)
 
 
 def _pools(d: Deployment, pool: VllmPool, size: str, ranks: int) -> tuple[PoolPlan, ...]:
@@ -553,7 +621,7 @@ def _pools(d: Deployment, pool: VllmPool, size: str, ranks: int) -> tuple[PoolPl
     return tuple(pools)
 
 
-def _detail(d: Deployment, pool: VllmPool) -> dict[str, Any]:
+def _detail(d: Deployment, pool: VllmPool, release: VllmRelease) -> dict[str, Any]:
     """vLLM's own figures: block size, blocks, groups, concurrency (the fidelity fields)."""
     groups = [
         {
@@ -576,13 +644,15 @@ def _detail(d: Deployment, pool: VllmPool) -> dict[str, Any]:
         "blocks_per_request": pool.blocks_per_request,
         "gpu_kv_cache_tokens": pool.gpu_kv_cache_tokens,
         "max_concurrency": pool.max_concurrency,
-        "max_in_flight_tokens": _in_flight_tokens(d),
+        "max_in_flight_tokens": _in_flight_tokens(d, release),
         "kv_cache_groups": groups,
         "refused": pool.refused,
     }
 
 
-def _settings(d: Deployment, budget: int, dtype: str, size: str) -> dict[str, Any]:
+def _settings(
+    d: Deployment, budget: int, dtype: str, size: str, release: VllmRelease
+) -> dict[str, Any]:
     """The ``vllm serve`` flags of the plan."""
     facts = ENGINES["vllm"]
     layout = d.parallel
@@ -594,7 +664,7 @@ def _settings(d: Deployment, budget: int, dtype: str, size: str) -> dict[str, An
         "--max-model-len": d.max_seq_len,
         "--max-num-seqs": d.max_batch_size,
         "--max-num-batched-tokens": d.max_num_batched_tokens,
-        "--async-scheduling" if d.async_scheduling else "--no-async-scheduling": True,
+        "--async-scheduling" if async_scheduling(d, release) else "--no-async-scheduling": True,
         "--enable-prefix-caching"
         if d.enable_prefix_caching
         else "--no-enable-prefix-caching": True,
@@ -622,7 +692,9 @@ def _settings(d: Deployment, budget: int, dtype: str, size: str) -> dict[str, An
     return settings
 
 
-def _notes(d: Deployment, ledger: Ledger, pool: VllmPool, size: str, ranks: int) -> list[str]:
+def _notes(
+    d: Deployment, ledger: Ledger, pool: VllmPool, size: str, ranks: int, release: VllmRelease
+) -> list[str]:
     """What each setting does in vLLM, for the emitted comments."""
     facts = ENGINES["vllm"]
     notes = [
@@ -639,13 +711,14 @@ def _notes(d: Deployment, ledger: Ledger, pool: VllmPool, size: str, ranks: int)
     if any(g.kind == "sliding_window" for g in pool.groups):
         notes.append(
             "# sliding-window groups are charged window - 1 + max in-flight tokens "
-            f"({_in_flight_tokens(d)} = batches in flight x --max-num-batched-tokens) per "
+            f"({_in_flight_tokens(d, release)} = batches in flight x --max-num-batched-tokens) per "
             "request: a larger --max-num-batched-tokens lowers the logged capacity"
         )
     if any(g.kind == "mamba" for g in pool.groups):
         other = vllm_pool(
             replace(d, enable_prefix_caching=not d.enable_prefix_caching),
             ledger.min_stage_gpu_bytes,
+            release,
         )
         on, off = (pool, other) if d.enable_prefix_caching else (other, pool)
         chosen = "on" if d.enable_prefix_caching else "off"
@@ -665,6 +738,11 @@ def _notes(d: Deployment, ledger: Ledger, pool: VllmPool, size: str, ranks: int)
         notes.append(
             f"# host budget under 0.001 GiB in all: {facts.host_knob} left unset (0 would fail)"
         )
+    if d.async_scheduling and not async_scheduling(d, release):
+        notes.append(
+            f"# vLLM {release.version} runs ngram speculation without async scheduling (it "
+            "refuses --async-scheduling with it): one batch in flight per PP stage"
+        )
     return notes + stage_note(ledger)
 
 
@@ -681,23 +759,38 @@ def check(d: Deployment) -> None:
     refuse_unmodelled(d, "vllm")
 
 
-MODEL = EngineModel(
-    name="vllm",
-    version=VERSION,
-    default=True,
-    source=EngineSource(
+def source(release: VllmRelease) -> EngineSource:
+    """Where ``release``'s sizing was read: the wheel and the files this module follows."""
+    return EngineSource(
         repository="vllm-project/vllm",
-        ref="v0.33.0 (the PyPI wheel)",
+        ref=release.ref,
         files=(
             "vllm/v1/core/kv_cache_utils.py",
             "vllm/v1/core/kv_cache_planning.py",
             "vllm/v1/kv_cache_interface.py",
             "vllm/platforms/interface.py",
+            "vllm/config/vllm.py",
         ),
-    ),
-    summary=f"vLLM {VERSION}",
-    plan=plan,
-    check=check,
-    render=render,
-    spec_names=frozenset(ENGINES["vllm"].spec_names),
-)
+    )
+
+
+def engine_model(release: VllmRelease, *, default: bool) -> EngineModel:
+    """The engine model of one vLLM release (``vllm@<version>``)."""
+
+    def plan_release(d: Deployment, ledger: Ledger) -> EnginePlan:
+        return plan(d, ledger, release)
+
+    return EngineModel(
+        name="vllm",
+        version=release.version,
+        default=default,
+        source=source(release),
+        summary=f"vLLM {release.version}",
+        plan=plan_release,
+        check=check,
+        render=render,
+        spec_names=frozenset(ENGINES["vllm"].spec_names),
+    )
+
+
+MODEL = engine_model(RELEASE, default=True)
