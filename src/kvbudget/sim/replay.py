@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -196,172 +196,218 @@ def replay(
     Raises:
         InvalidArgumentError: a plan the cache cannot be built from.
     """
-    plan = policy.plan
-    cache = SpecDecodeCache.from_plan(plan)
-    cap = plan.capacity
-    tpb = plan.tokens_per_block
-    k = cap.lookahead_tokens
-    step_slots = k + 1
-    max_seq = cap.max_seq_len
-    max_batch = cap.max_batch_size
-    gpu_blocks = cap.gpu_blocks
-    host_blocks = cap.host_blocks
-    swap_first = config.preempt == "swap" or (config.preempt == "auto" and host_blocks > 0)
-    block_pair_bytes = sum(m.block_bytes for m in plan.managers)
-    tokens = _Tokens(plan.vocab_size or 32000, config.seed)
-    accept = AcceptanceDraw(config.acceptance, k, config.seed)
-    out_ids = [(1,) * n for n in range(step_slots + 1)]
-    link = roofline.rates.host_link_bytes_per_s
-    if host_blocks and not link:
-        raise InvalidArgumentError(
-            f"{roofline.rates.name} has no host-link bandwidth in gpus.csv, but the plan has a "
-            "host tier; simulate with --host-budget 0 or another --gpu"
+    return _Replay(policy, roofline, config).run(trace, progress, check_every)
+
+
+class _Replay:
+    """One replay's cache, queues, clock and counters (the module docstring's loop, one
+    method per stage of a step). Internal, mutable; used once."""
+
+    def __init__(self, policy: PolicyPlan, roofline: Roofline, config: ReplayConfig) -> None:
+        plan = policy.plan
+        self.policy, self.config = policy, config
+        self.cache = SpecDecodeCache.from_plan(plan)
+        cap = plan.capacity
+        self.tpb = plan.tokens_per_block
+        self.k = cap.lookahead_tokens
+        self.step_slots = self.k + 1
+        self.max_seq, self.max_batch = cap.max_seq_len, cap.max_batch_size
+        self.gpu_blocks, self.host_blocks = cap.gpu_blocks, cap.host_blocks
+        self.swap_first = config.preempt == "swap" or (
+            config.preempt == "auto" and self.host_blocks > 0
         )
-    sample_steps = config.sample_steps
-    role = plan.managers[0].role
+        self.block_pair_bytes = sum(m.block_bytes for m in plan.managers)
+        self.tokens = _Tokens(plan.vocab_size or 32000, config.seed)
+        self.accept = AcceptanceDraw(config.acceptance, self.k, config.seed)
+        self.out_ids = [(1,) * n for n in range(self.step_slots + 1)]
+        self.link = roofline.rates.host_link_bytes_per_s
+        if self.host_blocks and not self.link:
+            raise InvalidArgumentError(
+                f"{roofline.rates.name} has no host-link bandwidth in gpus.csv, but the plan "
+                "has a host tier; simulate with --host-budget 0 or another --gpu"
+            )
+        self.role = plan.managers[0].role
+        self.step_time = roofline.stepper()
+        self.waiting: deque[_Live] = deque()
+        self.swapped: deque[_Live] = deque()
+        self.running: list[_Live] = []
+        self.latencies = LatencyRecorder()
+        self.series = Series(config.max_series_points)
+        self.reasons: dict[str, int] = {}
+        self.arrived = self.completed = self.truncated = self.preempted_requests = 0
+        self.swaps = self.recomputes = self.output_total = self.steps = 0
+        self.max_waiting = self.max_running = self.host_moved_blocks = 0
+        self.clock = self.window_start = self.last_finish = 0.0
+        self.preempted_now = False
+        self.first_arrival: float | None = None
 
-    waiting: deque[_Live] = deque()
-    swapped: deque[_Live] = deque()
-    running: list[_Live] = []
-    latencies = LatencyRecorder()
-    series = Series(config.max_series_points)
-    reasons: dict[str, int] = {}
-    arrived = completed = truncated = preempted_requests = swaps = recomputes = 0
-    output_total = steps = max_waiting = max_running = 0
-    host_moved_blocks = 0
-    clock = window_start = 0.0
-    preempted_now = False
-    first_arrival: float | None = None
-    last_finish = 0.0
+    def run(
+        self, trace: Iterable[TraceRequest], progress: ProgressFn | None, check_every: int
+    ) -> PolicyMetrics:
+        """Every step until the trace is consumed and every request is done."""
+        it = iter(trace)
+        pending = next(it, None)
+        # the stages, bound once: the loop runs once per simulated step
+        arrive, decode, resume = self._arrive, self._reserve_decodes, self._resume_swapped
+        prefill, sample, finish = self._prefill, self._sample, self._finish_step
+        step_time, slots = self.step_time, self.step_slots
+        sample_steps, max_tokens = self.config.sample_steps, self.config.max_num_batched_tokens
+        running, waiting, swapped = self.running, self.waiting, self.swapped
+        while True:
+            if pending is not None and pending.arrival_s <= self.clock:
+                pending = arrive(pending, it)
+            if not running and not waiting and not swapped:
+                if pending is None:
+                    break
+                self.clock = self.window_start = max(self.clock, pending.arrival_s)
+                continue
+            self.preempted_now = False
+            decoders, context = decode()
+            if swapped:
+                resume()
+            prefilled, work = prefill(max_tokens - len(decoders) * slots)
+            steps = self.steps = self.steps + 1
+            self.clock += step_time(len(decoders), context, *work)
+            if steps % sample_steps == 0:
+                sample()
+            finish(decoders, prefilled)
+            if check_every and steps % check_every == 0:
+                self.cache.check_invariants()
+            if progress is not None and steps % 256 == 0:
+                progress(self.completed + sum(self.reasons.values()))
+        if progress is not None:
+            progress(self.completed + sum(self.reasons.values()))
+        return self._metrics()
 
-    def fail(reason: str) -> None:
-        reasons[reason] = reasons.get(reason, 0) + 1
+    def _arrive(
+        self, pending: TraceRequest | None, it: Iterator[TraceRequest]
+    ) -> TraceRequest | None:
+        """Arrivals up to the clock join the waiting queue; returns the next one."""
+        while pending is not None and pending.arrival_s <= self.clock:
+            if self.first_arrival is None:
+                self.first_arrival = pending.arrival_s
+            self.arrived += 1
+            live = _admissible(pending, self.max_seq, self.gpu_blocks, self.tpb, self.reasons)
+            if live is not None:
+                if live.output < pending.output_tokens:
+                    self.truncated += 1
+                self.waiting.append(live)
+            pending = next(it, None)
+        return pending
 
-    def preempt(victim: _Live) -> None:
-        nonlocal swaps, recomputes, preempted_requests, preempted_now
-        preempted_now = True
-        running.remove(victim)
-        victim.active = False
-        if not victim.preempted:
-            victim.preempted = True
-            preempted_requests += 1
-        if swap_first:
+    def _fail(self, reason: str) -> None:
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
+
+    def _reserve_decodes(self) -> tuple[list[_Live], int]:
+        """1. decode reservations, oldest first (victims are the newest): the decoding
+        requests and their summed context."""
+        decoders: list[_Live] = []
+        context = 0
+        reserve, slots = self.cache.reserve, self.step_slots
+        for live in [r for r in self.running if not r.prefill_left]:
+            if not live.active:
+                continue  # preempted earlier in this step
             try:
-                cache.preempt(victim.rid, mode="swap")
-            except (OutOfBlocksError, InvalidCacheOperationError):
-                pass
-            else:
-                swaps += 1
-                swapped.append(victim)
-                return
-        victim.readmit = cache.preempt(victim.rid, mode="recompute")
-        recomputes += 1
-        victim.context = 0
-        waiting.appendleft(victim)
+                reserve(live.rid, slots)
+            except OutOfBlocksError:
+                if not self._make_room(live):
+                    continue
+            decoders.append(live)
+            context += live.context
+        return decoders, context
 
-    def make_room(live: _Live) -> bool:
+    def _make_room(self, live: _Live) -> bool:
         """Preempt the newest running requests until ``live`` reserves; False when
         ``live`` itself was preempted or dropped."""
+        running = self.running
         while True:
             victim = running[-1]
             if victim is live and len(running) == 1:
                 running.remove(live)
                 live.active = False
-                cache.free(live.rid)
-                fail("outgrew_gpu")
+                self.cache.free(live.rid)
+                self._fail("outgrew_gpu")
                 return False
-            preempt(victim)
+            self._preempt(victim)
             if victim is live:
                 return False
             try:
-                reserve(live.rid, step_slots)
+                self.cache.reserve(live.rid, self.step_slots)
                 return True
             except OutOfBlocksError:
                 continue
 
-    reserve = cache.reserve
-    commit = cache.commit
-    rand = accept.random
-    ascending = accept.ascending
-    top = 1 + k
-    step_time = roofline.stepper()
-    it = iter(trace)
-    pending = next(it, None)
-    while True:
-        while pending is not None and pending.arrival_s <= clock:
-            if first_arrival is None:
-                first_arrival = pending.arrival_s
-            arrived += 1
-            live = _admissible(pending, max_seq, gpu_blocks, tpb, reasons)
-            if live is not None:
-                if live.output < pending.output_tokens:
-                    truncated += 1
-                waiting.append(live)
-            pending = next(it, None)
-        if not running and not waiting and not swapped:
-            if pending is None:
-                break
-            clock = window_start = max(clock, pending.arrival_s)
-            continue
-
-        # 1. decode reservations (oldest first; victims are the newest)
-        preempted_now = False
-        decoders: list[_Live] = []
-        context = 0
-        for live in [r for r in running if not r.prefill_left]:
-            if not live.active:
-                continue  # preempted earlier in this step
+    def _preempt(self, victim: _Live) -> None:
+        """Swap ``victim`` out (when the plan has a host tier and it fits), else drop its
+        blocks for recompute."""
+        self.preempted_now = True
+        self.running.remove(victim)
+        victim.active = False
+        if not victim.preempted:
+            victim.preempted = True
+            self.preempted_requests += 1
+        if self.swap_first:
             try:
-                reserve(live.rid, step_slots)
-            except OutOfBlocksError:
-                if not make_room(live):
-                    continue
-            decoders.append(live)
-            context += live.context
-        budget = config.max_num_batched_tokens - len(decoders) * step_slots
-        # 2. swapped requests come back first, in a step that preempted none (else the
-        # request swapped out to make room would come straight back and out again)
-        while swapped and len(running) < max_batch and not preempted_now:
+                self.cache.preempt(victim.rid, mode="swap")
+            except (OutOfBlocksError, InvalidCacheOperationError):
+                pass
+            else:
+                self.swaps += 1
+                self.swapped.append(victim)
+                return
+        victim.readmit = self.cache.preempt(victim.rid, mode="recompute")
+        self.recomputes += 1
+        victim.context = 0
+        self.waiting.appendleft(victim)
+
+    def _resume_swapped(self) -> None:
+        """2. swapped requests come back first, in a step that preempted none (else the
+        request swapped out to make room would come straight back and out again)."""
+        swapped, running = self.swapped, self.running
+        while swapped and len(running) < self.max_batch and not self.preempted_now:
             live = swapped[0]
             try:
-                cache.resume(live.rid)
+                self.cache.resume(live.rid)
             except OutOfBlocksError:
                 if running:
                     break
                 swapped.popleft()
-                cache.free(live.rid)
-                fail("outgrew_gpu")
+                self.cache.free(live.rid)
+                self._fail("outgrew_gpu")
                 continue
             swapped.popleft()
             running.append(live)
             live.active = True
 
-        # 3. prefill chunks: running prefills first, then admissions
+    def _prefill(self, budget: int) -> tuple[list[_Live], tuple[int, int, int]]:
+        """3. prefill chunks: running prefills first, then admissions, within ``budget``
+        tokens. Returns the requests whose prefill completed and the step's prefill work
+        (tokens, attention pairs, KV tokens read) for the roofline."""
         prefill_tokens = pairs = kv_tokens = 0
         prefilled: list[_Live] = []
-        for live in [r for r in running if r.prefill_left]:
+        for live in [r for r in self.running if r.prefill_left]:
             if budget <= 0:
                 break
-            if live.prefill_left:
-                chunk = min(live.prefill_left, budget)
-                budget -= chunk
-                pairs += chunk * live.context + chunk * (chunk + 1) // 2
-                kv_tokens += live.context + chunk
-                prefill_tokens += chunk
-                live.context += chunk
-                live.prefill_left -= chunk
-                if not live.prefill_left:
-                    prefilled.append(live)
-        while waiting and budget > 0 and len(running) < max_batch and not preempted_now:
+            chunk = min(live.prefill_left, budget)
+            budget -= chunk
+            pairs += chunk * live.context + chunk * (chunk + 1) // 2
+            kv_tokens += live.context + chunk
+            prefill_tokens += chunk
+            live.context += chunk
+            live.prefill_left -= chunk
+            if not live.prefill_left:
+                prefilled.append(live)
+        waiting, running = self.waiting, self.running
+        while waiting and budget > 0 and len(running) < self.max_batch and not self.preempted_now:
             live = waiting[0]
-            ids = live.readmit if live.readmit is not None else tokens.prompt(live.req)
+            ids = live.readmit if live.readmit is not None else self.tokens.prompt(live.req)
             try:
-                hit = cache.admit(live.rid, ids)
+                hit = self.cache.admit(live.rid, ids)
             except OutOfBlocksError:
-                if running or swapped:
+                if running or self.swapped:
                     break
                 waiting.popleft()
-                fail("not_admissible")
+                self._fail("not_admissible")
                 continue
             waiting.popleft()
             live.readmit = None
@@ -378,38 +424,40 @@ def replay(
             live.prefill_left = left - chunk
             if not live.prefill_left:
                 prefilled.append(live)
+        return prefilled, (prefill_tokens, pairs, kv_tokens)
 
-        # 4. the clock
-        steps += 1
-        clock += step_time(len(decoders), context, prefill_tokens, pairs, kv_tokens)
-        if steps % sample_steps == 0:
-            stats = cache.stats()
-            gpu_pool = stats.pool(role, "gpu")
-            host_pool = stats.pool(role, "host")
-            if host_blocks:
-                # the host link ran alongside the window's steps: it delays the clock
-                # only by what its copies take beyond the window
-                moved = host_pool.offloaded_blocks + host_pool.onboarded_blocks
-                host_s = (moved - host_moved_blocks) * block_pair_bytes / link if link else 0.0
-                host_moved_blocks = moved
-                if host_s > clock - window_start:
-                    clock = window_start + host_s
-            window_start = clock
-            series.add(
-                (
-                    clock,
-                    len(running),
-                    len(waiting),
-                    len(swapped),
-                    gpu_pool.used_blocks,
-                    gpu_pool.cached_blocks,
-                    host_pool.used_blocks,
-                    host_pool.cached_blocks,
-                )
+    def _sample(self) -> None:
+        """4. every sample_steps steps: the window's host copies (they delay the clock
+        only by what they take beyond the window) and one series point."""
+        stats = self.cache.stats()
+        gpu_pool = stats.pool(self.role, "gpu")
+        host_pool = stats.pool(self.role, "host")
+        if self.host_blocks:
+            moved = host_pool.offloaded_blocks + host_pool.onboarded_blocks
+            copied = (moved - self.host_moved_blocks) * self.block_pair_bytes
+            host_s = copied / self.link if self.link else 0.0
+            self.host_moved_blocks = moved
+            if host_s > self.clock - self.window_start:
+                self.clock = self.window_start + host_s
+        self.window_start = self.clock
+        self.series.add(
+            (
+                self.clock,
+                len(self.running),
+                len(self.waiting),
+                len(self.swapped),
+                gpu_pool.used_blocks,
+                gpu_pool.cached_blocks,
+                host_pool.used_blocks,
+                host_pool.cached_blocks,
             )
+        )
 
-        # 5. commits, first tokens, finishes
+    def _finish_step(self, decoders: list[_Live], prefilled: list[_Live]) -> None:
+        """5. commits (1 + accepted tokens, seeded draws), first tokens, finishes."""
         finished: list[_Live] = []
+        commit, out_ids = self.cache.commit, self.out_ids
+        rand, ascending, top = self.accept.random, self.accept.ascending, 1 + self.k
         for live in decoders:
             n = top - bisect_right(ascending, rand())  # 1 + accepted, as AcceptanceDraw.draw
             left = live.output - live.generated
@@ -420,73 +468,68 @@ def replay(
             live.context += n
             if live.generated >= live.output:
                 finished.append(live)
+        clock = self.clock
         for live in prefilled:
             if live.generated == 0:
                 live.generated = 1
                 live.first_token_s = clock
-                latencies.ttft.append(clock - live.req.arrival_s)
+                self.latencies.ttft.append(clock - live.req.arrival_s)
                 if live.output <= 1:
                     finished.append(live)
         for live in finished:
-            running.remove(live)
-            cache.free(live.rid)
-            completed += 1
-            output_total += live.generated
-            last_finish = clock
+            self.running.remove(live)
+            self.cache.free(live.rid)
+            self.completed += 1
+            self.output_total += live.generated
+            self.last_finish = clock
             if live.output > 1:
-                latencies.tpot.append((clock - live.first_token_s) / (live.output - 1))
-        if len(waiting) > max_waiting:
-            max_waiting = len(waiting)
-        if len(running) > max_running:
-            max_running = len(running)
-        if check_every and steps % check_every == 0:
-            cache.check_invariants()
-        if progress is not None and steps % 256 == 0:
-            progress(completed + sum(reasons.values()))
+                self.latencies.tpot.append((clock - live.first_token_s) / (live.output - 1))
+        self.max_waiting = max(self.max_waiting, len(self.waiting))
+        self.max_running = max(self.max_running, len(self.running))
 
-    stats = cache.stats()
-    gpu_pool = stats.pool(role, "gpu")
-    host_pool = stats.pool(role, "host")
-    if progress is not None:
-        progress(completed + sum(reasons.values()))
-    start = first_arrival or 0.0
-    makespan = max(0.0, last_finish - start)
-    return PolicyMetrics(
-        policy=policy.name,
-        requests=arrived,
-        completed=completed,
-        not_finished=dict(sorted(reasons.items())),
-        truncated_outputs=truncated,
-        preempted_requests=preempted_requests,
-        preemptions=swaps + recomputes,
-        swapped_out=swaps,
-        recomputed=recomputes,
-        max_waiting=max_waiting,
-        max_running=max_running,
-        steps=steps,
-        prompt_tokens=stats.prompt_tokens,
-        hit_tokens=stats.hit_tokens,
-        hit_tokens_by_tier={
-            "gpu": gpu_pool.hit_blocks * tpb,
-            "host": host_pool.hit_blocks * tpb,
-        },
-        output_tokens=output_total,
-        host_offloaded_bytes=host_pool.offloaded_blocks * block_pair_bytes,
-        host_onboarded_bytes=host_pool.onboarded_blocks * block_pair_bytes,
-        pinned_host_bytes=policy.pinned_host_bytes,
-        host_budget_bytes=policy.host_budget_bytes,
-        node_pinned_host_bytes=policy.node_pinned_host_bytes,
-        node_host_memory_bytes=policy.node_host_memory_bytes,
-        gpu_overcommit_bytes=policy.gpu_overcommit_bytes,
-        gpu_blocks=gpu_blocks,
-        host_blocks=host_blocks,
-        makespan_s=makespan,
-        output_tokens_per_s=output_total / makespan if makespan > 0 else 0.0,
-        ttft_s=Percentiles.of(latencies.ttft),
-        tpot_s=Percentiles.of(latencies.tpot),
-        series=series.columns(),
-        notes=policy.notes,
-    )
+    def _metrics(self) -> PolicyMetrics:
+        """The replay's metrics, from its counters and the cache's."""
+        stats = self.cache.stats()
+        gpu_pool = stats.pool(self.role, "gpu")
+        host_pool = stats.pool(self.role, "host")
+        policy, tpb, pair = self.policy, self.tpb, self.block_pair_bytes
+        makespan = max(0.0, self.last_finish - (self.first_arrival or 0.0))
+        return PolicyMetrics(
+            policy=policy.name,
+            requests=self.arrived,
+            completed=self.completed,
+            not_finished=dict(sorted(self.reasons.items())),
+            truncated_outputs=self.truncated,
+            preempted_requests=self.preempted_requests,
+            preemptions=self.swaps + self.recomputes,
+            swapped_out=self.swaps,
+            recomputed=self.recomputes,
+            max_waiting=self.max_waiting,
+            max_running=self.max_running,
+            steps=self.steps,
+            prompt_tokens=stats.prompt_tokens,
+            hit_tokens=stats.hit_tokens,
+            hit_tokens_by_tier={
+                "gpu": gpu_pool.hit_blocks * tpb,
+                "host": host_pool.hit_blocks * tpb,
+            },
+            output_tokens=self.output_total,
+            host_offloaded_bytes=host_pool.offloaded_blocks * pair,
+            host_onboarded_bytes=host_pool.onboarded_blocks * pair,
+            pinned_host_bytes=policy.pinned_host_bytes,
+            host_budget_bytes=policy.host_budget_bytes,
+            node_pinned_host_bytes=policy.node_pinned_host_bytes,
+            node_host_memory_bytes=policy.node_host_memory_bytes,
+            gpu_overcommit_bytes=policy.gpu_overcommit_bytes,
+            gpu_blocks=self.gpu_blocks,
+            host_blocks=self.host_blocks,
+            makespan_s=makespan,
+            output_tokens_per_s=self.output_total / makespan if makespan > 0 else 0.0,
+            ttft_s=Percentiles.of(self.latencies.ttft),
+            tpot_s=Percentiles.of(self.latencies.tpot),
+            series=self.series.columns(),
+            notes=policy.notes,
+        )
 
 
 def _admissible(
