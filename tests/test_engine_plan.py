@@ -156,3 +156,33 @@ def test_an_engine_refusal_is_an_error_that_carries_the_plan() -> None:
     args = "plan --spec none --kv-budget 8GiB --tokens-per-block 16 --engine vllm"
     result = CliRunner().invoke(app, args.split())
     assert result.exit_code == 2 and result.stderr.startswith("error: vLLM 0.33.0 would refuse")
+
+
+def test_vllms_refusal_names_the_longest_model_length_that_fits() -> None:
+    """vLLM's _check_enough_kv_cache_memory (kv_cache_planning.py): Llama-3.1-8B at
+    131,072 tokens needs 8,192 blocks of 16 x 131,072 B = 2 MiB (16.0 GiB); 8 GiB holds
+    4,096 blocks, less the null block 4,095; the longest length whose cdiv(L, 16) blocks
+    fit is 4,095 x 16 = 65,520 (vLLM's binary search)."""
+    with pytest.raises(kvbudget.EngineRefusedError) as info:
+        kvbudget.plan(spec="none", kv_budget="8GiB", tokens_per_block=16, engine="vllm")
+    assert (
+        "(16.0 GiB KV cache is needed, which is larger than the available KV cache memory "
+        "(8.0 GiB). Based on the available memory, the estimated maximum model length is "
+        "65520." in str(info.value)
+    )
+
+
+def test_vllm_refuses_more_sequences_than_mamba_blocks() -> None:
+    """CompilationConfig: with FULL decode CUDA graphs each decoding sequence of a hybrid
+    model needs one block. Qwen3-Next MTP at TP 1: 576-token blocks, one attention page
+    576 x 2,048 B = 1,179,648 B (the state pages padded to it); groups of 13 layers (12
+    attention + the MTP layer; 3 x 12 GDN layers + 1 padding layer each), so a block is
+    13 x 1,179,648 = 15,335,424 B and 1 GiB = 1,073,741,824 B holds 70 of them."""
+    args = {"spec": "mtp", "kv_budget": "1GiB", "tokens_per_block": 16, "max_seq_len": 4096}
+    fits = kvbudget.plan("Qwen/Qwen3-Next-80B-A3B-Instruct", engine="vllm", max_batch_size=70,
+                         **args)  # fmt: skip
+    assert fits.engine.detail["num_gpu_blocks"] == 70
+    with pytest.raises(kvbudget.EngineRefusedError, match=r"max_num_seqs \(71\) exceeds "
+                       r"available Mamba cache blocks \(70\)"):  # fmt: skip
+        kvbudget.plan("Qwen/Qwen3-Next-80B-A3B-Instruct", engine="vllm", max_batch_size=71,
+                      **args)  # fmt: skip

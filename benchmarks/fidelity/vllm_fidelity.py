@@ -1,11 +1,19 @@
 #!/usr/bin/env python3
-"""Fidelity harness: kvbudget's vLLM prediction against vLLM 0.33's own KV sizing code.
+"""Fidelity harness: kvbudget's vLLM prediction against vLLM's own KV sizing code.
 
-Run it with the venv that ``setup_vllm_venv.sh`` builds (CPU torch, vLLM 0.33 without its
-GPU dependencies, kvbudget installed editable)::
+One harness for vLLM 0.33.0 and 0.29.0. Run it with the venv that ``setup_vllm_venv.sh``
+builds for the release (CPU torch, vLLM without its GPU dependencies, kvbudget from this
+checkout)::
 
     /work/vllm-venv/bin/python benchmarks/fidelity/vllm_fidelity.py [--cases quick|all]
-        [--json out.json] [--tsv out.tsv] [--match TEXT] [--verbose]
+        [--json out.json] [--tsv out.tsv] [--match TEXT] [--engine NAME@VERSION]
+        [--verbose]
+
+kvbudget's engine model defaults to ``vllm@<the installed vLLM's version>``. Where the two
+releases' APIs differ, one small adapter per difference picks the code path by feature
+detection (a module, function, attribute or parameter one release has and the other
+lacks), never by version number; each names the file:line in both releases (the section
+"vLLM release adapters" below).
 
 For every case the vLLM side is computed by vLLM's own code, imported, never copied:
 
@@ -26,12 +34,12 @@ For every case the vLLM side is computed by vLLM's own code, imported, never cop
    page padding) and the V2 model runner's ``get_kv_cache_spec`` then run on the
    stage's own config (the engine core's, or a copy of it per worker process with more
    than one rank).
-3. The engine core's ``resolve_kv_cache_layout``, ``get_global_kv_cache_groups``,
-   ``get_kv_cache_configs`` (one spec dict per worker, rank order PP x TP),
-   ``generate_scheduler_kv_cache_config`` (worker 0's config) and
-   ``update_kv_cache_capacity`` run as ``EngineCore._initialize_kv_caches`` calls them
-   (vllm/v1/engine/core.py:252-352), with ``available_memory`` =
-   ``--kv-cache-memory-bytes`` on every worker.
+3. The engine core's ``resolve_kv_cache_layout``, ``get_global_kv_cache_groups`` (0.33.0;
+   0.29.0's ``get_kv_cache_configs`` groups the layers itself), ``get_kv_cache_configs``
+   (one spec dict per worker, rank order PP x TP), ``generate_scheduler_kv_cache_config``
+   (worker 0's config) and ``update_kv_cache_capacity`` run as
+   ``EngineCore._initialize_kv_caches`` calls them (vllm/v1/engine/core.py:252-352), with
+   ``available_memory`` = ``--kv-cache-memory-bytes`` on every worker.
 
 Stand-ins, for what a CPU-only process cannot ask vLLM (each one documented where used):
 
@@ -41,6 +49,8 @@ Stand-ins, for what a CPU-only process cannot ask vLLM (each one documented wher
   (``_attention_backend``);
 * ``support_hybrid_kv_cache()`` answers True during ``VllmConfig`` construction, as
   ``CudaPlatform`` does (``build_vllm_config``);
+* Triton counts as installed where ``VllmConfig`` picks the model runner, as on an
+  H100/H200 (``_model_runner_as_on_cuda``; matters in 0.29.0 only);
 * ``MambaMixer2.get_state_shape`` is bound to ``NemotronHForCausalLM``'s own
   ``get_mamba_state_shape_from_config`` (the layer's asks torch.distributed for the TP
   size; ``_mamba2_layer``);
@@ -48,15 +58,17 @@ Stand-ins, for what a CPU-only process cannot ask vLLM (each one documented wher
   ``text_config`` as ``Gemma3ForCausalLM``, because inspecting the multimodal class needs
   torchvision; its vision tower caches nothing, so the KV cache is the same.
 
-The kvbudget side is ``kvbudget.plan(..., engine="vllm", ...)``; its
-``to_dict()["engine"]["predicted"]`` is compared field by field (``max_concurrency``
+The kvbudget side is ``kvbudget.plan(..., engine="vllm@<version>", ...)``; its
+``to_dict()["engine"]["detail"]`` (schema 3) is compared field by field (``max_concurrency``
 rounded to 2 decimals, ``kv_cache_groups`` as a multiset of (kind, layers,
 padding_layers, page_bytes, block_size), plus draft_layers / sliding_window when kvbudget
 reports them; the groups of the whole model, ``get_global_kv_cache_groups``, whose layer
 counts span every PP stage). A kvbudget ``InfeasibleBudgetError`` counts as a predicted
-refusal. When kvbudget cannot answer otherwise (an older kvbudget without the engine
-keywords, or any other kvbudget error) the line says ``kvbudget: n/a (...)`` and the
-vLLM side is still reported.
+refusal. vLLM's refusals are its start-up check (not one request of max_model_len fits)
+and, in 0.29.0, its refusal of a drafter under PP (the draft model lacks ``SupportsPP``);
+any other configuration vLLM rejects is a skipped case. When kvbudget cannot answer
+otherwise (an older kvbudget without the engine keywords, or any other kvbudget error) the
+line says ``kvbudget: n/a (...)`` and the vLLM side is still reported.
 
 Exit status: 1 if any case differs or the harness itself failed on a case, else 0.
 """
@@ -133,6 +145,8 @@ class Case:
     block_size: int = BLOCK_SIZE
     max_num_seqs: int = MAX_NUM_SEQS
     max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS
+    # True: vllm serve's default (no flag: on unless the release cannot schedule this
+    # deployment asynchronously); False: --no-async-scheduling
     async_scheduling: bool = True
     enable_prefix_caching: bool = True
     num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS
@@ -160,7 +174,7 @@ class Case:
             f"--max-model-len {self.max_model_len}",
             f"--max-num-seqs {self.max_num_seqs}",
             f"--max-num-batched-tokens {self.max_num_batched_tokens}",
-            "--async-scheduling" if self.async_scheduling else "--no-async-scheduling",
+            *([] if self.async_scheduling else ["--no-async-scheduling"]),
             "--enable-prefix-caching"
             if self.enable_prefix_caching
             else "--no-enable-prefix-caching",
@@ -469,8 +483,13 @@ def build_vllm_config(case: Case):
         enable_chunked_prefill=True,
         is_multimodal_model=model_config.is_multimodal_model,
         is_encoder_decoder=model_config.is_encoder_decoder,
-        async_scheduling=case.async_scheduling,
+        # None, vllm serve's default: VllmConfig.__post_init__ turns it on unless the
+        # deployment cannot run it (0.33.0 config/vllm.py:1685-1719: on for every case
+        # here, as an explicit --async-scheduling; 0.29.0 config/vllm.py:1262-1285: off
+        # for ngram, which an explicit --async-scheduling is refused with, :1231-1251)
+        async_scheduling=None if case.async_scheduling else False,
     )
+    _model_runner_as_on_cuda()
     # The one platform answer VllmConfig.__post_init__ asks that differs between this
     # CPU-only process (UnspecifiedPlatform: False, platforms/interface.py:1354) and an
     # H100/H200 (CudaPlatform: True, platforms/cuda.py:683): whether the hybrid KV cache

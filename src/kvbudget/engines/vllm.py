@@ -471,11 +471,20 @@ def vllm_pool(d: Deployment, budget: int, release: VllmRelease = RELEASE) -> Vll
         counts.append(budget // bpb)
         usable = budget - bpb
         needed = bpb * per_request
-        if refused is None and (usable <= 0 or needed > usable):
+        if refused is None and usable <= 0:
+            refused = "No available memory for the cache blocks."
+        elif refused is None and needed > usable:
+            longest = _estimate_max_len(d, groups, specs, release, usable // bpb)
+            estimate = (
+                f"Based on the available memory, the estimated maximum model length is {longest}. "
+                if longest > 0
+                else ""
+            )
             refused = (
                 f"To serve at least one request with the model's max seq len "
                 f"({d.max_seq_len}), ({_gib(needed)} GiB KV cache is needed, which is "
-                f"larger than the available KV cache memory ({_gib(usable)} GiB)."
+                f"larger than the available KV cache memory ({_gib(usable)} GiB). "
+                f"{estimate}".rstrip()
             )
     num_blocks = min(counts)
     concurrency = num_blocks / per_request
@@ -493,6 +502,35 @@ def vllm_pool(d: Deployment, budget: int, release: VllmRelease = RELEASE) -> Vll
         gpu_kv_cache_tokens=int(concurrency * d.max_seq_len),
         refused=refused,
     )
+
+
+def _estimate_max_len(
+    d: Deployment,
+    groups: list[KvCacheGroup],
+    specs: list[LayerSpec],
+    release: VllmRelease,
+    usable_blocks: int,
+) -> int:
+    """vLLM's ``_estimate_max_model_len_from_groups`` (kv_cache_planning.py): the longest
+    max_model_len whose request fits ``usable_blocks`` blocks over all groups, by binary
+    search from 1 to max_model_len; 0 when not even one token fits."""
+
+    def fits(length: int) -> bool:
+        at = replace(d, max_seq_len=length)
+        return (
+            sum(_group_blocks_per_request(g, specs, at, release) for g in groups) <= usable_blocks
+        )
+
+    if not fits(1):
+        return 0
+    low, high, best = 1, d.max_seq_len, 1
+    while low <= high:
+        mid = (low + high) // 2
+        if fits(mid):
+            best, low = mid, mid + 1
+        else:
+            high = mid - 1
+    return best
 
 
 def _gib(num_bytes: int) -> str:
@@ -573,6 +611,19 @@ def _refusals(d: Deployment, pool: VllmPool, release: VllmRelease) -> tuple[str,
         out.append(
             f"vLLM {release.version} would refuse to start: {pool.refused} Raise "
             "--kv-budget, lower --max-seq-len, or use a smaller --kv-dtype"
+        )
+    # CompilationConfig (config/compilation.py, 0.29.0 and 0.33.0): with FULL decode CUDA
+    # graphs (the default -O2: cudagraph_mode FULL_AND_PIECEWISE, config/vllm.py) every
+    # decoding sequence of a Mamba/GDN model needs one block of the pool
+    mamba = any(g.kind == "mamba" for g in pool.groups)
+    if mamba and d.max_batch_size > pool.num_gpu_blocks:
+        blocks = pool.num_gpu_blocks
+        out.append(
+            f"vLLM {release.version} would refuse to start: max_num_seqs "
+            f"({d.max_batch_size}) exceeds available Mamba cache blocks ({blocks}). Each "
+            "decode sequence requires one Mamba cache block, so CUDA graph capture cannot "
+            f"proceed. Lower --max-batch-size (--max-num-seqs) to at most {blocks}, or "
+            "raise --kv-budget"
         )
     return tuple(out)
 
