@@ -186,3 +186,26 @@ def test_vllm_refuses_more_sequences_than_mamba_blocks() -> None:
                        r"available Mamba cache blocks \(70\)"):  # fmt: skip
         kvbudget.plan("Qwen/Qwen3-Next-80B-A3B-Instruct", engine="vllm", max_batch_size=71,
                       **args)  # fmt: skip
+
+
+def test_each_engine_derives_the_budget_with_its_own_default_knob() -> None:
+    """Llama-3.1-8B on an RTX 3090 with no budget and no knob. vLLM's own default is
+    --gpu-memory-utilization 0.9: 23.59 GiB CUDA-visible x 0.9 - 14.96 GiB of weights -
+    1.77 GiB of non-KV memory = 4.50 GiB, "GPU KV cache size: 36,864 tokens" (the README's
+    deployer question, which names the knob); kvbudget's own cache and TensorRT-LLM use
+    free_gpu_memory_fraction 0.9 semantics, a larger budget (of what is free)."""
+    args = {"gpu": "RTX 3090", "spec": "none", "max_seq_len": 8192, "tokens_per_block": 16}
+    vllm = kvbudget.plan(engine="vllm", **args)  # type: ignore[arg-type]
+    named = kvbudget.plan(engine="vllm", gpu_memory_utilization=0.9, **args)  # type: ignore[arg-type]
+    assert vllm.budget.gpu_bytes == named.budget.gpu_bytes
+    assert vllm.budget.memory_rule == "gpu_memory_utilization"
+    assert vllm.capacity.tokens == 36_864
+    assert "the engine's default" in vllm.budget.gpu_source
+    own = kvbudget.plan(engine="kvbudget", **args)  # type: ignore[arg-type]
+    trt = kvbudget.plan(engine="trtllm", **args)  # type: ignore[arg-type]
+    assert own.budget.memory_rule == trt.budget.memory_rule == "memory_fraction"
+    assert own.budget.gpu_bytes == trt.budget.gpu_bytes > vllm.budget.gpu_bytes
+    # a knob the user names is kept under every engine
+    given = kvbudget.plan(engine="vllm", memory_fraction=0.9, **args)  # type: ignore[arg-type]
+    assert given.budget.memory_rule == "memory_fraction"
+    assert given.budget.gpu_bytes == own.budget.gpu_bytes

@@ -78,6 +78,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import functools
+import inspect
 import io
 import json
 import logging
@@ -367,6 +369,7 @@ class VllmResult:
     kv_cache_layout: str | None = None
     attention_backends: list[str] = field(default_factory=list)
     max_in_flight_tokens: int | None = None
+    async_scheduling: bool | None = None  # as VllmConfig resolved vllm serve's default
     mamba_cache_mode: str | None = None
     log_line: str | None = None
 
@@ -417,6 +420,172 @@ def _original_architecture(preset: str) -> str:
     return (cfg.get("architectures") or [""])[0]
 
 
+# ---- vLLM release adapters (0.33.0 / 0.29.0) ----------------------------------------------
+#
+# One function per API difference between the two releases the harness runs against. Each
+# picks its path by what the installed vLLM has (a module, function, attribute or
+# parameter), not by its version number, and names the file:line in both releases.
+
+
+def _planning():
+    """The module holding vLLM's KV cache planning (``get_kv_cache_configs`` and helpers).
+
+    0.33.0: ``vllm/v1/core/kv_cache_planning.py`` (get_kv_cache_configs :1461,
+    _project_kv_cache_groups_to_worker :1413); 0.29.0 has no such module, the same
+    functions are in ``vllm/v1/core/kv_cache_utils.py`` (:2214, :2172).
+    """
+    try:
+        from vllm.v1.core import kv_cache_planning
+
+        return kv_cache_planning
+    except ImportError:
+        from vllm.v1.core import kv_cache_utils
+
+        return kv_cache_utils
+
+
+def _plan_kv_cache(vc, kv_cache_specs, available_memory):
+    """``(groups, configs)``: the whole model's KV cache groups and ``get_kv_cache_configs``'
+    answer, its per-worker configs, or the ValueError it refused with.
+
+    0.33.0: the engine core groups the layers first, ``get_global_kv_cache_groups``
+    (kv_cache_planning.py:1607), and passes the groups to ``get_kv_cache_configs(vc, specs,
+    memory, groups)`` (kv_cache_planning.py:1461; core.py imports both). 0.29.0 has no
+    ``get_global_kv_cache_groups``: ``get_kv_cache_configs(vc, specs, memory)`` merges the
+    specs, tags ``extra_retained_tokens`` and calls ``get_kv_cache_groups`` itself, once
+    (kv_cache_utils.py:2214-2284), so the groups are what that call returns, recorded as it
+    passes (vLLM's own code, not a copy of it).
+    """
+    planning = _planning()
+    if hasattr(planning, "get_global_kv_cache_groups"):
+        groups = planning.get_global_kv_cache_groups(vc, kv_cache_specs)
+        try:
+            return groups, planning.get_kv_cache_configs(
+                vc, kv_cache_specs, available_memory, groups
+            )
+        except ValueError as exc:
+            return groups, exc
+    seen: list[Any] = []
+    get_kv_cache_groups = planning.get_kv_cache_groups
+
+    def recorded(*args, **kwargs):
+        seen.append(get_kv_cache_groups(*args, **kwargs))
+        return seen[-1]
+
+    with mock.patch.object(planning, "get_kv_cache_groups", recorded):
+        try:
+            configs = planning.get_kv_cache_configs(vc, kv_cache_specs, available_memory)
+        except ValueError as exc:
+            if not seen:  # refused before grouping: not the start-up check
+                raise
+            configs = exc
+    return seen[0], configs
+
+
+def _pool_bytes_per_block(vc, groups) -> int:
+    """Bytes one block takes in a worker's pool, as ``get_kv_cache_configs`` divides by.
+
+    0.33.0: ``_pool_bytes_per_block(vllm_config, groups)`` (kv_cache_planning.py:251: the
+    resolved KV cache layout, host-resident groups left out); 0.29.0:
+    ``_pool_bytes_per_block(groups)`` (kv_cache_utils.py:1082).
+    """
+    fn = _planning()._pool_bytes_per_block
+    if "vllm_config" in inspect.signature(fn).parameters:
+        return fn(vc, groups)
+    return fn(groups)
+
+
+@functools.cache
+def _block_size_from_prefix_cacheable_groups() -> bool:
+    """Whether the engine core sets ``cache_config.block_size`` from the groups that take
+    part in prefix caching only (0.33.0 core.py:337-350: min over those, all when none) or
+    from every group (0.29.0 core.py:335-338). No module or function marks the change, so
+    the test is what ``EngineCore._initialize_kv_caches`` reads. No layer the harness
+    builds opts out of prefix caching (CircularBufferSpec, HiSparse*), so both rules give
+    the same block size here.
+    """
+    from vllm.v1.engine.core import EngineCore
+
+    return "prefix_cacheable" in inspect.getsource(EngineCore._initialize_kv_caches)
+
+
+def _scheduler_block_size(sched_groups) -> int:
+    """``cache_config.block_size`` as the engine core sets it after sizing (core.py)."""
+    sizes = [g.kv_cache_spec.block_size for g in sched_groups]
+    if _block_size_from_prefix_cacheable_groups():
+        participating = [
+            g.kv_cache_spec.block_size for g in sched_groups if g.kv_cache_spec.prefix_cacheable
+        ]
+        return min(participating or sizes)
+    return min(sizes)
+
+
+def _is_draft(name: str, spec) -> bool:
+    """Whether a layer's spec belongs to the draft.
+
+    0.33.0: ``KVCacheSpec.is_draft`` (kv_cache_interface.py:215; set from the layer's
+    ``is_draft_layer`` by get_kv_cache_spec, v1/worker/gpu/attn_utils.py:150-151). 0.29.0's
+    KVCacheSpec (kv_cache_interface.py:145) has none: the harness names every draft layer
+    ``drafter.*`` (``build_layers``).
+    """
+    is_draft = getattr(spec, "is_draft", None)
+    return name.startswith("drafter.") if is_draft is None else is_draft
+
+
+def _gdn_checkpoint_alignment() -> int | None:
+    """FlashInfer's GDN prefill-checkpoint stride, or None where the release has none.
+
+    0.33.0: ``FLASHINFER_GDN_CHECKPOINT_ALIGNMENT`` = 64 (v1/attention/backends/
+    gdn_attn.py:34), read by the layer (qwen_gdn_linear_attn.py:691-697); 0.29.0's
+    gdn_attn.py has no such constant and its GDN layer exports no prefill checkpoints.
+    """
+    from vllm.v1.attention.backends import gdn_attn
+
+    return getattr(gdn_attn, "FLASHINFER_GDN_CHECKPOINT_ALIGNMENT", None)
+
+
+def _mm_prefix_backend():
+    """(class, name) of the backend SM90 gives a multimodal prefix-LM's layers (Gemma-3).
+
+    0.33.0: TRITON_FLASH_ATTN, first in the SM90 list when ``use_mm_prefix``
+    (platforms/cuda.py:170-175; v1/attention/backends/triton_flash_attn.py). 0.29.0 has no
+    triton_flash_attn module and no mm-prefix entry (cuda.py:155-162: FLASH_ATTN,
+    FLASHINFER, TRITON_ATTN): FLASH_ATTN takes mm_prefix only with FA4, which SM90 does not
+    resolve to (flash_attn.py:188-189, 229-243), FlashInfer not at all (backend.py:173
+    default), so TRITON_ATTN (triton_attn.py:274, 351-352).
+    """
+    try:
+        from vllm.v1.attention.backends.triton_flash_attn import TritonFlashAttentionBackend
+
+        return TritonFlashAttentionBackend, "TRITON_FLASH_ATTN"
+    except ImportError:
+        from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+
+        return TritonAttentionBackend, "TRITON_ATTN"
+
+
+def _model_runner_as_on_cuda() -> None:
+    """Let ``VllmConfig.use_v2_model_runner`` answer as on an H100/H200, which has Triton.
+
+    0.29.0 falls back to the V1 model runner whenever Triton is missing
+    (config/vllm.py:662-666), as it is in this CPU-only venv, and the runner decides async
+    scheduling and the in-flight tokens a sliding window charges. 0.33.0 exempts the
+    CPU-only UnspecifiedPlatform from that check (config/vllm.py:752) and reads HAS_TRITON
+    nowhere else in the module, so this changes nothing there.
+    """
+    import vllm.config.vllm as config_vllm
+
+    config_vllm.HAS_TRITON = True
+
+
+def _pp_refusal(exc: BaseException) -> bool:
+    """vLLM 0.29.0's refusal of a drafter under PP: the draft's ModelConfig gets the
+    target's pipeline_parallel_size (config/speculative.py:1686-1690) and the draft class
+    lacks SupportsPP (config/model.py:1424-1430). 0.33.0 gives the draft PP 1
+    (config/speculative.py:1905) and never raises it for the cases here."""
+    return isinstance(exc, NotImplementedError) and "SupportsPP" in str(exc)
+
+
 def build_vllm_config(case: Case):
     """A real VllmConfig, as EngineArgs.create_engine_config builds it for the case's flags.
 
@@ -435,6 +604,7 @@ def build_vllm_config(case: Case):
     )
     from vllm.utils.torch_utils import resolve_kv_cache_dtype_string
 
+    _model_runner_as_on_cuda()
     model_config = ModelConfig(
         model=str(_model_dir(case.target)),
         skip_tokenizer_init=True,
@@ -489,7 +659,6 @@ def build_vllm_config(case: Case):
         # for ngram, which an explicit --async-scheduling is refused with, :1231-1251)
         async_scheduling=None if case.async_scheduling else False,
     )
-    _model_runner_as_on_cuda()
     # The one platform answer VllmConfig.__post_init__ asks that differs between this
     # CPU-only process (UnspecifiedPlatform: False, platforms/interface.py:1354) and an
     # H100/H200 (CudaPlatform: True, platforms/cuda.py:683): whether the hybrid KV cache
@@ -519,9 +688,10 @@ def _attention_backend(case: Case, use_mla: bool, cache_dtype: str):
     so the choice is made here by the same rule, and vLLM's own class is returned
     (its kernel block sizes, ``customize_spec`` and supported layouts are what matter):
 
-    * non-MLA, SM90 (cuda.py:169-181): FLASH_ATTN first, or TRITON_FLASH_ATTN first when
-      the model is a multimodal prefix-LM (Gemma-3); FA3 supports bf16 and fp8 KV, head
-      sizes <= 256 and sinks (gpt-oss) on SM90.
+    * non-MLA, SM90 (cuda.py:169-181): FLASH_ATTN first, or, when the model is a
+      multimodal prefix-LM (Gemma-3), TRITON_FLASH_ATTN (0.33.0) / TRITON_ATTN (0.29.0)
+      (``_mm_prefix_backend``); FA3 supports bf16 and fp8 KV, head sizes <= 256 and sinks
+      (gpt-oss) on SM90.
     * MLA, SM90 (cuda.py:139-155): FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA.
       FLASH_ATTN_MLA takes bf16 KV only (mla/flashattn_mla.py:42-46); with fp8 KV
       FLASHMLA wants block size 64 (mla/flashmla.py:57) and rejects the user's
@@ -536,9 +706,7 @@ def _attention_backend(case: Case, use_mla: bool, cache_dtype: str):
 
         return TritonMLABackend, ("FLASH_ATTN_MLA" if cache_dtype == "auto" else "TRITON_MLA")
     if _original_architecture(case.target) == "Gemma3ForConditionalGeneration":
-        from vllm.v1.attention.backends.triton_flash_attn import TritonFlashAttentionBackend
-
-        return TritonFlashAttentionBackend, "TRITON_FLASH_ATTN"
+        return _mm_prefix_backend()
     from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 
     return FlashAttentionBackend, "FLASH_ATTN"
@@ -663,12 +831,12 @@ def _gdn_layer(vc, name, hf):
     Attributes as gdn/base.py:25-46 and qwen_gdn_linear_attn.py:556-700 set them. On SM90
     the GDN prefill backend is FlashInfer (``_resolve_gdn_prefill_backend``, "Hopper (SM90)
     - no further constraints"), so in "align" mode the layer exports prefill checkpoints
-    every FLASHINFER_GDN_CHECKPOINT_ALIGNMENT (64) tokens (qwen_gdn_linear_attn.py:691-697).
+    every FLASHINFER_GDN_CHECKPOINT_ALIGNMENT (64) tokens (qwen_gdn_linear_attn.py:691-697;
+    0.33.0 only, ``_gdn_checkpoint_alignment``).
     """
     from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import (
         QwenGatedDeltaNetAttention,
     )
-    from vllm.v1.attention.backends.gdn_attn import FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
 
     tp = vc.parallel_config.tensor_parallel_size
     for what, n in (
@@ -692,7 +860,7 @@ def _gdn_layer(vc, name, hf):
     layer.prefix = name
     layer.gdn_prefill_backend = "flashinfer"
     layer._checkpoint_alignment = (
-        FLASHINFER_GDN_CHECKPOINT_ALIGNMENT if vc.cache_config.mamba_cache_mode == "align" else None
+        _gdn_checkpoint_alignment() if vc.cache_config.mamba_cache_mode == "align" else None
     )
     layer._max_num_batched_tokens = vc.scheduler_config.max_num_batched_tokens
     return layer
@@ -944,7 +1112,7 @@ def _group_rows(groups, specs, vc, sched_groups=None) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "kind": _kind(s),
             "layers": len(g.layer_names),
-            "draft_layers": sum(1 for name in g.layer_names if specs[name].is_draft),
+            "draft_layers": sum(1 for name in g.layer_names if _is_draft(name, specs[name])),
             "padding_layers": widest - len(g.layer_names),
             "page_bytes": max(pages),
             "block_size": s.block_size,
@@ -979,19 +1147,13 @@ def _worker_config(vc, stage: int):
 
 
 def vllm_side(case: Case) -> VllmResult:
-    """What vLLM 0.33 allocates for the case (or refuses), by vLLM's own code."""
+    """What the installed vLLM allocates for the case (or refuses), by vLLM's own code."""
     from vllm.config.vllm import set_current_vllm_config
     from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
     from vllm.platforms import current_platform
     from vllm.v1.attention.backends.utils import (
         get_supported_kv_cache_layouts,
         resolve_kv_cache_layout,
-    )
-    from vllm.v1.core.kv_cache_planning import (
-        _pool_bytes_per_block,
-        _project_kv_cache_groups_to_worker,
-        get_global_kv_cache_groups,
-        get_kv_cache_configs,
     )
     from vllm.v1.core.kv_cache_utils import (
         generate_scheduler_kv_cache_config,
@@ -1005,6 +1167,8 @@ def vllm_side(case: Case) -> VllmResult:
     except (TypeError, AttributeError, NameError, ImportError):
         raise  # a harness problem, not vLLM's answer
     except Exception as exc:  # vLLM's own validation refused the flags
+        if _pp_refusal(exc):  # a refusal kvbudget predicts (vllm_0_29.py)
+            return VllmResult(refused=f"{type(exc).__name__}: {_one_line(exc)}")
         raise Skip(f"vLLM rejects the config: {type(exc).__name__}: {_one_line(exc)}") from exc
 
     result = VllmResult()
@@ -1046,36 +1210,28 @@ def vllm_side(case: Case) -> VllmResult:
             vc.cache_config.mamba_cache_mode if vc.model_config.is_hybrid else None
         )
         result.max_in_flight_tokens = vc.max_in_flight_tokens
-        groups = get_global_kv_cache_groups(vc, kv_cache_specs)
+        result.async_scheduling = vc.scheduler_config.async_scheduling
         # available_memory: --kv-cache-memory-bytes on every worker (gpu_worker.py:656-681)
         world = len(kv_cache_specs)
-        try:
-            configs = get_kv_cache_configs(vc, kv_cache_specs, [case.kv_budget] * world, groups)
-        except ValueError as exc:
-            message = _one_line(exc)
+        groups, configs = _plan_kv_cache(vc, kv_cache_specs, [case.kv_budget] * world)
+        if isinstance(configs, ValueError):
+            message = _one_line(configs)
             if "To serve at least one request" in message or "No available memory" in message:
                 result.refused = message
                 result.block_size = worker_block_size
+                project = _planning()._project_kv_cache_groups_to_worker
                 result.kv_cache_groups = _group_rows(groups, all_specs, vc)
                 result.stage_bytes_per_block = [
-                    _pool_bytes_per_block(vc, _project_kv_cache_groups_to_worker(groups, specs))
-                    for specs in stage_specs
+                    _pool_bytes_per_block(vc, project(groups, specs)) for specs in stage_specs
                 ]
                 result.bytes_per_block = max(result.stage_bytes_per_block)
                 return result
-            raise
+            raise configs
         # the scheduler's config is worker 0's (kv_cache_utils.py:1096-1117)
         sched = generate_scheduler_kv_cache_config(configs)
         # core.py:335-352
         vc.cache_config.num_gpu_blocks = sched.num_blocks
-        participating = [
-            g.kv_cache_spec.block_size
-            for g in sched.kv_cache_groups
-            if g.kv_cache_spec.prefix_cacheable
-        ]
-        vc.cache_config.block_size = min(
-            participating or [g.kv_cache_spec.block_size for g in sched.kv_cache_groups]
-        )
+        vc.cache_config.block_size = _scheduler_block_size(sched.kv_cache_groups)
         update_kv_cache_capacity(vc, sched)
         tokens, concurrency = get_kv_cache_capacity(vc, sched)
         assert tokens == vc.cache_config.kv_cache_size_tokens
@@ -1375,7 +1531,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = [c for c in cases if all(m in c.id for m in args.match)]
     # vLLM prints a few import-time notices on stderr; keep them out of the report
     with contextlib.redirect_stderr(io.StringIO()):
-        import vllm.v1.core.kv_cache_planning  # noqa: F401
+        _planning()
     engine = args.engine or _engine_for(_vllm_version())
     print(f"vLLM {_vllm_version()}: {len(cases)} cases, kvbudget --engine {engine}", flush=True)
     return run(cases, args.json, args.verbose, args.tsv, engine)

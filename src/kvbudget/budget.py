@@ -23,7 +23,7 @@ The budget knows devices and ledgers, not blocks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Literal
 
@@ -59,6 +59,14 @@ class GpuBudgetRule:
     fraction: Fraction
     fraction_text: str
     rule: MemoryRule = "memory_fraction"
+    fraction_given: bool = False  # the user named the knob; else the engine's default
+
+    def with_default(self, default: tuple[MemoryRule, str]) -> GpuBudgetRule:
+        """This rule under another engine's default knob, unless the user named one."""
+        if self.fraction_given:
+            return self
+        rule, text = default
+        return replace(self, rule=rule, fraction=parse_fraction(text, rule), fraction_text=text)
 
     @property
     def derived(self) -> bool:
@@ -70,6 +78,8 @@ class GpuBudgetRule:
         if self.given_bytes is not None:
             return "given (--kv-budget), per rank"
         f = self.fraction_text
+        if not self.fraction_given:
+            f = f"{f} (the engine's default)"
         return {
             "memory_fraction": f"(GPU memory - weights - non-KV memory) x {f}: the share of "
             "memory free after weights and a forward pass (TensorRT-LLM "
@@ -128,13 +138,14 @@ def gpu_budget_rule(
     memory_fraction: float | str | None,
     gpu_memory_utilization: float | str | None = None,
     mem_fraction_static: float | str | None = None,
+    default: tuple[MemoryRule, str] = ("memory_fraction", "0.9"),
 ) -> GpuBudgetRule:
     """Resolve the GPU budget arguments of :func:`kvbudget.plan` into a rule.
 
     ``gpu_memory`` wins over ``gpu``; ``kv_budget`` wins over both for the budget (the
     device is still reported). At most one of ``memory_fraction``,
-    ``gpu_memory_utilization`` and ``mem_fraction_static`` is given (default:
-    ``memory_fraction=0.9``). Raises InvalidArgumentError for bad sizes, an unknown GPU,
+    ``gpu_memory_utilization`` and ``mem_fraction_static`` is given (default: ``default``,
+    the engine's own knob and value: :meth:`GpuBudgetRule.with_default`). Raises InvalidArgumentError for bad sizes, an unknown GPU,
     two fractions, or no way to obtain a budget.
     """
     given = None if kv_budget is None else parse_bytes(kv_budget, name="kv_budget")
@@ -163,7 +174,7 @@ def gpu_budget_rule(
         raise InvalidArgumentError(
             f"{names} are different engines' ways to size the KV cache; give one of them"
         )
-    rule, value = chosen[0] if chosen else ("memory_fraction", 0.9)
+    rule, value = chosen[0] if chosen else default
     return GpuBudgetRule(
         given_bytes=given,
         memory_bytes=memory,
@@ -172,4 +183,5 @@ def gpu_budget_rule(
         fraction=parse_fraction(value, rule),
         fraction_text=str(value),
         rule=rule,  # type: ignore[arg-type]
+        fraction_given=bool(chosen),
     )

@@ -343,6 +343,7 @@ def resolve_deployment(
         memory_fraction=memory_fraction,
         gpu_memory_utilization=gpu_memory_utilization,
         mem_fraction_static=mem_fraction_static,
+        default=engine_model.memory_default,
     )
     sizes = {
         "kv_budget": kv_budget,
@@ -420,7 +421,12 @@ def for_engine(
         states = cached_states
     else:
         states = deployment.max_batch_size if deployment.enable_prefix_caching else 0
-    planned = replace(deployment, engine=model, cached_states=states)
+    planned = replace(
+        deployment,
+        engine=model,
+        cached_states=states,
+        gpu_rule=deployment.gpu_rule.with_default(model.memory_default),
+    )
     model.check(planned)
     return planned
 

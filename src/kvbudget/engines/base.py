@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kvbudget.budget import MemoryRule
 from kvbudget.plan_types import EngineSource
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ class EngineModel:
     * ``sizes_cached_states``: ``cached_states`` (recurrent states kept for prefix
       reuse) is a setting of this engine; others size their own.
     * ``spec_names``: the speculation modes it runs (None: every mode kvbudget plans).
+    * ``memory_default``: the engine's own GPU memory knob and its default value, which
+      derives the KV budget when the user gives neither ``--kv-budget`` nor a knob.
     * ``check(deployment)``: raises InvalidArgumentError for a deployment this model does
       not cover (before any planning); ``plan(deployment, ledger)``: the engine plan;
       ``render(plan)``: the emitted settings as text (None: nothing to emit).
@@ -51,6 +54,7 @@ class EngineModel:
     fixed_per_batch: bool = False
     sizes_cached_states: bool = False
     spec_names: frozenset[str] | None = None
+    memory_default: tuple[MemoryRule, str] = ("memory_fraction", "0.9")
 
     @property
     def id(self) -> str:

@@ -582,6 +582,11 @@ MODEL = EngineModel(
     check=check,
     render=render,
     spec_names=frozenset(ENGINES["sglang"].spec_names),
+    # SGLang's own default --mem-fraction-static is a heuristic of its server arguments
+    # (ServerArgs._handle_gpu_memory_settings), not modelled: the budget is derived with
+    # free_gpu_memory_fraction 0.9 semantics and the emitted --mem-fraction-static
+    # realises it
+    memory_default=("memory_fraction", "0.9"),
 )
 
 __all__ = ["GIB", "MODEL", "VERSION", "allocate", "host_pools", "layout", "plan", "render"]

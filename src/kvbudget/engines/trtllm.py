@@ -523,4 +523,6 @@ MODEL = EngineModel(
     check=check,
     render=render,
     spec_names=frozenset(ENGINES["trtllm"].spec_names),
+    # KvCacheConfig.free_gpu_memory_fraction: 0.9 (tensorrt_llm/llmapi/llm_args.py)
+    memory_default=("memory_fraction", "0.9"),
 )

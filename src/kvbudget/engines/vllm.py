@@ -841,6 +841,8 @@ def engine_model(release: VllmRelease, *, default: bool) -> EngineModel:
         check=check,
         render=render,
         spec_names=frozenset(ENGINES["vllm"].spec_names),
+        # CacheConfig.gpu_memory_utilization: 0.9 (vllm/config/cache.py)
+        memory_default=("gpu_memory_utilization", "0.9"),
     )
 
 
