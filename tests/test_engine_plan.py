@@ -209,3 +209,21 @@ def test_each_engine_derives_the_budget_with_its_own_default_knob() -> None:
     given = kvbudget.plan(engine="vllm", memory_fraction=0.9, **args)  # type: ignore[arg-type]
     assert given.budget.memory_rule == "memory_fraction"
     assert given.budget.gpu_bytes == own.budget.gpu_bytes
+
+
+def test_emit_carries_every_warning_to_stderr_and_into_the_text() -> None:
+    """8 ranks x 300 GiB = 2,400 GiB = 2.34 TiB of pinned host KV on a 2 TiB node."""
+    args = ["plan", "--target", "meta-llama/Llama-3.3-70B-Instruct", "--tp", "8",
+            "--host-budget", "300GiB", "--gpus-per-node", "8", "--host-memory", "2TiB",
+            "--emit", "trtllm"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    pin = "8 ranks per node pin 2.34 TiB of host KV cache (300.00 GiB per rank)"
+    assert f"warning: {pin}" in result.stderr  # where a terminal user looks
+    assert f"# warning: {pin}" in result.stdout  # and in the file the settings go to
+    assert "warning" not in result.stdout.replace("# warning:", "")
+
+
+def test_emit_without_a_draft_names_no_draft_pool() -> None:
+    text = emit(kvbudget.plan(spec="none", kv_budget="40GiB", engine="sglang"))
+    assert "draft" not in text.lower()

@@ -145,8 +145,9 @@ def gpu_budget_rule(
     ``gpu_memory`` wins over ``gpu``; ``kv_budget`` wins over both for the budget (the
     device is still reported). At most one of ``memory_fraction``,
     ``gpu_memory_utilization`` and ``mem_fraction_static`` is given (default: ``default``,
-    the engine's own knob and value: :meth:`GpuBudgetRule.with_default`). Raises InvalidArgumentError for bad sizes, an unknown GPU,
-    two fractions, or no way to obtain a budget.
+    the engine's own knob and value: :meth:`GpuBudgetRule.with_default`). Raises
+    InvalidArgumentError for bad sizes, an unknown GPU, two fractions, or no way to obtain
+    a budget.
     """
     given = None if kv_budget is None else parse_bytes(kv_budget, name="kv_budget")
     memory: int | None = None

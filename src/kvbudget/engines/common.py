@@ -124,6 +124,8 @@ def comment_lines(plan: Plan, title: str) -> list[str]:
     version, what each setting does there, and the predicted start-up lines."""
     engine = plan.engine
     lines = header(plan, "#", title, engine.version) + list(engine.notes)
+    # the plan's warnings travel with the settings (a file loses the terminal's stderr)
+    lines += [f"# warning: {' '.join(w.split())}" for w in plan.warnings]
     return lines + log_comments(engine.log)
 
 

@@ -459,11 +459,13 @@ def _notes(
 ) -> list[str]:
     """What each setting does in SGLang, for the emitted comments."""
     facts = ENGINES["sglang"]
+    draft_pool = (
+        "; the draft pool holds the same tokens with its own geometry" if lay.draft_layers else ""
+    )
     notes = [
-        f"# {facts.token_knob} is the full pool's tokens; the draft pool holds the same tokens "
-        "with its own geometry",
+        f"# {facts.token_knob} is the full pool's tokens{draft_pool}",
         "# --mem-fraction-static is the share of GPU memory free before loading for weights "
-        "(target + draft) and KV pools",
+        f"({'target + draft' if lay.draft_layers else 'the model'}) and KV pools",
     ]
     if fraction is None:
         notes.append(
