@@ -227,3 +227,14 @@ def test_emit_carries_every_warning_to_stderr_and_into_the_text() -> None:
 def test_emit_without_a_draft_names_no_draft_pool() -> None:
     text = emit(kvbudget.plan(spec="none", kv_budget="40GiB", engine="sglang"))
     assert "draft" not in text.lower()
+
+
+@pytest.mark.parametrize("k", [131_072, 1_000_000, 2**63])
+def test_a_draft_length_past_the_sequence_is_refused(k: int) -> None:
+    """Llama-3.1-8B's max_seq_len is its 131,072 positions: K draft tokens are verified
+    inside the sequence, so K >= 131,072 is one error line, never an emitted setting."""
+    result = CliRunner().invoke(app, ["plan", "--max-draft-len", str(k), "--emit", "vllm"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: --max-draft-len {k} must be below --max-seq-len")
+    assert result.stdout == ""
+    assert kvbudget.plan(max_draft_len=131_071, kv_budget="40GiB").capacity.lookahead_tokens

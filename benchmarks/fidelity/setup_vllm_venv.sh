@@ -1,29 +1,47 @@
 #!/usr/bin/env bash
-# Build, from scratch, the CPU-only venv the vLLM fidelity harness runs in:
+# Build, from scratch, the CPU-only venv the vLLM fidelity harness runs in, for one of the
+# vLLM releases the harness and kvbudget model (0.33.0, the default, or 0.29.0):
 #
-#   bash benchmarks/fidelity/setup_vllm_venv.sh [VENV_DIR]     (default /work/vllm-venv)
+#   bash benchmarks/fidelity/setup_vllm_venv.sh [VENV_DIR [VLLM_VERSION]]
+#       (defaults /work/vllm-venv and 0.33.0; e.g. /work/vllm-old-venv 0.29.0)
 #   VENV_DIR/bin/python benchmarks/fidelity/vllm_fidelity.py --cases quick
 #
 # * torch 2.13.0, CPU build (pinned: an unpinned torch is a multi-GB CUDA download; on
 #   this workplace's machines pip's find-links holds torch-2.13.0+cpu, which satisfies
-#   ==2.13.0 and wins over the CUDA wheel). vLLM 0.33.0 asks for torch 2.14.0; its KV
-#   sizing code does not need it. Afterwards `pip check` lists only that torch pin,
-#   xgrammar's triton and the GPU/serving packages deliberately not installed.
-# * vLLM 0.33.0 with --no-deps: none of its CUDA kernels, flashinfer, triton, ...
+#   ==2.13.0 and wins over the CUDA wheel). vLLM 0.29.0 asks for exactly torch 2.13.0;
+#   0.33.0 asks for 2.14.0, which its KV sizing code does not need. Afterwards `pip check`
+#   lists only that torch pin (0.33.0), xgrammar's triton, kvbudget's typer<0.29 (typer
+#   0.29.2 is the one release pip's index holds here) and the GPU/serving packages
+#   deliberately not installed.
+# * vLLM VLLM_VERSION with --no-deps: none of its CUDA kernels, flashinfer, triton, ...
 # * then exactly the packages that importing vLLM's KV-cache planning, its attention /
 #   Mamba layer classes and the Nemotron-H / Qwen3-Next model classes asks for, pinned,
 #   each with --no-deps so nothing else (triton, CUDA wheels) is pulled in. Most are pure
 #   Python; the rest are CPU-only binary wheels (numpy, pydantic-core, regex, msgspec,
 #   pyzmq, aiohttp & co, uvloop, pillow, tokenizers, safetensors, hf-xet, llguidance,
 #   apache-tvm-ffi, xgrammar, ...). xgrammar's own requirement on triton is left out
-#   (it imports without it).
+#   (it imports without it). The two releases need the same pins but one: the harmony
+#   package for gpt-oss (0.33.0: oss-harmony 0.0.11; 0.29.0: openai-harmony 0.0.8, which
+#   0.33.0 replaced; both install the module openai_harmony).
 # * kvbudget from this checkout, editable, with --no-deps, plus its runtime dependencies
 #   from pyproject.toml (rich, typer; pinned in the list below).
 set -euo pipefail
 
 VENV=${1:-/work/vllm-venv}
+VLLM_VERSION=${2:-0.33.0}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PYTHON=${PYTHON:-python3}
+
+# the pins that differ between the releases
+case "$VLLM_VERSION" in
+0.33.0) harmony="oss-harmony==0.0.11" ;;
+0.29.0) harmony="openai-harmony==0.0.8" ;;
+*)
+    echo "setup_vllm_venv.sh: vLLM $VLLM_VERSION is not one the harness runs against" \
+        "(0.33.0, 0.29.0)" >&2
+    exit 2
+    ;;
+esac
 
 "$PYTHON" -m venv "$VENV"
 PIP="$VENV/bin/pip"
@@ -35,10 +53,11 @@ echo "torch==2.13.0" >"$constraints"
 export PIP_CONSTRAINT="$constraints"
 
 "$PIP" install torch==2.13.0
-"$PIP" install --no-deps vllm==0.33.0
+"$PIP" install --no-deps "vllm==$VLLM_VERSION" "$harmony"
 
 "$PIP" install --no-deps -r /dev/stdin <<'EOF'
-# what `import vllm.v1.core.kv_cache_planning` and friends ask for
+# what importing vLLM's KV cache planning (0.33.0: vllm.v1.core.kv_cache_planning;
+# 0.29.0: vllm.v1.core.kv_cache_utils) and friends asks for, in both releases
 packaging==26.4
 numpy==2.4.6
 regex==2026.11.19
@@ -75,7 +94,6 @@ requests==2.34.2
 urllib3==2.8.0
 certifi==2026.10.19.post1
 charset-normalizer==3.5.3
-oss-harmony==0.0.11
 openai==3.57.0
 jiter==0.19.0
 pillow==13.0.0
@@ -109,12 +127,15 @@ EOF
 
 "$PIP" install --no-deps -e "$REPO"
 
-# Smoke test: the modules the harness drives, and kvbudget.
-"$VENV/bin/python" - <<'EOF'
+# Smoke test: the modules the harness drives (the release-dependent ones through its own
+# adapters), and kvbudget.
+"$VENV/bin/python" - "$REPO/benchmarks/fidelity/vllm_fidelity.py" "$VLLM_VERSION" <<'EOF'
+import importlib.util
 import os
+import sys
+
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 import vllm.v1.kv_cache_interface
-import vllm.v1.core.kv_cache_planning
 import vllm.v1.core.kv_cache_utils
 import vllm.v1.worker.gpu.attn_utils
 import vllm.model_executor.models.nemotron_h
@@ -123,5 +144,16 @@ import vllm.v1.attention.backends.flash_attn
 import vllm.v1.attention.backends.mla.triton_mla
 import kvbudget
 import torch
-print(f"ok: vllm {vllm.__version__}, torch {torch.__version__}, kvbudget {kvbudget.__version__}")
+
+spec = importlib.util.spec_from_file_location("vllm_fidelity", sys.argv[1])
+harness = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(harness)
+planning = harness._planning().__name__
+backend = harness._mm_prefix_backend()[1]
+assert vllm.__version__ == sys.argv[2], (vllm.__version__, sys.argv[2])
+print(
+    f"ok: vllm {vllm.__version__} (planning in {planning}, mm-prefix backend {backend}), "
+    f"torch {torch.__version__}, kvbudget {kvbudget.__version__} "
+    f"({os.path.dirname(kvbudget.__file__)})"
+)
 EOF

@@ -333,6 +333,15 @@ def resolve_deployment(
         parse_dtype(state_dtype, what="state_dtype")
     seq_len = target_model.max_position_embeddings if max_seq_len is None else max_seq_len
     require_int("max_seq_len", seq_len, minimum=1)
+    if mode.lookahead and max_draft_len >= seq_len:
+        # engines reserve min(tokens + K, max_model_len): K draft tokens past the whole
+        # sequence can never be verified (and no engine takes them: they are emitted as
+        # num_speculative_tokens / max_draft_len / speculative_num_steps)
+        raise InvalidArgumentError(
+            f"max_draft_len {max_draft_len} must be below max_seq_len {seq_len} (draft "
+            "tokens are verified inside the sequence); lower --max-draft-len (engines "
+            "run 1 to a few tens)"
+        )
     node_gpus = min(parallel.ranks, 8) if gpus_per_node is None else gpus_per_node
     require_int("gpus_per_node", node_gpus, minimum=1)
     rule = gpu_budget_rule(
