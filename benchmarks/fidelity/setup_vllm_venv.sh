@@ -146,7 +146,7 @@ import kvbudget
 import torch
 
 spec = importlib.util.spec_from_file_location("vllm_fidelity", sys.argv[1])
-harness = importlib.util.module_from_spec(spec)
+harness = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(harness)
 planning = harness._planning().__name__
 backend = harness._mm_prefix_backend()[1]

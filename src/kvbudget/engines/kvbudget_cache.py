@@ -10,6 +10,7 @@ batch) and the longest sequence at the full batch.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kvbudget._version import __version__
@@ -105,6 +106,27 @@ def _pools(m: ManagerPlan) -> list[PoolPlan]:
     return pools
 
 
+def lockstep_capacity(base: Capacity, gpu_blocks: int) -> Capacity:
+    """``base`` holding ``gpu_blocks`` common GPU blocks: its tokens, the sequences of
+    ``max_seq_len`` running at once (capped at the batch: window pools and state slots
+    exist for ``max_batch_size`` sequences) and the longest sequence at the full batch.
+
+    The one place these are computed, for the plan and for every policy variant of it.
+    A sequence never grows past ``max_seq_len``, so neither does its lookahead (engines
+    reserve ``min(tokens + K, max_seq_len)``): a full-length sequence spans its own blocks.
+    """
+    bs = base.tokens_per_block
+    per_seq = (gpu_blocks // base.max_batch_size) * bs
+    at_batch = base.max_seq_len if per_seq >= base.max_seq_len else per_seq - base.lookahead_tokens
+    return replace(
+        base,
+        tokens=gpu_blocks * bs,
+        gpu_blocks=gpu_blocks,
+        max_concurrency=min(gpu_blocks // cdiv(base.max_seq_len, bs), base.max_batch_size),
+        max_seq_len_at_batch=max(at_batch, 0),
+    )
+
+
 def _capacity(d: Deployment, ledger: Ledger) -> tuple[Capacity, list[str]]:
     """Tokens, concurrency and the longest sequence at the batch size, with warnings.
 
@@ -112,36 +134,7 @@ def _capacity(d: Deployment, ledger: Ledger) -> tuple[Capacity, list[str]]:
     """
     bs, lookahead, batch = d.tokens_per_block, d.lookahead_tokens, d.max_batch_size
     blocks = ledger.gpu_blocks
-    # a sequence never grows past max_seq_len, so neither does its lookahead (engines
-    # reserve min(tokens + K, max_seq_len)): a full-length sequence spans its own blocks
-    seq_blocks = cdiv(d.max_seq_len, bs)
-    warnings: list[str] = []
-    if ledger.growing:
-        fit = blocks // seq_blocks
-        # window pools and state slots exist for max_batch_size sequences, and an engine
-        # runs no more than that: concurrency is capped at the batch size.
-        concurrency = min(fit, batch)
-        per_seq = (blocks // batch) * bs
-        at_batch = d.max_seq_len if per_seq >= d.max_seq_len else per_seq - lookahead
-        if fit == 0:
-            raise InfeasibleBudgetError(
-                f"one sequence of max_seq_len {d.max_seq_len} needs "
-                f"{seq_blocks} blocks per manager but the GPU budget of "
-                f"{format_bytes(ledger.binding_gpu_bytes)} per rank holds {blocks} after the "
-                f"fixed cost of {format_bytes(ledger.binding_fixed_bytes)}; the longest "
-                f"sequence that fits is {max(blocks * bs - lookahead, 0)} tokens: lower "
-                "--max-seq-len, raise --kv-budget/--memory-fraction, use a smaller "
-                "--kv-dtype, or raise --tp/--pp"
-            )
-        warnings += _batch_notes(d, fit, concurrency, at_batch)
-    else:
-        concurrency, at_batch = batch, d.max_seq_len
-        warnings.append(
-            "every cached layer is sliding-window or recurrent: the cache is a fixed cost "
-            f"for max_batch_size={batch} sequences of any length; the rest of the GPU budget "
-            "is unused (raise --max-batch-size to use it)"
-        )
-    capacity = Capacity(
+    base = Capacity(
         tokens=blocks * bs,
         tokens_per_block=bs,
         gpu_blocks=blocks,
@@ -152,11 +145,31 @@ def _capacity(d: Deployment, ledger: Ledger) -> tuple[Capacity, list[str]]:
         max_seq_len=d.max_seq_len,
         lookahead_tokens=lookahead,
         max_batch_size=batch,
-        max_concurrency=concurrency,
-        max_seq_len_at_batch=max(at_batch, 0),
+        max_concurrency=batch,
+        max_seq_len_at_batch=d.max_seq_len,
         kv_groups=d.parallel.kv_groups,
     )
-    return capacity, warnings
+    if not ledger.growing:
+        return base, [
+            "every cached layer is sliding-window or recurrent: the cache is a fixed cost "
+            f"for max_batch_size={batch} sequences of any length; the rest of the GPU budget "
+            "is unused (raise --max-batch-size to use it)"
+        ]
+    capacity = lockstep_capacity(base, blocks)
+    if capacity.max_concurrency == 0:
+        raise InfeasibleBudgetError(
+            f"one sequence of max_seq_len {d.max_seq_len} needs "
+            f"{cdiv(d.max_seq_len, bs)} blocks per manager but the GPU budget of "
+            f"{format_bytes(ledger.binding_gpu_bytes)} per rank holds {blocks} after the "
+            f"fixed cost of {format_bytes(ledger.binding_fixed_bytes)}; the longest "
+            f"sequence that fits is {max(blocks * bs - lookahead, 0)} tokens: lower "
+            "--max-seq-len, raise --kv-budget/--memory-fraction, use a smaller "
+            "--kv-dtype, or raise --tp/--pp"
+        )
+    fit = blocks // cdiv(d.max_seq_len, bs)
+    assert capacity.max_seq_len_at_batch is not None
+    notes = _batch_notes(d, fit, capacity.max_concurrency, capacity.max_seq_len_at_batch)
+    return capacity, notes
 
 
 def _batch_notes(d: Deployment, fit: int, concurrency: int, at_batch: int) -> list[str]:
@@ -193,4 +206,4 @@ MODEL = EngineModel(
     sizes_cached_states=True,
 )
 
-__all__ = ["MODEL", "own_pools", "plan"]
+__all__ = ["MODEL", "lockstep_capacity", "own_pools", "plan"]

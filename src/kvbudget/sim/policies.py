@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from kvbudget.cost import CacheCost
-from kvbudget.engines.kvbudget_cache import own_pools
+from kvbudget.engines.kvbudget_cache import lockstep_capacity, own_pools
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.plan_types import ManagerPlan, Plan, TierPlan
 from kvbudget.split import Tier, split_budget
@@ -160,18 +160,7 @@ def _with_tier_shares(
         )
     cap = plan.capacity
     if tier == "gpu":
-        seq_blocks = -(-cap.max_seq_len // tpb)
-        per_seq = (common // cap.max_batch_size) * tpb
-        cap = replace(
-            cap,
-            gpu_blocks=common,
-            tokens=common * tpb,
-            max_concurrency=min(common // seq_blocks, cap.max_batch_size),
-            max_seq_len_at_batch=max(
-                0,
-                cap.max_seq_len if per_seq >= cap.max_seq_len else per_seq - cap.lookahead_tokens,
-            ),
-        )
+        cap = lockstep_capacity(cap, common)  # the plan's own capacity rule
     else:
         cap = replace(cap, **{f"{tier}_blocks": common, f"{tier}_tokens": common * tpb})
     engine = replace(plan.engine, capacity=cap, pools=own_pools(tuple(managers)))
