@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 import kvbudget
 from kvbudget.cli import app
 from kvbudget.engines import ENGINE_MODELS, emit, get_engine_model
-from kvbudget.errors import InvalidArgumentError
+from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
+from kvbudget.model import list_presets, load_model
 from kvbudget.plan_types import Plan
 from kvbudget.report import render_plan
 
@@ -65,8 +66,26 @@ def _row(text: str, label: str) -> str:
 @pytest.mark.parametrize(("name", "case"), CASES, ids=[c[0] for c in CASES])
 def test_table_json_and_emit_show_one_figure(engine: str, name: str, case: dict[str, Any]) -> None:
     p = _plan(engine, case)
-    if p is None:
-        return
+    if p is not None:
+        _check_one_figure(p)
+
+
+@pytest.mark.parametrize("engine", ENGINE_IDS)
+@pytest.mark.parametrize("preset", list_presets())
+def test_every_preset_shows_one_figure(engine: str, preset: str) -> None:
+    """Every preset with its default speculation, under every engine model."""
+    if load_model(preset).is_head:
+        return  # a draft head, not a target
+    try:
+        p = _plan(engine, {"target": preset, "max_seq_len": 8192, "max_batch_size": 32})
+    except InfeasibleBudgetError:
+        return  # the engine would refuse, or nothing fits: no figures to show
+    if p is not None:
+        _check_one_figure(p)
+
+
+def _check_one_figure(p: Plan) -> None:
+    """The JSON, the table and ``--emit`` of ``p`` show its engine plan's figures alike."""
     e = p.engine
     data = json.loads(p.to_json())
     # JSON: the plan's capacity is the engine's, and the engine object is the plan's
@@ -84,7 +103,7 @@ def test_table_json_and_emit_show_one_figure(engine: str, name: str, case: dict[
     expected = [[pool.role, pool.tier, f"{pool.blocks:,}", f"{pool.tokens:,}"] for pool in e.pools]
     assert [[r[0], r[2], r[4], r[5]] for r in pool_rows] == expected
     # --emit: the settings as the engine reads them, and the predicted lines
-    if get_engine_model(engine).render is None:
+    if get_engine_model(e.id).render is None:
         with pytest.raises(InvalidArgumentError, match="no settings to emit"):
             emit(p)
         return
