@@ -27,6 +27,16 @@ from kvbudget.plan_types import Plan
 IDS = [RequestId(f"r{i}") for i in range(6)]
 # a few shared "system prompts" so that prefixes repeat
 BASES = [list(range(100, 112)), list(range(200, 209)), [7, 7, 7, 7, 8, 8, 8, 8]]
+# (extra_keys, cache_salt) of an admission: none, a LoRA-like key, a tenant's salt, and an
+# extra key spelled like that salt (which must not share its blocks)
+Salt = tuple[tuple[Any, ...], str | None]
+SALTS: list[Salt] = [
+    ((), None),
+    ((), None),
+    (("salt",), None),
+    ((), "salt"),
+    ((("cache_salt", "salt"),), None),
+]
 SETTINGS = settings(
     max_examples=40,
     stateful_step_count=40,
@@ -38,7 +48,7 @@ SETTINGS = settings(
 @dataclass
 class Model:
     tokens: list[int]
-    salt: tuple[str, ...] = ()
+    salt: Salt = ((), None)
     reserved: int = 0
     swapped: bool = False
     written: set[int] = field(default_factory=set)
@@ -55,7 +65,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.model: dict[RequestId, Model] = {}
         self.next_token = 1000
         # (salt, token prefix) of every full block ever computed: a hit must be one
-        self.computed: set[tuple[tuple[str, ...], tuple[int, ...]]] = set()
+        self.computed: set[tuple[Salt, tuple[int, ...]]] = set()
         self.hit_tokens = 0
 
     # ------------------------------------------------------------------ helpers
@@ -110,15 +120,13 @@ class CacheMachine(RuleBasedStateMachine):
         base=st.sampled_from(BASES),
         cut=st.integers(0, 12),
         tail=st.integers(0, 9),
-        salt=st.sampled_from([(), (), ("salt",)]),
+        salt=st.sampled_from(SALTS),
     )
-    def admit(
-        self, rid: RequestId, base: list[int], cut: int, tail: int, salt: tuple[str, ...]
-    ) -> None:
+    def admit(self, rid: RequestId, base: list[int], cut: int, tail: int, salt: Salt) -> None:
         prompt = base[:cut] + self.fresh(tail)
 
         def op() -> int:
-            return self.cache.admit(rid, prompt, extra_keys=salt)
+            return self.cache.admit(rid, prompt, extra_keys=salt[0], cache_salt=salt[1])
 
         if rid in self.model or not prompt:
             assert self.refused(op, InvalidCacheOperationError)
@@ -227,7 +235,7 @@ class CacheMachine(RuleBasedStateMachine):
                     assert bool((page == want).all()), (rid, role, i)
 
 
-def pattern(role: str, salt: tuple[str, ...], prefix: list[int], nbytes: int) -> Any:
+def pattern(role: str, salt: Salt, prefix: list[int], nbytes: int) -> Any:
     import torch
 
     seed = hash((role, salt, tuple(prefix)))

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from kvbudget.cache.hashing import extend_block_hashes, valid_extra_keys
+from kvbudget.cache.hashing import chain_root, extend_block_hashes, valid_extra_keys
 from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
 from kvbudget.cache.invariants import CacheView, check_cache
 from kvbudget.cache.kv_tiers import GPU, HOST, KvTiers
@@ -337,9 +337,11 @@ class SpecDecodeCache:
         """Admit a new request with its prompt in every role; return the prompt tokens
         served from the cache (a multiple of ``tokens_per_block``).
 
-        ``extra_keys`` (a LoRA name, ...) and ``cache_salt`` (a tenant's secret, as vLLM's
-        ``cache_salt``) enter every block hash: prompts with different keys or salts never
-        share blocks, so one tenant cannot detect another's cached prompt. Mutates the cache.
+        ``extra_keys`` (a LoRA name, ...) enter every block hash and ``cache_salt`` (a
+        tenant's secret, as vLLM's ``cache_salt``) picks the hash chain's root, so no extra
+        key can pose as a salt (:mod:`kvbudget.cache.hashing`): prompts with different
+        keys or salts never share blocks, so one tenant cannot detect another's cached
+        prompt. Mutates the cache.
 
         Raises:
             OutOfBlocksError: some role lacks GPU blocks, window blocks or a state slot;
@@ -366,19 +368,16 @@ class SpecDecodeCache:
                 "extra_keys must be a tuple of strings, ints, bytes, bools, None or tuples "
                 f"of those, e.g. ('my-lora',); got {extra_keys!r}"
             )
-        keys: tuple[Hashable, ...] = extra_keys
-        if cache_salt is not None:
-            if not isinstance(cache_salt, str):
-                raise InvalidCacheOperationError(f"cache_salt must be a string, got {cache_salt!r}")
-            keys = (("cache_salt", cache_salt), *keys)
+        if cache_salt is not None and not isinstance(cache_salt, str):
+            raise InvalidCacheOperationError(f"cache_salt must be a string, got {cache_salt!r}")
         tpb = self._tokens_per_block
         kv = self._kv
-        req = Request(tokens, keys, self._managers, self._fixed)
+        req = Request(tokens, extra_keys, chain_root(cache_salt), self._managers, self._fixed)
         hashes = req.hashes
         num_hit = 0
         match: list[tuple[int, BlockId]] = []
         if self._prefix_reuse:
-            extend_block_hashes(hashes, tokens, tpb, req.extra_keys, packed)
+            extend_block_hashes(hashes, tokens, tpb, req.extra_keys, packed, req.root)
             max_hit = (num_tokens - 1) // tpb  # at least one token left to compute
             match = kv.match(hashes, max_hit)
             num_hit = len(match)
@@ -519,7 +518,7 @@ class SpecDecodeCache:
         table = req.table
         if self._prefix_reuse and committed // tpb > len(hashes):
             start = len(hashes)
-            extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
+            extend_block_hashes(hashes, tokens, tpb, req.extra_keys, root=req.root)
             self._kv.gpu.register(table, hashes, start)
             for m, seq in req.parts:
                 if m.windows is not None:
