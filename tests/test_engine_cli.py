@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvbudget.cli import app
+from kvbudget.commands.run import _prompts
 
 pytest.importorskip("torch")
 pytest.importorskip("safetensors")
@@ -34,8 +35,11 @@ def test_json_reports_the_run(spec: str) -> None:
     assert [len(o) for o in data["outputs"]] == [6] * 4
     # 4 prompts share 8 tokens = 2 blocks of 4: the three admitted after the first reuse
     # them; an EAGLE3 head's K/V at a position depends on the next token, so the cache
-    # recomputes the last hit block (policy drop_last_block): 1 block each
-    assert stats["prefix_hit_tokens"] == 3 * (4 if spec == "eagle3" else 8)
+    # hashes each block with the token after it (policy drop_last_block): block 1 hits
+    # only where token 8, each prompt's own, matches. With seed 0 (vocabulary 256) the
+    # 2nd and 3rd prompts both have token 8 = 71: 4 + 8 + 4 tokens
+    assert [p[8] for p in _prompts(4, 10, 8, 256, 0)] == [183, 71, 71, 128]
+    assert stats["prefix_hit_tokens"] == (4 + 8 + 4 if spec == "eagle3" else 3 * 8)
     for tiers in stats["storage"].values():
         for b in tiers.values():
             assert b["bytes"] + b["padding_bytes"] == b["plan_bytes"]

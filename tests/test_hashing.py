@@ -16,6 +16,7 @@ from kvbudget.cache.hashing import (
     chain_root,
     extend_block_hashes,
     hash_block_tokens,
+    num_hashed_blocks,
     valid_extra_keys,
 )
 from kvbudget.cache.ids import BlockHash
@@ -99,3 +100,22 @@ def test_the_salted_root() -> None:
     assert chain_root(None) == ROOT_HASH
     assert chain_root("") != ROOT_HASH  # an empty salt is still a salt
     assert chain_root("\ud800") != chain_root("\ufffd")  # lone surrogates stay distinct
+
+
+def test_a_chain_with_next_covers_the_token_after_each_block() -> None:
+    # by hand, tpb 2, tokens 1..5: block 0 = SHA-256(root || 1, 2 || 3), block 1 =
+    # SHA-256(block 0 || 3, 4 || 5); (5 - 1) // 2 = 2 blocks, block 2 waits for token 6
+    first = hashlib.sha256(ROOT_HASH + array("q", [1, 2, 3]).tobytes()).digest()
+    second = hashlib.sha256(first + array("q", [3, 4, 5]).tobytes()).digest()
+    tokens = [1, 2, 3, 4, 5]
+    for packed in (None, array("q", tokens).tobytes()):
+        hashes: list[BlockHash] = []
+        assert extend_block_hashes(hashes, tokens, 2, packed=packed, with_next=True) == 2
+        assert hashes == [first, second]
+    assert extend_block_hashes(hashes, [*tokens, 6], 2, with_next=True) == 0  # 6 is in block 2
+    assert extend_block_hashes(hashes, [*tokens, 6, 7], 2, with_next=True) == 1
+    assert hashes[2] == hash_block_tokens(second, [5, 6, 7])
+    assert num_hashed_blocks(7, 2, with_next=True) == 3
+    assert num_hashed_blocks(6, 2, with_next=True) == 2
+    assert num_hashed_blocks(6, 2, with_next=False) == 3
+    assert num_hashed_blocks(0, 2, with_next=True) == 0

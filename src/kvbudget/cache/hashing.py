@@ -61,7 +61,9 @@ def hash_block_tokens(
 ) -> BlockHash:
     """The hash of one full block whose predecessor hashes to ``parent``. Pure.
 
-    Token ids must fit in int64 (the cache checks them against the vocabulary first).
+    ``token_ids``: the block's tokens (and the token after them, for a chain hashed
+    ``with_next``, see :func:`extend_block_hashes`). Token ids must fit in int64 (the
+    cache checks them against the vocabulary first).
     """
     digest = hashlib.sha256(parent)
     digest.update(array("q", token_ids).tobytes())
@@ -76,21 +78,29 @@ def extend_block_hashes(
     extra_keys: tuple[Hashable, ...] = (),
     packed: bytes | None = None,
     root: BlockHash = ROOT_HASH,
+    *,
+    with_next: bool = False,
 ) -> int:
     """Append the hashes of the full blocks of ``token_ids`` not yet in ``hashes``.
 
     Mutates ``hashes`` (a prefix of the chain of ``token_ids`` from ``root``, see
     :func:`chain_root`); returns how many were appended. Partial trailing blocks are
-    never hashed. ``packed``, when given, is all of ``token_ids`` as int64 bytes
+    never hashed. ``with_next``: block ``i``'s hash also covers the token after it (the
+    first of block ``i + 1``), so a block is hashed only once that token is there: the
+    chain of a draft whose K/V at a position reads the next token (module docstring).
+    ``packed``, when given, is all of ``token_ids`` as int64 bytes
     (``array("q", token_ids).tobytes()``), saving the packing.
     """
     start = len(hashes)
-    end = len(token_ids) // tokens_per_block
+    end = (len(token_ids) - with_next) // tokens_per_block
     if end <= start:
         return 0
     step = 8 * tokens_per_block
+    span = step + 8 * with_next  # the block's tokens, and the next one with_next
     if packed is None:
-        packed = array("q", token_ids[start * tokens_per_block : end * tokens_per_block]).tobytes()
+        packed = array(
+            "q", token_ids[start * tokens_per_block : end * tokens_per_block + with_next]
+        ).tobytes()
         offset = 0
     else:
         offset = start * step
@@ -101,10 +111,15 @@ def extend_block_hashes(
     # one call per block: SHA-256(parent || tokens || suffix), as hash_block_tokens
     if suffix:
         for i in range(offset, offset + (end - start) * step, step):
-            parent = BlockHash(sha256(parent + packed[i : i + step] + suffix).digest())
+            parent = BlockHash(sha256(parent + packed[i : i + span] + suffix).digest())
             append(parent)
     else:
         for i in range(offset, offset + (end - start) * step, step):
-            parent = sha256(parent + packed[i : i + step]).digest()  # type: ignore[assignment]
+            parent = sha256(parent + packed[i : i + span]).digest()  # type: ignore[assignment]
             append(parent)
     return end - start
+
+
+def num_hashed_blocks(num_tokens: int, tokens_per_block: int, *, with_next: bool) -> int:
+    """How many blocks of ``num_tokens`` tokens :func:`extend_block_hashes` hashes. Pure."""
+    return max(0, num_tokens - with_next) // tokens_per_block

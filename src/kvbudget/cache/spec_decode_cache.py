@@ -19,8 +19,10 @@ Request lifecycle::
 Prefix reuse: full blocks of verified tokens (prompt tokens count as verified) are hashed
 in a chain (:mod:`kvbudget.cache.hashing`); ``admit`` reuses the longest prefix that every
 role holds in some tier, leaving at least one prompt token to compute. With a draft whose
-KV depends on the next token (EAGLE3, MTP: policy ``"drop_last_block"``) the last hit block
-is recomputed. Sliding-window groups reuse a prefix when the blocks the window needs at the
+KV depends on the next token (EAGLE3, MTP: policy ``"drop_last_block"``) each block is
+hashed with the token after it, so a hit block is always followed by the new prompt's
+own next token (its draft KV is valid) and a block is hashed once that token is
+verified. Sliding-window groups reuse a prefix when the blocks the window needs at the
 hit position are still cached (:mod:`kvbudget.cache.windows`); the longest prefix valid
 for every group of every role wins. Roles with recurrent layers reuse a prefix of ``n``
 blocks when one of their cached states holds the state after block ``n - 1``
@@ -133,9 +135,13 @@ class SpecDecodeCache:
                         f"{m.tier(tier).blocks} of its {m.role} manager; use a plan from "
                         "kvbudget.plan"
                     )
+        # a draft whose K/V reads the next token hashes each block with the token after it;
+        # a prompt that diverges right after a block then hits one block less: cache the
+        # recurrent state one boundary earlier too
+        self._with_next = draft_prefix == "drop_last_block"
         record = device is not None
         self._kv = KvTiers(plan.managers, usable_blocks=(gpu, host, disk), record_copies=record)
-        boundaries = 2 if draft_prefix == "drop_last_block" else 1
+        boundaries = 2 if self._with_next else 1
         self._managers: tuple[RoleManager, ...] = tuple(
             RoleManager(m, state_boundaries_at_admit=boundaries, record_copies=record)
             for m in plan.managers
@@ -377,12 +383,13 @@ class SpecDecodeCache:
         num_hit = 0
         match: list[tuple[int, BlockId]] = []
         if self._prefix_reuse:
-            extend_block_hashes(hashes, tokens, tpb, req.extra_keys, packed, req.root)
+            with_next = self._with_next  # then a hash covers the token after its block
+            extend_block_hashes(
+                hashes, tokens, tpb, req.extra_keys, packed, req.root, with_next=with_next
+            )
             max_hit = (num_tokens - 1) // tpb  # at least one token left to compute
             match = kv.match(hashes, max_hit)
             num_hit = len(match)
-            if num_hit and self._draft_prefix == "drop_last_block":
-                num_hit -= 1
             # the longest prefix whose window blocks and cached state every role holds
             while num_hit and self._has_fixed:
                 if all(m.hit(hashes, num_hit) for m, _ in req.parts):
@@ -516,9 +523,12 @@ class SpecDecodeCache:
         tpb = self._tokens_per_block
         hashes = req.hashes
         table = req.table
-        if self._prefix_reuse and committed // tpb > len(hashes):
+        with_next = self._with_next
+        if self._prefix_reuse and (committed - with_next) // tpb > len(hashes):
             start = len(hashes)
-            extend_block_hashes(hashes, tokens, tpb, req.extra_keys, root=req.root)
+            extend_block_hashes(
+                hashes, tokens, tpb, req.extra_keys, root=req.root, with_next=with_next
+            )
             self._kv.gpu.register(table, hashes, start)
             for m, seq in req.parts:
                 if m.windows is not None:
@@ -646,6 +656,7 @@ class SpecDecodeCache:
                 tokens_per_block=self._tokens_per_block,
                 max_reserve_tokens=self._max_reserve_tokens,
                 prefix_reuse=self._prefix_reuse,
+                with_next=self._with_next,
                 kv=self._kv,
                 managers=self._managers,
                 requests=self._requests,
