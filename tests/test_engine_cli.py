@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,3 +117,38 @@ def test_given_checkpoints_are_loaded(tmp_path: Any) -> None:
     data = json.loads(result.stdout)
     assert data["target"] == models.target and data["draft"] == models.small_draft
     assert data["stats"]["generated_tokens"] == 24
+
+
+def test_error_lines_show_control_characters_escaped(tmp_path: Any) -> None:
+    # issue #21: a folder named "[red]x<ESC>[2J" (ESC [2J clears the screen) whose index
+    # names a shard outside it; the error line names the folder with ESC as \x1b
+    from kvbudget.engine import write_demo_models
+
+    models = write_demo_models(tmp_path, seed=0)
+    weird = tmp_path / "[red]x\x1b[2J"
+    Path(models.target).rename(weird)
+    index = {"weight_map": {"model.embed_tokens.weight": "../x.safetensors"}}
+    (weird / "model.safetensors.index.json").write_text(json.dumps(index))
+    args = ["run", "--target", str(weird), "--spec", "none", *SMALL]
+    result = RUNNER.invoke(app, args, env={"COLUMNS": "120"}, color=True)  # keeps ESC
+    assert result.exit_code == 2
+    assert "\x1b" not in result.output
+    line = result.output.strip()
+    assert line.startswith("error: ") and "\n" not in line
+    assert "[red]x\\x1b[2J/model.safetensors.index.json" in line
+    assert "'../x.safetensors', outside the checkpoint directory" in line
+
+
+def test_terminal_text_is_escaped() -> None:
+    from kvbudget.commands.terminal import markup_safe, printable
+
+    assert printable("/tmp/[red]x\x1b[2J\n\u202e\x9b\U000e0001 é") == (
+        "/tmp/[red]x\\x1b[2J\\x0a\\u202e\\x9b\\U000e0001 é"
+    )
+    assert printable("plain text") == "plain text"
+    assert markup_safe("/tmp/[red]x\x1b") == "/tmp/\\[red]x\\x1b"
+    from rich.console import Console
+
+    console = Console(record=True, width=80, color_system=None)
+    console.print(markup_safe("[red]x\x1b[2J"))
+    assert console.export_text() == "[red]x\\x1b[2J\n"  # shown as typed, nothing applied

@@ -124,6 +124,27 @@ def test_weights_it_cannot_read_are_errors_not_random_weights(tmp_path: Path) ->
         build_model(corrupt, seed=0, device="cpu")
 
 
+@pytest.mark.parametrize(
+    "where", ["../outside.safetensors", "absolute", "sub/../../outside.safetensors"]
+)
+def test_an_index_cannot_name_shards_outside_its_directory(tmp_path: Path, where: str) -> None:
+    # a complete, readable checkpoint outside the folder: before the check, an index
+    # naming it loaded its weights
+    outside = Path(write_model(llama_config(), tmp_path / "elsewhere", seed=0))
+    shard = outside / "model.safetensors"
+    target = tmp_path / "ckpt" / "model"
+    (target / "sub").mkdir(parents=True)
+    shutil.copy(outside / "config.json", target / "config.json")
+    shutil.copy(shard, tmp_path / "ckpt" / "outside.safetensors")  # for "../" and "sub/"
+    name = str(shard) if where == "absolute" else where
+    names = dict.fromkeys(read_tensors(outside), name)
+    (target / INDEX_FILE).write_text(json.dumps({"weight_map": names}))
+    with pytest.raises(ConfigError, match="outside the checkpoint directory") as err:
+        build_model(target, seed=0, device="cpu")
+    assert repr(name) in str(err.value) and str(target / INDEX_FILE) in str(err.value)
+    assert err.value.field == "weight_map"
+
+
 def _greedy_dense(model: Decoder, prompt: list[int], n: int) -> list[int]:
     ids = list(prompt)
     for _ in range(n):

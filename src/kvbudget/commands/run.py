@@ -259,9 +259,13 @@ def _print(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from kvbudget.commands.terminal import markup_safe
+
     st = result["stats"]
     console = Console()
-    summary = Table(title=f"kvbudget run: {result['spec']} on {result['device']}")
+    # --device is the user's text (checked only up to its first ':')
+    title = f"kvbudget run: {result['spec']} on {result['device']}"
+    summary = Table(title=markup_safe(title))
     summary.add_column("")
     summary.add_column("value", justify="right")
     rows = [

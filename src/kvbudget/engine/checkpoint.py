@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import torch
@@ -42,11 +42,26 @@ def init_random(module: nn.Module, seed: int) -> None:
             p.copy_(torch.randn(p.shape, generator=gen) * std)
 
 
+def _inside(name: str, index: Path) -> str:
+    """``name``, a shard file the index at ``index`` names, when it lies in the index's
+    own directory. Raises ConfigError naming it for an absolute path or one through
+    ``..`` (an index must not make the engine read files elsewhere)."""
+    pure = PurePath(name)
+    if not name or pure.is_absolute() or pure.anchor or ".." in pure.parts:
+        raise ConfigError(
+            f"the index names the shard {name!r}, outside the checkpoint directory; "
+            "shards must be files in the directory of the index",
+            source=str(index),
+            field="weight_map",
+        )
+    return name
+
+
 def read_tensors(directory: Path) -> dict[str, torch.Tensor]:
     """Every tensor of the safetensors checkpoint in ``directory`` (CPU).
 
     Raises ConfigError when the directory has no safetensors file, or a shard the index
-    names is missing."""
+    names is missing or outside ``directory`` (``../x.safetensors``, an absolute path)."""
     from safetensors.torch import load_file
 
     index = directory / INDEX_FILE
@@ -55,7 +70,7 @@ def read_tensors(directory: Path) -> dict[str, torch.Tensor]:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"bad index: {exc}", source=str(index), field="weight_map") from None
-        files = sorted(set(weight_map.values()))
+        files = sorted({_inside(name, index) for name in weight_map.values()})
     elif (directory / SINGLE_FILE).is_file():
         files = [SINGLE_FILE]
     else:
