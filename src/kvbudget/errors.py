@@ -12,6 +12,9 @@ One small tree, so a caller can catch exactly what it can handle::
     ├── InfeasibleBudgetError (ValueError)
     │                                 the budget cannot hold the fixed costs (or the
     │                                 requested batch / length); says what would fit
+    ├── ModelOutputError (ArithmeticError)
+    │                                 a model's forward pass gave logits that cannot be
+    │                                 decoded (NaN, infinite, overflowing / temperature)
     └── CacheError                    the paged cache refused an operation; state unchanged
         ├── OutOfBlocksError          not enough free or evictable blocks in some pool
         ├── UnknownRequestError (KeyError)
@@ -57,6 +60,11 @@ class InvalidArgumentError(KvBudgetError, ValueError):
 
 class InfeasibleBudgetError(KvBudgetError, ValueError):
     """A budget cannot cover what is asked of it (fixed costs, batch, sequence length)."""
+
+
+class ModelOutputError(KvBudgetError, ArithmeticError):
+    """A model produced logits the engine cannot decode: NaN or infinite values, or ones
+    that overflow float32 once divided by the temperature. Names the role."""
 
 
 class CacheError(KvBudgetError):

@@ -67,7 +67,8 @@ def run_command(
     ] = 12,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens to generate each.")] = 32,
     temperature: Annotated[
-        float, typer.Option(min=0.0, help="0: greedy; else rejection sampling.")
+        float,
+        typer.Option(min=0.0, help="Below 1e-5 (0 too): greedy; else rejection sampling."),
     ] = 0.0,
     kv_budget: Annotated[
         str, typer.Option(metavar="BYTES", help="GPU (device) KV budget.")
