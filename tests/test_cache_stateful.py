@@ -161,6 +161,19 @@ class CacheMachine(RuleBasedStateMachine):
         self.note_computed(m)
         self.write_full_blocks(rid)
 
+    @rule(rid=st.sampled_from(IDS), cut=st.integers(0, 12), flag=st.booleans())
+    def admit_or_commit_a_bool(self, rid: RequestId, cut: int, flag: bool) -> None:
+        # bool is an int subclass (True == 1); as a token id it is refused, changing nothing
+        m = self.model.get(rid)
+        if m is None:
+            prompt = [*BASES[0][:cut], flag]
+            assert self.refused(lambda: self.cache.admit(rid, prompt), InvalidCacheOperationError)
+        elif m.swapped or m.reserved == 0:
+            return
+        else:
+            op = lambda: self.cache.commit(rid, [flag])  # noqa: E731
+            assert self.refused(op, InvalidCacheOperationError)
+
     @rule(rid=st.sampled_from(IDS), n=st.integers(0, 5))
     def reserve(self, rid: RequestId, n: int) -> None:
         m = self.model.get(rid)

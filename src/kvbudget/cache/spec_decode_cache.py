@@ -353,9 +353,9 @@ class SpecDecodeCache:
             OutOfBlocksError: some role lacks GPU blocks, window blocks or a state slot;
                 nothing changes.
             InvalidCacheOperationError: the id is unhashable or taken, the prompt is empty
-                or not a sequence of token ids in the target's vocabulary, ``extra_keys``
-                is not a tuple of strings, ints, bytes, bools, None or tuples of those, or
-                ``cache_salt`` is not a string.
+                or not a sequence of int token ids (bools refused) in the target's
+                vocabulary, ``extra_keys`` is not a tuple of strings, ints, bytes, bools,
+                None or tuples of those, or ``cache_salt`` is not a string.
         """
         if not isinstance(request_id, Hashable):
             raise InvalidCacheOperationError(
