@@ -135,9 +135,7 @@ class SpecDecodeCache:
                         f"{m.tier(tier).blocks} of its {m.role} manager; use a plan from "
                         "kvbudget.plan"
                     )
-        # a draft whose K/V reads the next token hashes each block with the token after it;
-        # a prompt that diverges right after a block then hits one block less: cache the
-        # recurrent state one boundary earlier too
+        # block hashes cover the next token (hashing); recurrent state: 2 boundaries per prompt
         self._with_next = draft_prefix == "drop_last_block"
         record = device is not None
         self._kv = KvTiers(plan.managers, usable_blocks=(gpu, host, disk), record_copies=record)
