@@ -381,12 +381,19 @@ def ablated_exactness() -> Iterator[None]:
     saved = (module.extend_block_hashes, module.checked_prompt)
 
     def python_hashes(
-        hashes: list[Any], token_ids: Sequence[int], tpb: int, extra: Any = (), packed: Any = None
+        hashes: list[Any],
+        token_ids: Sequence[int],
+        tpb: int,
+        extra: Any = (),
+        packed: Any = None,
+        root: Any = 0,
+        *,
+        with_next: bool = False,
     ) -> int:
-        start, end = len(hashes), len(token_ids) // tpb
-        parent = hashes[-1] if hashes else 0
-        for i in range(start, end):
-            parent = hash((parent, tuple(token_ids[i * tpb : (i + 1) * tpb])))
+        start, end = len(hashes), (len(token_ids) - with_next) // tpb
+        parent = hashes[-1] if hashes else root
+        for i in range(start, end):  # with_next: the token after the block too
+            parent = hash((parent, tuple(token_ids[i * tpb : (i + 1) * tpb + with_next])))
             hashes.append(parent)
         return max(0, end - start)
 

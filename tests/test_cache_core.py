@@ -84,14 +84,43 @@ def test_running_blocks_are_shared_with_refcounts() -> None:
     cache.check_invariants()
 
 
-def test_eagle_draft_drops_the_last_hit_block() -> None:
+def test_eagle_draft_hashes_a_block_with_the_token_after_it() -> None:
     cache = make(gpu_blocks=8, spec="eagle3")
     assert cache.draft_prefix == "drop_last_block"
     cache.admit(A, range(12))
     cache.free(A)
-    # 3 cached blocks match, (13 - 1) // 4 = 3 may hit; the draft's KV at the end of
-    # block 2 depends on token 12, which may differ -> 2 blocks = 8 tokens reused
+    # the draft's K/V at the end of block i reads token 4 (i + 1): A's 12 tokens hash
+    # blocks 0 and 1 (followed by 4 and 8); block 2 waits for token 12. B's 13 tokens:
+    # (13 - 1) // 4 = 3 may hit, blocks 0, 1 match -> 8 tokens reused
     assert cache.admit(B, [*range(12), 5]) == 8
+    cache.free(B)  # B's block 2 is now hashed with its token 12 = 5
+    # C repeats B's prompt: block 2 is followed by 5 here too -> 3 blocks = 12 tokens
+    assert cache.admit(C, [*range(12), 5]) == 12
+    # D differs at token 12 only: block 2's hash covers it -> 2 blocks
+    assert cache.admit(D, [*range(12), 6]) == 8
+    cache.check_invariants()
+
+
+def test_eagle_hit_blocks_were_drafted_with_the_same_next_token() -> None:
+    # issue #21: an EAGLE3 / MTP draft's K/V at position i reads the token at i + 1, so a
+    # block's draft K/V is reusable only where the token after the block matches too.
+    cache = make(gpu_blocks=16, spec="eagle3")
+    x, y, z = RequestId("x"), RequestId("y"), RequestId("z")
+    prompt_x = list(range(11, 19))  # 8 tokens: blocks 0, 1
+    cache.admit(x, prompt_x)
+    cache.reserve(x, 1)
+    cache.commit(x, [100])  # X's next token: X's draft K/V at position 7 read 100
+    assert cache.block_table(x, "draft") == (0, 1, 2)
+    # Y = X + [200..204], 13 tokens: block 1 is X's tokens but followed by 200, not 100:
+    # only X's block 0 (followed by 15 in both) is reusable -> 4 hit tokens; new 3, 4, 5
+    assert cache.admit(y, [*prompt_x, *range(200, 205)]) == 4
+    assert cache.block_table(y, "draft") == (0, 3, 4, 5)
+    # Z = X + [200..203, 30..34], 17 tokens: block 0 (X's, followed by 15), block 1
+    # (Y's block 3, followed by 200 as in Z); block 2 is Y's tokens followed by 204, not
+    # 30: 2 blocks = 8 hit tokens. X's block 1 (drafted from 100) must not be among them.
+    assert cache.admit(z, [*prompt_x, *range(200, 204), *range(30, 35)]) == 8
+    assert cache.block_table(z, "draft") == (0, 3, 6, 7, 8)
+    assert cache.block_table(z, "target") == cache.block_table(z, "draft")  # lockstep
     cache.check_invariants()
 
 

@@ -249,14 +249,15 @@ def test_gpt_oss_eagle3_reuses_a_shared_system_prompt() -> None:
     cache.admit(A, system + list(range(5000, 5500)))
     cache.free(A)
     hit = cache.admit(RequestId("b"), system + list(range(6000, 6300)))
-    # 62 shared full blocks; the EAGLE3 head's last hit block is recomputed: 61 blocks.
-    # The 128-token window at 61 x 32 = 1,952 tokens needs blocks 57..60 (tokens
-    # 1,825..1,951), which A's prefill slid past and left cached
-    assert hit == 61 * 32
+    # 62 shared full blocks; the EAGLE3 chain hashes each block with the token after it,
+    # and token 1,984 (after block 61) is still the system prompt's: all 62 blocks hit.
+    # The 128-token window at 62 x 32 = 1,984 tokens needs blocks 58..61 (tokens
+    # 1,857..1,983), which A's prefill slid past and left cached
+    assert hit == 62 * 32
     stats = cache.stats()
-    # blocks 57..60 read by the prefill (kept cached; the final window 67..71 is new)
+    # blocks 58..61 read by the prefill (kept cached; the final window 67..71 is new)
     assert stats.pool("target", "gpu", "window128").hit_blocks == 4
-    assert stats.hit_tokens == 61 * 32
+    assert stats.hit_tokens == 62 * 32
     cache.check_invariants()
 
 

@@ -27,6 +27,16 @@ from kvbudget.plan_types import Plan
 IDS = [RequestId(f"r{i}") for i in range(6)]
 # a few shared "system prompts" so that prefixes repeat
 BASES = [list(range(100, 112)), list(range(200, 209)), [7, 7, 7, 7, 8, 8, 8, 8]]
+# (extra_keys, cache_salt) of an admission: none, a LoRA-like key, a tenant's salt, and an
+# extra key spelled like that salt (which must not share its blocks)
+Salt = tuple[tuple[Any, ...], str | None]
+SALTS: list[Salt] = [
+    ((), None),
+    ((), None),
+    (("salt",), None),
+    ((), "salt"),
+    ((("cache_salt", "salt"),), None),
+]
 SETTINGS = settings(
     max_examples=40,
     stateful_step_count=40,
@@ -38,10 +48,10 @@ SETTINGS = settings(
 @dataclass
 class Model:
     tokens: list[int]
-    salt: tuple[str, ...] = ()
+    salt: Salt = ((), None)
     reserved: int = 0
     swapped: bool = False
-    written: set[int] = field(default_factory=set)
+    written: set[tuple[str, int]] = field(default_factory=set)  # (role, block index)
 
 
 class CacheMachine(RuleBasedStateMachine):
@@ -54,8 +64,9 @@ class CacheMachine(RuleBasedStateMachine):
         self.cache = SpecDecodeCache.from_plan(self.plan, device=self.device)
         self.model: dict[RequestId, Model] = {}
         self.next_token = 1000
-        # (salt, token prefix) of every full block ever computed: a hit must be one
-        self.computed: set[tuple[tuple[str, ...], tuple[int, ...]]] = set()
+        # (salt, tokens) each full block's K/V was ever computed from (its prefix, and for
+        # an EAGLE3 draft the token after it too): a hit must be one
+        self.computed: set[tuple[Salt, tuple[int, ...]]] = set()
         self.hit_tokens = 0
 
     # ------------------------------------------------------------------ helpers
@@ -84,25 +95,39 @@ class CacheMachine(RuleBasedStateMachine):
             return True
         return False
 
+    def reads(self, role: str) -> int:
+        """How many tokens past its block a block's K/V in ``role`` reads: 1 for a draft
+        whose input is the next token (EAGLE3 / MTP, policy drop_last_block), else 0."""
+        return int(role == "draft" and self.cache.draft_prefix == "drop_last_block")
+
+    def known(self, m: Model, role: str) -> int:
+        """The blocks of ``m`` whose K/V in ``role`` its verified tokens determine."""
+        return (len(m.tokens) - self.reads(role)) // self.cache.tokens_per_block
+
     def note_computed(self, m: Model) -> None:
         tpb = self.cache.tokens_per_block
-        for i in range(1, len(m.tokens) // tpb + 1):
-            self.computed.add((m.salt, tuple(m.tokens[: i * tpb])))
+        shift = max(self.reads(r) for r in self.cache.roles)  # a hit serves every role
+        for i in range(1, (len(m.tokens) - shift) // tpb + 1):
+            self.computed.add((m.salt, tuple(m.tokens[: i * tpb + shift])))
 
     def fresh(self, n: int) -> list[int]:
         self.next_token += n
         return list(range(self.next_token - n, self.next_token))
 
-    def write_full_blocks(self, rid: RequestId, start: int) -> None:
+    def write_full_blocks(self, rid: RequestId) -> None:
+        """Write, as an engine does, every block whose K/V the verified tokens now fix:
+        a pattern of the role, the salt and the tokens that K/V reads."""
         if self.cache.storage is None:
             return
         m = self.model[rid]
         tpb = self.cache.tokens_per_block
-        for i in range(start, len(m.tokens) // tpb):
-            for role in self.cache.roles:
-                page = self.cache.page(rid, role, i)
-                page.copy_(pattern(role, m.salt, m.tokens[: (i + 1) * tpb], page.numel()))
-            m.written.add(i)
+        for role in self.cache.roles:
+            for i in range(self.known(m, role)):
+                if (role, i) not in m.written:
+                    page = self.cache.page(rid, role, i)
+                    read = m.tokens[: (i + 1) * tpb + self.reads(role)]
+                    page.copy_(pattern(role, m.salt, read, page.numel()))
+                    m.written.add((role, i))
 
     # ------------------------------------------------------------------ rules
     @rule(
@@ -110,15 +135,13 @@ class CacheMachine(RuleBasedStateMachine):
         base=st.sampled_from(BASES),
         cut=st.integers(0, 12),
         tail=st.integers(0, 9),
-        salt=st.sampled_from([(), (), ("salt",)]),
+        salt=st.sampled_from(SALTS),
     )
-    def admit(
-        self, rid: RequestId, base: list[int], cut: int, tail: int, salt: tuple[str, ...]
-    ) -> None:
+    def admit(self, rid: RequestId, base: list[int], cut: int, tail: int, salt: Salt) -> None:
         prompt = base[:cut] + self.fresh(tail)
 
         def op() -> int:
-            return self.cache.admit(rid, prompt, extra_keys=salt)
+            return self.cache.admit(rid, prompt, extra_keys=salt[0], cache_salt=salt[1])
 
         if rid in self.model or not prompt:
             assert self.refused(op, InvalidCacheOperationError)
@@ -130,12 +153,26 @@ class CacheMachine(RuleBasedStateMachine):
         self.hit_tokens += hit
         tpb = self.cache.tokens_per_block
         assert hit % tpb == 0 and hit < len(prompt)
-        for i in range(1, hit // tpb + 1):  # only blocks computed with this salt can hit
-            assert (salt, tuple(prompt[: i * tpb])) in self.computed, (rid, i)
+        shift = max(self.reads(r) for r in self.cache.roles)
+        for i in range(1, hit // tpb + 1):  # only blocks computed from these tokens can hit
+            assert (salt, tuple(prompt[: i * tpb + shift])) in self.computed, (rid, i)
         m = self.model[rid] = Model(tokens=list(prompt), salt=salt)
-        m.written = set(range(hit // tpb))
+        m.written = {(r, i) for r in self.cache.roles for i in range(hit // tpb)}
         self.note_computed(m)
-        self.write_full_blocks(rid, hit // tpb)
+        self.write_full_blocks(rid)
+
+    @rule(rid=st.sampled_from(IDS), cut=st.integers(0, 12), flag=st.booleans())
+    def admit_or_commit_a_bool(self, rid: RequestId, cut: int, flag: bool) -> None:
+        # bool is an int subclass (True == 1); as a token id it is refused, changing nothing
+        m = self.model.get(rid)
+        if m is None:
+            prompt = [*BASES[0][:cut], flag]
+            assert self.refused(lambda: self.cache.admit(rid, prompt), InvalidCacheOperationError)
+        elif m.swapped or m.reserved == 0:
+            return
+        else:
+            op = lambda: self.cache.commit(rid, [flag])  # noqa: E731
+            assert self.refused(op, InvalidCacheOperationError)
 
     @rule(rid=st.sampled_from(IDS), n=st.integers(0, 5))
     def reserve(self, rid: RequestId, n: int) -> None:
@@ -162,11 +199,10 @@ class CacheMachine(RuleBasedStateMachine):
             )
             return
         self.cache.commit(rid, accepted)
-        full_before = len(m.tokens) // self.cache.tokens_per_block
         m.tokens += accepted
         m.reserved = 0
         self.note_computed(m)
-        self.write_full_blocks(rid, full_before)
+        self.write_full_blocks(rid)
 
     @rule(rid=st.sampled_from(IDS))
     def free(self, rid: RequestId) -> None:
@@ -220,14 +256,14 @@ class CacheMachine(RuleBasedStateMachine):
         for rid, m in self.model.items():
             if m.swapped:
                 continue
-            for i in sorted(m.written):
-                for role in self.cache.roles:
-                    page = self.cache.page(rid, role, i)
-                    want = pattern(role, m.salt, m.tokens[: (i + 1) * tpb], page.numel())
-                    assert bool((page == want).all()), (rid, role, i)
+            for role, i in sorted(m.written):
+                page = self.cache.page(rid, role, i)
+                read = m.tokens[: (i + 1) * tpb + self.reads(role)]
+                want = pattern(role, m.salt, read, page.numel())
+                assert bool((page == want).all()), (rid, role, i)
 
 
-def pattern(role: str, salt: tuple[str, ...], prefix: list[int], nbytes: int) -> Any:
+def pattern(role: str, salt: Salt, prefix: list[int], nbytes: int) -> Any:
     import torch
 
     seed = hash((role, salt, tuple(prefix)))
@@ -299,7 +335,9 @@ class WithStorage(CacheMachine):
 
 
 class EagleWithStorage(CacheMachine):
-    plan = tiny_plan(gpu_blocks=5, host_blocks=2, spec="eagle3")
+    """Room for three requests at once, so hits can chain blocks of different writers."""
+
+    plan = tiny_plan(gpu_blocks=9, host_blocks=2, spec="eagle3")
     device = "cpu"
 
 
@@ -322,3 +360,23 @@ def test_storage_machine(machine: type[CacheMachine]) -> None:
     pytest.importorskip("torch")
     machine.TestCase.settings = settings(SETTINGS, max_examples=25)
     machine.TestCase("runTest").runTest()
+
+
+def test_eagle_storage_machine_replays_issue_21() -> None:
+    # the machine's steps of issue #21's scenario (tpb 4): X = base[:8], then 1 token
+    # committed (X's draft K/V of block 1 reads it); Y = base[:12] + 1 fresh token while
+    # X runs; Z the same shape. Z's block 1 must be Y's (followed by base[8], as in Z),
+    # not X's: the bytes check reads each page's draft pattern (tokens through the next).
+    pytest.importorskip("torch")
+    m = EagleWithStorage()
+    x, y, z = IDS[:3]
+    m.admit(rid=x, base=BASES[0], cut=8, tail=0, salt=((), None))
+    m.reserve(rid=x, n=1)
+    m.commit(rid=x, n=1)
+    m.admit(rid=y, base=BASES[0], cut=12, tail=1, salt=((), None))
+    m.admit(rid=z, base=BASES[0], cut=12, tail=1, salt=((), None))
+    # X: 9 tokens in 0..2; Y: 13 tokens, block 0 hit (8 follows it in both), new 3..5;
+    # Z: 13 tokens, blocks 0 (X's) and 3 (Y's block 1) hit, new 6, 7
+    assert m.cache.block_table(z, "draft") == (0, 3, 6, 7)
+    m.consistent()
+    m.bytes_survive()

@@ -151,3 +151,52 @@ def test_a_bare_config_gives_random_weights_from_the_seed(tmp_path: Path) -> Non
 
     assert run(0) == run(0)
     assert run(0) != run(1)
+
+
+def test_a_temperature_below_the_minimum_decodes_greedily(demo: DemoModels) -> None:
+    # issue #21: at 1e-45, logits / t overflow float32 to inf and torch.multinomial
+    # crashed on the NaN probabilities; below MIN_TEMPERATURE = 1e-5 decoding is greedy
+    from kvbudget.engine.sampling import MIN_TEMPERATURE
+
+    assert MIN_TEMPERATURE == 1e-5
+    assert SamplingParams(temperature=1e-45).greedy
+    assert not SamplingParams(temperature=1e-5).greedy
+    plan = make_plan(demo.target, demo.draft, "draft-target")
+    prompts = shared_prefix_prompts()[:3]
+
+    def run(t: float) -> list[list[int]]:
+        engine = Engine(plan, target=demo.target, draft=demo.draft, seed=0)
+        params = SamplingParams(max_new_tokens=6, temperature=t)
+        return [o.token_ids for o in engine.generate(prompts, params)]
+
+    assert run(1e-45) == run(0.0)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_nan_logits_are_a_typed_error(demo: DemoModels, temperature: float, role: str) -> None:
+    # NaN weights that got past the checkpoint (set here in memory): at temperature 1
+    # torch.multinomial used to raise on the NaN probabilities, greedy picked garbage
+    from kvbudget.errors import ModelOutputError
+
+    plan = make_plan(demo.target, demo.draft, "draft-target")
+    engine = Engine(plan, target=demo.target, draft=demo.draft, seed=0)
+    rm = engine.target if role == "target" else engine.draft
+    assert rm is not None
+    with torch.no_grad():
+        rm.model.lm_head.weight[3, 0] = float("nan")  # one row: one token's logit
+    params = SamplingParams(max_new_tokens=4, temperature=temperature)
+    with pytest.raises(ModelOutputError, match=f"the {role} model's logits hold [1-9]"):
+        engine.generate(shared_prefix_prompts()[:2], params)
+
+
+def test_logits_that_overflow_at_the_temperature_are_a_typed_error() -> None:
+    from kvbudget.engine.sampling import probabilities
+    from kvbudget.errors import ModelOutputError
+
+    # 1e34 / 1e-5 = 1e39 > float32's 3.4e38
+    with pytest.raises(ModelOutputError, match="overflow float32 at temperature 1e-05"):
+        probabilities(torch.tensor([1e34, 0.0]), 1e-5)
+    with pytest.raises(ModelOutputError, match="draft model's logits hold 0 NaN and 1 inf"):
+        probabilities(torch.tensor([float("inf"), 0.0]), 1.0, "draft")
+    assert probabilities(torch.tensor([0.0, 0.0]), 1.0).tolist() == [0.5, 0.5]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from kvbudget.cli import app
+from kvbudget.commands.run import _prompts
 
 pytest.importorskip("torch")
 pytest.importorskip("safetensors")
@@ -34,8 +36,11 @@ def test_json_reports_the_run(spec: str) -> None:
     assert [len(o) for o in data["outputs"]] == [6] * 4
     # 4 prompts share 8 tokens = 2 blocks of 4: the three admitted after the first reuse
     # them; an EAGLE3 head's K/V at a position depends on the next token, so the cache
-    # recomputes the last hit block (policy drop_last_block): 1 block each
-    assert stats["prefix_hit_tokens"] == 3 * (4 if spec == "eagle3" else 8)
+    # hashes each block with the token after it (policy drop_last_block): block 1 hits
+    # only where token 8, each prompt's own, matches. With seed 0 (vocabulary 256) the
+    # 2nd and 3rd prompts both have token 8 = 71: 4 + 8 + 4 tokens
+    assert [p[8] for p in _prompts(4, 10, 8, 256, 0)] == [183, 71, 71, 128]
+    assert stats["prefix_hit_tokens"] == (4 + 8 + 4 if spec == "eagle3" else 3 * 8)
     for tiers in stats["storage"].values():
         for b in tiers.values():
             assert b["bytes"] + b["padding_bytes"] == b["plan_bytes"]
@@ -112,3 +117,38 @@ def test_given_checkpoints_are_loaded(tmp_path: Any) -> None:
     data = json.loads(result.stdout)
     assert data["target"] == models.target and data["draft"] == models.small_draft
     assert data["stats"]["generated_tokens"] == 24
+
+
+def test_error_lines_show_control_characters_escaped(tmp_path: Any) -> None:
+    # issue #21: a folder named "[red]x<ESC>[2J" (ESC [2J clears the screen) whose index
+    # names a shard outside it; the error line names the folder with ESC as \x1b
+    from kvbudget.engine import write_demo_models
+
+    models = write_demo_models(tmp_path, seed=0)
+    weird = tmp_path / "[red]x\x1b[2J"
+    Path(models.target).rename(weird)
+    index = {"weight_map": {"model.embed_tokens.weight": "../x.safetensors"}}
+    (weird / "model.safetensors.index.json").write_text(json.dumps(index))
+    args = ["run", "--target", str(weird), "--spec", "none", *SMALL]
+    result = RUNNER.invoke(app, args, env={"COLUMNS": "120"}, color=True)  # keeps ESC
+    assert result.exit_code == 2
+    assert "\x1b" not in result.output
+    line = result.output.strip()
+    assert line.startswith("error: ") and "\n" not in line
+    assert "[red]x\\x1b[2J/model.safetensors.index.json" in line
+    assert "'../x.safetensors', outside the checkpoint directory" in line
+
+
+def test_terminal_text_is_escaped() -> None:
+    from kvbudget.commands.terminal import markup_safe, printable
+
+    assert printable("/tmp/[red]x\x1b[2J\n\u202e\x9b\U000e0001 é") == (
+        "/tmp/[red]x\\x1b[2J\\x0a\\u202e\\x9b\\U000e0001 é"
+    )
+    assert printable("plain text") == "plain text"
+    assert markup_safe("/tmp/[red]x\x1b") == "/tmp/\\[red]x\\x1b"
+    from rich.console import Console
+
+    console = Console(record=True, width=80, color_system=None)
+    console.print(markup_safe("[red]x\x1b[2J"))
+    assert console.export_text() == "[red]x\\x1b[2J\n"  # shown as typed, nothing applied

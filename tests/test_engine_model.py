@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_engine_support import make_plan
@@ -122,6 +124,111 @@ def test_weights_it_cannot_read_are_errors_not_random_weights(tmp_path: Path) ->
     (corrupt / "model.safetensors").write_bytes(b"\xff" * 64)
     with pytest.raises(ConfigError, match="cannot read safetensors weights"):
         build_model(corrupt, seed=0, device="cpu")
+
+
+@pytest.mark.parametrize(
+    "where", ["../outside.safetensors", "absolute", "sub/../../outside.safetensors"]
+)
+def test_an_index_cannot_name_shards_outside_its_directory(tmp_path: Path, where: str) -> None:
+    # a complete, readable checkpoint outside the folder: before the check, an index
+    # naming it loaded its weights
+    outside = Path(write_model(llama_config(), tmp_path / "elsewhere", seed=0))
+    shard = outside / "model.safetensors"
+    target = tmp_path / "ckpt" / "model"
+    (target / "sub").mkdir(parents=True)
+    shutil.copy(outside / "config.json", target / "config.json")
+    shutil.copy(shard, tmp_path / "ckpt" / "outside.safetensors")  # for "../" and "sub/"
+    name = str(shard) if where == "absolute" else where
+    names = dict.fromkeys(read_tensors(outside), name)
+    (target / INDEX_FILE).write_text(json.dumps({"weight_map": names}))
+    with pytest.raises(ConfigError, match="outside the checkpoint directory") as err:
+        build_model(target, seed=0, device="cpu")
+    assert repr(name) in str(err.value) and str(target / INDEX_FILE) in str(err.value)
+    assert err.value.field == "weight_map"
+
+
+def _rewrite_tensor(directory: Path, name: str, change: Callable[[Any], Any]) -> None:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(directory / "model.safetensors"))
+    tensors[name] = change(tensors[name])
+    save_file(tensors, str(directory / "model.safetensors"))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t.index_fill(0, torch.tensor([2]), float("nan")), r"holds 64 NaN and 0 inf"),
+        (lambda t: t.index_fill(0, torch.tensor([0]), float("inf")), r"holds 0 NaN and 64 inf"),
+        (lambda t: t.to(torch.int8), r"is int8; the model needs floating-point"),
+        (lambda t: t > 0, r"is bool; the model needs floating-point"),
+    ],
+    ids=["nan", "inf", "int8", "bool"],
+)
+def test_weights_the_model_cannot_use_are_refused(
+    tmp_path: Path, change: Callable[[Any], Any], message: str
+) -> None:
+    # before: NaN / inf loaded silently, int8 and bool were cast to float32 weights.
+    # model.embed_tokens.weight is [256, 64]: one row = 64 values
+    directory = Path(write_model(llama_config(), tmp_path / "m", seed=0))
+    _rewrite_tensor(directory, "model.embed_tokens.weight", change)
+    with pytest.raises(ConfigError, match=rf"tensor model\.embed_tokens\.weight {message}"):
+        build_model(directory, seed=0, device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("weight_map", "message"),
+    [
+        (["model-1.safetensors"], "got list"),
+        ({"x": 5}, "tensor 'x' maps to 5, not a shard file name"),
+        ({}, "got dict"),
+        (None, "got none"),
+    ],
+)
+def test_a_malformed_weight_map_is_a_config_error(
+    tmp_path: Path, weight_map: object, message: str
+) -> None:
+    # before: a list was an AttributeError (.values()), an int a TypeError (dir / 5)
+    directory = Path(write_model(llama_config(), tmp_path / "m", seed=0))
+    (directory / "model.safetensors").unlink()
+    (directory / INDEX_FILE).write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ConfigError, match=message) as err:
+        read_tensors(directory)
+    assert err.value.field == "weight_map" and err.value.source == str(directory / INDEX_FILE)
+
+
+@pytest.mark.parametrize("indexed", [True, False])
+def test_a_shard_that_is_not_a_regular_file_is_named(tmp_path: Path, indexed: bool) -> None:
+    # a shard linked to /dev/zero: before, the error said the index named a missing
+    # file (and, without an index, named an index file that does not exist)
+    directory = Path(write_model(llama_config(), tmp_path / "m", seed=0))
+    shard = directory / "model.safetensors"
+    names = dict.fromkeys(read_tensors(directory), "model.safetensors")
+    shard.unlink()
+    shard.symlink_to("/dev/zero")
+    if indexed:
+        (directory / INDEX_FILE).write_text(json.dumps({"weight_map": names}))
+    with pytest.raises(ConfigError) as err:
+        build_model(directory, seed=0, device="cpu")
+    assert str(err.value) == (
+        f"{shard}: not a regular file: a link to /dev/zero, a device, FIFO or socket"
+    )
+    shard.unlink()
+    shard.symlink_to(tmp_path / "gone.safetensors")  # a dangling link
+    with pytest.raises(ConfigError) as err:
+        build_model(directory, seed=0, device="cpu")
+    gone = tmp_path.resolve() / "gone.safetensors"
+    if indexed:
+        want = f"{directory / INDEX_FILE}: the index names 'model.safetensors', a link to "
+        assert str(err.value) == f"{want}{gone}, which is missing"
+    else:
+        assert str(err.value) == f"{shard}: a link to {gone}, missing"
+    # a link to a regular file elsewhere is fine (the Hugging Face cache links its
+    # snapshots' files to ../../blobs/<hash>)
+    blob = Path(write_model(llama_config(), tmp_path / "blobs", seed=0)) / "model.safetensors"
+    shard.unlink()
+    shard.symlink_to(blob)
+    assert set(read_tensors(directory)) == set(names)
 
 
 def _greedy_dense(model: Decoder, prompt: list[int], n: int) -> list[int]:

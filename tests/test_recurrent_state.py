@@ -69,10 +69,12 @@ def test_a_hit_needs_the_state_at_that_exact_boundary() -> None:
 def test_drop_last_block_saves_the_prompts_last_two_boundaries() -> None:
     cache = make(spec="eagle3")
     assert cache.draft_prefix == "drop_last_block"
-    cache.admit(A, range(13))  # 3 full blocks: the states after 8 and 12 tokens
+    # 3 blocks hashed, each with the token after it (12 follows block 2): the states
+    # after 8 and 12 tokens
+    cache.admit(A, range(13))
     assert cache.state_saves(A, "target") == ((8, 0), (12, 1))
     cache.free(A)
-    # 3 blocks match, the last is dropped (its draft KV depends on the next token): the
+    # B diverges at token 12: block 2's hash (its tokens and token 12) differs, so the
     # hit is 2 blocks, restarting from the state after 8 tokens
     assert cache.admit(B, [*range(12), 7]) == 8
     cache.check_invariants()
@@ -139,8 +141,8 @@ def test_qwen3_next_reuses_a_prefix_from_a_cached_state() -> None:
     cache.admit(A, [*system, 1])
     assert cache.state_saves(A, "target") == ((64, 0), (96, 1))  # MTP: the last two
     cache.free(A)
-    # 101 tokens: at most 3 blocks, the MTP layers' last one dropped -> 2 blocks, and the
-    # state after 64 tokens is cached
-    assert cache.admit(B, [*system, 2]) == 64
+    # 101 tokens: at most (101 - 1) // 32 = 3 blocks; block 2 is hashed with token 96,
+    # the system prompt's in both -> 3 blocks, and the state after 96 tokens is cached
+    assert cache.admit(B, [*system, 2]) == 96
     assert cache.stats().pool("target", "gpu", "state_cache").hit_blocks == 1
     cache.check_invariants()

@@ -3,7 +3,9 @@
 Plans: Llama-3.1-8B-Instruct + its EAGLE3 head (131,072 + 4,096 B/token, no fixed
 cost), 16 tokens per block, budgets in whole block pairs so each tier holds exactly the
 blocks named. K = 3 draft tokens: every decode step reserves K + 1 = 4 slots.
-The EAGLE3 draft drops the last block of a prefix hit (``drop_last_block``).
+The EAGLE3 draft's K/V at a position reads the next token (``drop_last_block``): the
+cache hashes each block with the token after it, so a block is hashed (and can be hit,
+offloaded as cached) once that token is verified.
 """
 
 from __future__ import annotations
@@ -78,8 +80,9 @@ def test_group_p4_has_the_base_prefix_length() -> None:
 def test_prefix_hit_on_the_gpu(tmp_path: Path) -> None:
     # two 64-token prompts sharing group p4's 48-token prefix, the second after the first
     # has finished. Prompt = 3 prefix blocks + 1 block of its own.
-    # r1's match: max_hit = (64 - 1) // 16 = 3 blocks, all 3 prefix blocks cached on the
-    # GPU; EAGLE3 drops the last: 2 blocks = 32 hit tokens.
+    # r1's match: max_hit = (64 - 1) // 16 = 3 blocks; prefix blocks 0 and 1 are
+    # followed by prefix tokens, block 2 by each prompt's own token 48, so its hash
+    # differs: 2 blocks = 32 hit tokens.
     trace = write_trace(tmp_path / "t.csv", ["0,64,1,p4", "10,64,1,p4"])
     m = run(small_plan(8), trace)
     assert (m.requests, m.completed, m.not_finished) == (2, 2, {})
@@ -91,21 +94,23 @@ def test_prefix_hit_on_the_gpu(tmp_path: Path) -> None:
 
 
 def test_prefix_hit_from_the_host_tier(tmp_path: Path) -> None:
-    # GPU 8 blocks, host 16. r0 (64 tokens, p4) leaves its 4 blocks cached; r1 (128-token
-    # prompt, no group, arrives at 10) takes all 8 GPU blocks: r0's 4 cached blocks are
-    # evicted to the host. r2 (p4, at 20): its 3 prefix blocks are found on the host,
-    # 2 used (drop_last_block) = 32 host-hit tokens, onboarded.
+    # GPU 8 blocks, host 16. r0 (64 tokens, p4) hashes blocks 0..2 (block 3 waits for
+    # token 64, never verified: r0's one output token comes from prefill) and leaves
+    # them cached; r1 (127-token prompt, no group, arrives at 10) takes all 8 GPU
+    # blocks: r0's 3 hashed blocks are evicted to the host. r2 (p4, at 20): blocks 0, 1
+    # are found on the host (block 2 is followed by r2's own token 48) = 32 host-hit
+    # tokens, onboarded.
     trace = write_trace(tmp_path / "t.csv", ["0,64,1,p4", "10,127,1,", "20,64,1,p4"])
     m = run(small_plan(8, host_blocks=16), trace)
     assert (m.completed, m.not_finished) == (3, {})
     assert m.hit_tokens_by_tier == {"gpu": 0, "host": 32}
     # onboarded: the 2 hit blocks, each a block pair
     assert m.host_onboarded_bytes == 2 * PAIR
-    # offloaded: r0's 4 hashed blocks when r1 took them; r1's 7 full blocks (127 tokens:
-    # 7 full + 1 partial) when r2 took 4 GPU blocks... r2 needs 4 blocks, 2 come from
-    # onboarding and 2 fresh: 4 of r1's cached blocks are evicted (LRU, tail first), of
-    # which the partial block has no hash: 3 hashed ones move to the host.
-    assert m.host_offloaded_bytes == (4 + 3) * PAIR
+    # offloaded: r0's 3 hashed blocks when r1 took them; r1's 127 tokens hash
+    # (127 - 1) // 16 = 7 blocks (0..6; block 7 is partial). r2 needs 4 blocks, 2 come
+    # from onboarding and 2 fresh: 4 of r1's cached blocks are evicted (LRU, tail
+    # first), of which the partial block has no hash: 3 hashed ones move to the host.
+    assert m.host_offloaded_bytes == (3 + 3) * PAIR
 
 
 def test_no_host_never_touches_the_host_tier(tmp_path: Path) -> None:
@@ -126,9 +131,10 @@ def test_preemption_by_recompute(tmp_path: Path) -> None:
     # 16 + j - 1 cached tokens and reserves 4: ceil((19 + j) / 16) blocks while the other
     # holds ceil((15 + j) / 16) (r1, not yet reserved) -> at j = 46: 5 + 4 = 9 > 8:
     # r0's reserve fails, the newest (r1) is preempted by recompute with 16 + 45 = 61
-    # verified tokens. Re-admitting r1 needs 4 blocks (2 hit after drop_last_block + 2
-    # new) with r0 holding 5 and r1's third cached block the only one free: refused until
-    # r0 finishes (its 99th decode step), by when r0 has reused every block: no hit.
+    # verified tokens, hashed (61 - 1) // 16 = 3 blocks. Re-admitting r1 needs 4 blocks
+    # (its 3 cached ones, pinned by the hit, + 1 new) with r0 holding 5 and nothing else
+    # free: refused until r0 finishes (its 99th decode step), by when r0 has reused every
+    # block: no hit.
     trace = write_trace(tmp_path / "t.csv", ["0,16,100,", "0,16,100,"])
     m = run(small_plan(8), trace)
     assert (m.completed, m.not_finished) == (2, {})

@@ -5,7 +5,9 @@ from __future__ import annotations
 from array import array
 
 import pytest
+from test_cache_support import tiny_plan
 
+from kvbudget.cache import RequestId, SpecDecodeCache
 from kvbudget.cache.tokens import checked_prompt, checked_tokens
 from kvbudget.errors import InvalidCacheOperationError
 
@@ -45,3 +47,23 @@ def test_a_prompt_comes_back_as_ints_and_their_int64_bytes() -> None:
 def test_a_bad_prompt_names_its_first_bad_element(given: object, message: str) -> None:
     with pytest.raises(InvalidCacheOperationError, match=message):
         checked_prompt(given, "r", 10)
+
+
+def test_bool_token_ids_are_refused_and_change_nothing() -> None:
+    # bool is an int subclass (True == 1): it used to pass as token 1 (or 0)
+    cache = SpecDecodeCache.from_plan(tiny_plan(gpu_blocks=8))
+    rid = RequestId("r")
+    before = cache.stats()
+    for prompt in ([5, True, 7], (False,), [5] * 8 + [True]):
+        with pytest.raises(InvalidCacheOperationError, match=r"got (True|False) of type bool"):
+            cache.admit(rid, prompt)
+    assert cache.stats() == before and rid not in cache
+    cache.admit(rid, [5, 6, 7])  # 3 tokens: one block
+    cache.reserve(rid, 2)
+    before = cache.stats()
+    for accepted in ([True], (8, False)):
+        with pytest.raises(InvalidCacheOperationError, match="of type bool"):
+            cache.commit(rid, accepted)
+    assert cache.stats() == before
+    assert (cache.num_tokens(rid), cache.num_reserved(rid)) == (3, 2)
+    cache.check_invariants()

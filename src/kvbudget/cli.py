@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from kvbudget.commands.run import run_command
 from kvbudget.commands.simulate import SIMULATE_HELP, run_simulate, simulate_options
+from kvbudget.commands.terminal import printable
 from kvbudget.deployment import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from kvbudget.engines import ENGINE_MODELS, EngineModel, emit, get_engine_model
 from kvbudget.errors import InvalidArgumentError, KvBudgetError
@@ -55,7 +56,7 @@ class _OneLineErrors(TyperGroup):
             text = format_message() if callable(format_message) else str(exc)
             code = getattr(exc, "exit_code", 2)
             hint = " (see --help)" if code == 2 else ""
-            typer.echo(f"error: {text}{hint}", err=True)
+            typer.echo(f"error: {printable(text)}{hint}", err=True)
             sys.exit(code)
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -71,14 +72,16 @@ T = TypeVar("T")
 
 
 def _run(action: Callable[[], T]) -> T:
-    """Run ``action``; turn kvbudget and file errors into one line and exit status 2."""
+    """Run ``action``; turn kvbudget and file errors into one line and exit status 2
+    (control characters in it, e.g. from a path, shown escaped)."""
     try:
         return action()
     except KvBudgetError as exc:
-        typer.echo(f"error: {_as_flags(str(exc))}", err=True)
+        typer.echo(f"error: {printable(_as_flags(str(exc)))}", err=True)
         raise typer.Exit(2) from None
     except OSError as exc:
-        typer.echo(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
+        line = f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")
+        typer.echo(f"error: {printable(line)}", err=True)
         raise typer.Exit(2) from None
 
 

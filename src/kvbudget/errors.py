@@ -13,6 +13,9 @@ One small tree, so a caller can catch exactly what it can handle::
     │   │                             the budget cannot hold the fixed costs (or the
     │   │                             requested batch / length); says what would fit
     │   └── EngineRefusedError        the engine would refuse to start; carries the plan
+    ├── ModelOutputError (ArithmeticError)
+    │                                 a model's forward pass gave logits that cannot be
+    │                                 decoded (NaN, infinite, overflowing / temperature)
     └── CacheError                    the paged cache refused an operation; state unchanged
         ├── OutOfBlocksError          not enough free or evictable blocks in some pool
         ├── UnknownRequestError (KeyError)
@@ -70,6 +73,11 @@ class EngineRefusedError(InfeasibleBudgetError):
     def __init__(self, message: str, *, plan: object = None) -> None:
         self.plan = plan
         super().__init__(message)
+
+
+class ModelOutputError(KvBudgetError, ArithmeticError):
+    """A model produced logits the engine cannot decode: NaN or infinite values, or ones
+    that overflow float32 once divided by the temperature. Names the role."""
 
 
 class CacheError(KvBudgetError):

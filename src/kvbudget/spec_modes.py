@@ -25,8 +25,8 @@ class SpecModeInfo:
     ``separate_draft_cache``), or ``none`` (n-gram lookup or no speculation).
     ``lookahead``: every sequence reserves room for ``max_draft_len`` unverified tokens.
     ``draft_prefix``: how a prefix hit treats the draft's KV (:mod:`kvbudget.cache.ids`):
-    drafts that read the target's hidden state of the next token (EAGLE heads, MTP)
-    recompute the last hit block.
+    drafts that read the next token (EAGLE heads, MTP) hit a block only where the token
+    after it matches too.
     """
 
     name: str

@@ -26,7 +26,12 @@ Example::
 """
 
 from kvbudget.cache.block_pool import BlockPool
-from kvbudget.cache.hashing import ROOT_HASH, extend_block_hashes, hash_block_tokens
+from kvbudget.cache.hashing import (
+    ROOT_HASH,
+    chain_root,
+    extend_block_hashes,
+    hash_block_tokens,
+)
 from kvbudget.cache.ids import BlockHash, BlockId, DraftPrefixPolicy, PreemptMode, RequestId
 from kvbudget.cache.spec_decode_cache import SpecDecodeCache
 from kvbudget.cache.stats import CacheStats, PoolStats
@@ -42,6 +47,7 @@ __all__ = [
     "PreemptMode",
     "RequestId",
     "SpecDecodeCache",
+    "chain_root",
     "extend_block_hashes",
     "hash_block_tokens",
 ]

@@ -34,7 +34,12 @@ DraftPrefixPolicy = _DraftPrefixPolicy  # defined with the speculation modes
 * ``"same_tokens"``: the KV of position ``i`` depends on tokens ``0..i`` only (a separate
   draft model, n-gram, no speculation): every hit block is reused.
 * ``"drop_last_block"``: an EAGLE3 head or MTP layers compute position ``i`` from the
-  target's hidden state at ``i`` *and token* ``i + 1``; the last block of a cached prefix
-  may hold draft KV built with a different next token, so the last hit block is
-  recomputed (in every role, to stay in lockstep).
+  target's hidden state at ``i`` *and token* ``i + 1``; a cached block may hold draft KV
+  built with a different next token. Each block is hashed with the token after it
+  (:mod:`kvbudget.cache.hashing`), so a hit block is always followed by the same token
+  as in the new prompt, whichever request wrote it; a block is hashed only once that
+  token is verified. One chain and one block table for every
+  role: the target reuses exactly what the draft can, in lockstep. (The name is older
+  than this rule: it used to drop the last block of a match, which missed blocks inside
+  a hit written by a request with another next token.)
 """

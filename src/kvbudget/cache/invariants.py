@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kvbudget.cache.hashing import num_hashed_blocks
 from kvbudget.cache.ids import BlockId, RequestId
 from kvbudget.cache.kv_tiers import GPU, HOST, KvTiers
 from kvbudget.cache.manager import RoleManager
@@ -32,6 +33,7 @@ class CacheView:
     tokens_per_block: int
     max_reserve_tokens: int
     prefix_reuse: bool
+    with_next: bool  # block hashes cover the token after the block (drop_last_block)
     kv: KvTiers
     managers: tuple[RoleManager, ...]
     requests: Mapping[RequestId, Request[RoleManager]]
@@ -59,8 +61,9 @@ def check_cache(cache: CacheView) -> None:
         if req.swapped and req.num_reserved:
             _fail(f"request {rid!r}: swapped out with a reservation")
         want = -(-(n + req.num_reserved) // tpb)
-        if cache.prefix_reuse and len(req.hashes) != n // tpb:
-            _fail(f"request {rid!r}: {len(req.hashes)} hashes for {n} tokens")
+        hashed = num_hashed_blocks(n, tpb, with_next=cache.with_next)
+        if cache.prefix_reuse and len(req.hashes) != hashed:
+            _fail(f"request {rid!r}: {len(req.hashes)} hashes for {n} tokens, want {hashed}")
         if len(req.table) != want:
             _fail(f"request {rid!r}: holds {len(req.table)} kv blocks, want {want}")
         pool = kv.tiers[HOST if req.swapped else GPU]

@@ -13,12 +13,17 @@ blocks is a hit for the role when a checkpoint holds the state after block ``n -
 the new request's slot starts from a copy of it (logged in ``restores`` as
 ``(checkpoint, slot)``, bytes ``0 .. state_bytes_per_checkpoint`` of the slot's row).
 
-Which boundaries are saved: at admit, the last full block of the prompt (and the one
-before it under the ``drop_last_block`` policy, whose hits stop one block short); at
-commit, every block the accepted tokens completed. The cache picks a checkpoint for each
-(the least recently used one when none is free) and lists them in ``SeqBlocks.saves`` as
-``(boundary tokens, checkpoint)``: the engine writes the state after that many tokens
-there in the same step (it holds the state at every verified position). Checkpoints are
+Which boundaries are saved: at admit, the prompt's last hashed block and, under the
+``drop_last_block`` policy, the one before it; at commit, every block the commit hashed.
+Under ``drop_last_block`` a block's hash covers the token after it
+(:mod:`kvbudget.cache.hashing`): a prompt's last hashed block is its last one followed
+by a prompt token, a commit hashes the blocks whose next token it brought, and a prompt
+that diverges right after a block boundary hits one block less, hence the second
+boundary. The cache picks a checkpoint for each (the least recently used one when none
+is free) and lists them in ``SeqBlocks.saves`` as ``(boundary tokens, checkpoint)``: the
+engine writes the state after that many tokens there in the same step (it holds the
+state at every verified position; under ``drop_last_block`` that may be the state the
+step started from). Checkpoints are
 best effort and come out of the plan's state budget: ``max_batch_size`` running slots
 always remain for the running requests.
 """

@@ -40,8 +40,9 @@ class Request(Generic[M]):
     """A request's shared state: its verified tokens, lookahead and blocks.
 
     ``tokens`` are the verified tokens (prompt plus committed); ``hashes`` the chained
-    hashes of their full blocks (kept only while prefix reuse is on); ``num_reserved``
-    the unverified lookahead tokens it holds room for; ``table[i]`` the kv block of
+    hashes of their full blocks from ``root`` (the ``cache_salt``'s chain root, see
+    :func:`~kvbudget.cache.hashing.chain_root`; kept only while prefix reuse is on);
+    ``num_reserved`` the unverified lookahead tokens it holds room for; ``table[i]`` the kv block of
     tokens ``i*tpb .. (i+1)*tpb - 1`` in every role (GPU blocks, or host blocks while
     ``swapped``); ``seqs[r]`` its own blocks in role ``r``; ``parts`` pairs each role's
     manager with those blocks, for the roles that have windows or state only (``fixed``
@@ -53,6 +54,7 @@ class Request(Generic[M]):
         "hashes",
         "num_reserved",
         "parts",
+        "root",
         "seqs",
         "swapped",
         "table",
@@ -63,11 +65,13 @@ class Request(Generic[M]):
         self,
         tokens: list[int],
         extra_keys: tuple[Hashable, ...],
+        root: BlockHash,
         managers: tuple[M, ...],
         fixed: tuple[bool, ...],
     ) -> None:
         self.tokens = tokens
         self.extra_keys = extra_keys
+        self.root = root
         self.hashes: list[BlockHash] = []
         self.num_reserved = 0
         self.table: list[BlockId] = []

@@ -19,8 +19,10 @@ Request lifecycle::
 Prefix reuse: full blocks of verified tokens (prompt tokens count as verified) are hashed
 in a chain (:mod:`kvbudget.cache.hashing`); ``admit`` reuses the longest prefix that every
 role holds in some tier, leaving at least one prompt token to compute. With a draft whose
-KV depends on the next token (EAGLE3, MTP: policy ``"drop_last_block"``) the last hit block
-is recomputed. Sliding-window groups reuse a prefix when the blocks the window needs at the
+KV depends on the next token (EAGLE3, MTP: policy ``"drop_last_block"``) each block is
+hashed with the token after it, so a hit block is always followed by the new prompt's
+own next token (its draft KV is valid) and a block is hashed once that token is
+verified. Sliding-window groups reuse a prefix when the blocks the window needs at the
 hit position are still cached (:mod:`kvbudget.cache.windows`); the longest prefix valid
 for every group of every role wins. Roles with recurrent layers reuse a prefix of ``n``
 blocks when one of their cached states holds the state after block ``n - 1``
@@ -42,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from kvbudget.cache.hashing import extend_block_hashes, valid_extra_keys
+from kvbudget.cache.hashing import chain_root, extend_block_hashes, valid_extra_keys
 from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
 from kvbudget.cache.invariants import CacheView, check_cache
 from kvbudget.cache.kv_tiers import GPU, HOST, KvTiers
@@ -134,9 +136,11 @@ class SpecDecodeCache:
                         f"{m.tier(tier).blocks} of its {m.role} manager; use a plan from "
                         "kvbudget.plan"
                     )
+        # block hashes cover the next token (hashing); recurrent state: 2 boundaries per prompt
+        self._with_next = draft_prefix == "drop_last_block"
         record = device is not None
         self._kv = KvTiers(plan.managers, usable_blocks=(gpu, host, disk), record_copies=record)
-        boundaries = 2 if draft_prefix == "drop_last_block" else 1
+        boundaries = 2 if self._with_next else 1
         self._managers: tuple[RoleManager, ...] = tuple(
             RoleManager(m, state_boundaries_at_admit=boundaries, record_copies=record)
             for m in plan.managers
@@ -338,17 +342,19 @@ class SpecDecodeCache:
         """Admit a new request with its prompt in every role; return the prompt tokens
         served from the cache (a multiple of ``tokens_per_block``).
 
-        ``extra_keys`` (a LoRA name, ...) and ``cache_salt`` (a tenant's secret, as vLLM's
-        ``cache_salt``) enter every block hash: prompts with different keys or salts never
-        share blocks, so one tenant cannot detect another's cached prompt. Mutates the cache.
+        ``extra_keys`` (a LoRA name, ...) enter every block hash and ``cache_salt`` (a
+        tenant's secret, as vLLM's ``cache_salt``) picks the hash chain's root, so no extra
+        key can pose as a salt (:mod:`kvbudget.cache.hashing`): prompts with different
+        keys or salts never share blocks, so one tenant cannot detect another's cached
+        prompt. Mutates the cache.
 
         Raises:
             OutOfBlocksError: some role lacks GPU blocks, window blocks or a state slot;
                 nothing changes.
             InvalidCacheOperationError: the id is unhashable or taken, the prompt is empty
-                or not a sequence of token ids in the target's vocabulary, ``extra_keys``
-                is not a tuple of strings, ints, bytes, bools, None or tuples of those, or
-                ``cache_salt`` is not a string.
+                or not a sequence of int token ids (bools refused) in the target's
+                vocabulary, ``extra_keys`` is not a tuple of strings, ints, bytes, bools,
+                None or tuples of those, or ``cache_salt`` is not a string.
         """
         if not isinstance(request_id, Hashable):
             raise InvalidCacheOperationError(
@@ -367,24 +373,22 @@ class SpecDecodeCache:
                 "extra_keys must be a tuple of strings, ints, bytes, bools, None or tuples "
                 f"of those, e.g. ('my-lora',); got {extra_keys!r}"
             )
-        keys: tuple[Hashable, ...] = extra_keys
-        if cache_salt is not None:
-            if not isinstance(cache_salt, str):
-                raise InvalidCacheOperationError(f"cache_salt must be a string, got {cache_salt!r}")
-            keys = (("cache_salt", cache_salt), *keys)
+        if cache_salt is not None and not isinstance(cache_salt, str):
+            raise InvalidCacheOperationError(f"cache_salt must be a string, got {cache_salt!r}")
         tpb = self._tokens_per_block
         kv = self._kv
-        req = Request(tokens, keys, self._managers, self._fixed)
+        req = Request(tokens, extra_keys, chain_root(cache_salt), self._managers, self._fixed)
         hashes = req.hashes
         num_hit = 0
         match: list[tuple[int, BlockId]] = []
         if self._prefix_reuse:
-            extend_block_hashes(hashes, tokens, tpb, req.extra_keys, packed)
+            with_next = self._with_next  # then a hash covers the token after its block
+            extend_block_hashes(
+                hashes, tokens, tpb, req.extra_keys, packed, req.root, with_next=with_next
+            )
             max_hit = (num_tokens - 1) // tpb  # at least one token left to compute
             match = kv.match(hashes, max_hit)
             num_hit = len(match)
-            if num_hit and self._draft_prefix == "drop_last_block":
-                num_hit -= 1
             # the longest prefix whose window blocks and cached state every role holds
             while num_hit and self._has_fixed:
                 if all(m.hit(hashes, num_hit) for m, _ in req.parts):
@@ -518,9 +522,12 @@ class SpecDecodeCache:
         tpb = self._tokens_per_block
         hashes = req.hashes
         table = req.table
-        if self._prefix_reuse and committed // tpb > len(hashes):
+        with_next = self._with_next
+        if self._prefix_reuse and (committed - with_next) // tpb > len(hashes):
             start = len(hashes)
-            extend_block_hashes(hashes, tokens, tpb, req.extra_keys)
+            extend_block_hashes(
+                hashes, tokens, tpb, req.extra_keys, root=req.root, with_next=with_next
+            )
             self._kv.gpu.register(table, hashes, start)
             for m, seq in req.parts:
                 if m.windows is not None:
@@ -648,6 +655,7 @@ class SpecDecodeCache:
                 tokens_per_block=self._tokens_per_block,
                 max_reserve_tokens=self._max_reserve_tokens,
                 prefix_reuse=self._prefix_reuse,
+                with_next=self._with_next,
                 kv=self._kv,
                 managers=self._managers,
                 requests=self._requests,

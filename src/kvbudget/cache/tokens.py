@@ -1,9 +1,11 @@
 """Token ids entering the cache: checked once, stored as plain ints.
 
 A token id is an int (or an int-like value such as a numpy integer, converted with
-``__index__``) in ``[0, vocab_size)`` of the plan's target. A prompt is packed to int64
-bytes on the way in, which checks int-ness at C speed and is exactly what the block
-hashes read (:mod:`kvbudget.cache.hashing`), so a prompt is converted once.
+``__index__``) in ``[0, vocab_size)`` of the plan's target; not a bool (an int subclass
+in Python, ``True == 1``: a bool among token ids is a caller's bug, not token 1). A
+prompt is packed to int64 bytes on the way in, which checks int-ness at C speed and is
+exactly what the block hashes read (:mod:`kvbudget.cache.hashing`), so a prompt is
+converted once.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ def checked_tokens(token_ids: Any, what: str, request_id: object, vocab_size: in
     out: list[int] = []
     for t in token_ids:
         if type(t) is not int:
+            if isinstance(t, bool):
+                raise InvalidCacheOperationError(
+                    f"{what} of request {request_id!r} must be int token ids; got {t!r} of "
+                    "type bool"
+                )
             try:
                 t = operator.index(t)
             except TypeError:
@@ -46,9 +53,10 @@ def checked_tokens(token_ids: Any, what: str, request_id: object, vocab_size: in
 def checked_prompt(token_ids: Any, request_id: object, vocab_size: int) -> tuple[list[int], bytes]:
     """A prompt as (a new list of int token ids, their int64 bytes); see
     :func:`checked_tokens` for the rules and errors. Lists, tuples and ranges take a
-    C-speed path (pack, then min/max) and fall back to the element loop only to name a
-    bad element."""
-    if type(token_ids) in (list, tuple, range):
+    C-speed path (pack, then min/max; ``array`` takes bools as ints, so their types are
+    looked up too) and fall back to the element loop only to name a bad element."""
+    kind = type(token_ids)
+    if kind is range or (kind in (list, tuple) and bool not in set(map(type, token_ids))):
         try:
             packed = array("q", token_ids)
         except (TypeError, OverflowError):

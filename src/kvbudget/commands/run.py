@@ -67,7 +67,8 @@ def run_command(
     ] = 12,
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens to generate each.")] = 32,
     temperature: Annotated[
-        float, typer.Option(min=0.0, help="0: greedy; else rejection sampling.")
+        float,
+        typer.Option(min=0.0, help="Below 1e-5 (0 too): greedy; else rejection sampling."),
     ] = 0.0,
     kv_budget: Annotated[
         str, typer.Option(metavar="BYTES", help="GPU (device) KV budget.")
@@ -264,9 +265,13 @@ def _print(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from kvbudget.commands.terminal import markup_safe
+
     st = result["stats"]
     console = Console()
-    summary = Table(title=f"kvbudget run: {result['spec']} on {result['device']}")
+    # --device is the user's text (checked only up to its first ':')
+    title = f"kvbudget run: {result['spec']} on {result['device']}"
+    summary = Table(title=markup_safe(title))
     summary.add_column("")
     summary.add_column("value", justify="right")
     rows = [

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
+import stat
+from pathlib import Path, PurePath
 from typing import Any
 
 import torch
@@ -42,21 +43,84 @@ def init_random(module: nn.Module, seed: int) -> None:
             p.copy_(torch.randn(p.shape, generator=gen) * std)
 
 
+def _inside(name: str, index: Path) -> str:
+    """``name``, a shard file the index at ``index`` names, when it lies in the index's
+    own directory. Raises ConfigError naming it for an absolute path or one through
+    ``..`` (an index must not make the engine read files elsewhere)."""
+    pure = PurePath(name)
+    if not name or pure.is_absolute() or pure.anchor or ".." in pure.parts:
+        raise ConfigError(
+            f"the index names the shard {name!r}, outside the checkpoint directory; "
+            "shards must be files in the directory of the index",
+            source=str(index),
+            field="weight_map",
+        )
+    return name
+
+
+def _index_files(index: Path) -> list[str]:
+    """The shard files the index at ``index`` names, each checked to lie in its
+    directory. Raises ConfigError (field ``weight_map``) for unreadable JSON, a
+    ``weight_map`` that is not an object of tensor name -> file name, or a shard outside."""
+    try:
+        data = json.loads(_regular(index).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"bad index: {exc}", source=str(index), field="weight_map") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ConfigError(
+            "must be a non-empty object of tensor name -> shard file name, got "
+            f"{type(weight_map).__name__ if weight_map is not None else 'none'}",
+            source=str(index),
+            field="weight_map",
+        )
+    for tensor, name in weight_map.items():
+        if not isinstance(name, str):
+            raise ConfigError(
+                f"tensor {tensor!r} maps to {name!r}, not a shard file name",
+                source=str(index),
+                field="weight_map",
+            )
+    return sorted({_inside(name, index) for name in weight_map.values()})
+
+
+def _regular(path: Path, index: Path | None = None) -> Path:
+    """``path`` (a shard ``index`` names, the index, or a lone weights file) when it is,
+    or links to, a regular file; returns where it leads. Raises ConfigError naming that
+    file when it is missing or not a regular file (a device such as /dev/zero, a
+    directory, a FIFO)."""
+    real = path.resolve()
+    link = f"a link to {real}, " if path.is_symlink() else ""
+    try:
+        mode = real.stat().st_mode
+    except OSError:
+        if index is None:
+            raise ConfigError(f"{link}missing", source=str(path)) from None
+        name = str(path.relative_to(index.parent))
+        raise ConfigError(
+            f"the index names {name!r}, {link}which is missing", source=str(index)
+        ) from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
+        raise ConfigError(f"not a regular file: {link}{kind}", source=str(path))
+    return real
+
+
 def read_tensors(directory: Path) -> dict[str, torch.Tensor]:
     """Every tensor of the safetensors checkpoint in ``directory`` (CPU).
 
-    Raises ConfigError when the directory has no safetensors file, or a shard the index
-    names is missing."""
+    Raises ConfigError when the directory has no safetensors file, the index is
+    malformed, or a shard it names is missing, outside ``directory``
+    (``../x.safetensors``, an absolute path) or not a regular file (symlinks are
+    followed; the error names where they lead)."""
     from safetensors.torch import load_file
 
     index = directory / INDEX_FILE
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"bad index: {exc}", source=str(index), field="weight_map") from None
-        files = sorted(set(weight_map.values()))
-    elif (directory / SINGLE_FILE).is_file():
+    single = directory / SINGLE_FILE
+    named_by: Path | None = None
+    if index.exists() or index.is_symlink():
+        files, named_by = _index_files(index), index
+    elif single.exists() or single.is_symlink():
         files = [SINGLE_FILE]
     else:
         files = sorted(p.name for p in directory.glob("*.safetensors"))
@@ -64,9 +128,7 @@ def read_tensors(directory: Path) -> dict[str, torch.Tensor]:
             raise ConfigError("no safetensors weights in this directory", source=str(directory))
     tensors: dict[str, torch.Tensor] = {}
     for name in files:
-        path = directory / name
-        if not path.is_file():
-            raise ConfigError(f"the index names {name}, which is missing", source=str(index))
+        path = _regular(directory / name, named_by)
         try:
             tensors.update(load_file(str(path)))
         except Exception as exc:  # safetensors raises its own SafetensorError, or OSError
@@ -166,7 +228,31 @@ def _load(
                     f"{tuple(param.shape)}",
                     source=config.source,
                 )
-            param.copy_(tensor.float())
+            param.copy_(_weight(name, tensor, config.source))
+
+
+def _weight(name: str, tensor: torch.Tensor, source: str) -> torch.Tensor:
+    """Checkpoint tensor ``name`` as float32 (then cast to the config's dtype with the
+    model). Raises ConfigError naming it when its dtype is not floating point (int8,
+    bool, ...: casting would silently turn them into other weights) or it holds NaN or
+    infinite values."""
+    if not tensor.is_floating_point():
+        raise ConfigError(
+            f"tensor {name} is {str(tensor.dtype).removeprefix('torch.')}; the model needs "
+            "floating-point weights (float32, bfloat16, float16, ...); dequantize the "
+            "checkpoint first",
+            source=source,
+        )
+    value = tensor.float()
+    finite = torch.isfinite(value)
+    if not bool(finite.all()):
+        nan = int(torch.isnan(value).sum())
+        raise ConfigError(
+            f"tensor {name} holds {nan} NaN and {int((~finite).sum()) - nan} infinite "
+            f"values (of {value.numel()})",
+            source=source,
+        )
+    return value
 
 
 def save_checkpoint(

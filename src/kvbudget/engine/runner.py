@@ -32,7 +32,13 @@ from kvbudget.cache import SpecDecodeCache
 from kvbudget.engine.kv_layout import KvLayout
 from kvbudget.engine.model import Decoder, Eagle3Head
 from kvbudget.engine.paged_attention import LayerCache, SeqSpan, build_batch
-from kvbudget.engine.sampling import probabilities, sample, verify_greedy, verify_rejection
+from kvbudget.engine.sampling import (
+    check_logits,
+    probabilities,
+    sample,
+    verify_greedy,
+    verify_rejection,
+)
 from kvbudget.engine.scheduler import SeqState, StepPlan
 from kvbudget.plan_types import Role
 
@@ -103,7 +109,9 @@ class StepRunner:
     def _pick(
         self, logits: torch.Tensor, params_greedy: Sequence[bool], temps: Sequence[float]
     ) -> tuple[list[int], list[torch.Tensor | None]]:
-        """Per row: the argmax (greedy rows) or a sample, and its distribution (CPU)."""
+        """Per row of the draft's ``logits``: the argmax (greedy rows) or a sample, and its
+        distribution (CPU). Raises ModelOutputError for logits that are not finite."""
+        check_logits(logits, "draft")
         if all(params_greedy):
             return logits.argmax(-1).tolist(), [None] * logits.shape[0]
         cpu = logits.float().cpu()
@@ -114,7 +122,7 @@ class StepRunner:
                 tokens.append(int(row.argmax()))
                 dists.append(None)
             else:
-                p = probabilities(row, t)
+                p = probabilities(row, t, "draft")
                 tokens.append(sample(p, self.generator))
                 dists.append(p)
         return tokens, dists
@@ -212,6 +220,7 @@ class StepRunner:
         for i in range(num_prefill, len(spans)):
             rows.extend(range(offsets[i], offsets[i] + lens[i]))
         logits = rm.model.logits(hidden[torch.tensor(rows, device=self.device)])
+        check_logits(logits, "target")
         any_sampled = any(not s.params.greedy for s in plan.prefill) or any(
             not s.params.greedy for s, _ in plan.decode
         )

@@ -1,16 +1,20 @@
 """Sampling settings, and the verification of drafted tokens against the target.
 
-Greedy (``temperature == 0``): a draft token is accepted while it equals the target's
-argmax at its position; the first disagreement is replaced by the target's argmax, and
-when every draft is accepted the target's next argmax is the bonus token. The output is
-the target's greedy output exactly.
+Greedy (``temperature < MIN_TEMPERATURE``, 0 included): a draft token is accepted
+while it equals the target's argmax at its position; the first disagreement is replaced
+by the target's argmax, and when every draft is accepted the target's next argmax is the
+bonus token. The output is the target's greedy output exactly.
 
-Sampling (``temperature > 0``): speculative rejection sampling (Leviathan et al. 2023,
-Chen et al. 2023). Draft token ``x_i ~ q_i`` is accepted with probability
+Sampling (``temperature >= MIN_TEMPERATURE``): speculative rejection sampling (Leviathan
+et al. 2023, Chen et al. 2023). Draft token ``x_i ~ q_i`` is accepted with probability
 ``min(1, p_i(x_i) / q_i(x_i))``; at the first rejection the token is drawn from the
 residual ``max(0, p_i - q_i)`` normalised, and when all ``k`` are accepted a bonus
 token is drawn from ``p_{k+1}``. Every emitted token is then distributed as the target's
 ``p`` at its position, whatever the draft.
+
+Logits that are not finite (NaN or infinite: a model whose activations overflowed) raise
+:class:`~kvbudget.errors.ModelOutputError` naming the role, in both modes, rather than
+a greedy choice of garbage or a crash in ``torch.multinomial``.
 """
 
 from __future__ import annotations
@@ -19,13 +23,20 @@ from dataclasses import dataclass
 
 import torch
 
-from kvbudget.errors import InvalidArgumentError
+from kvbudget.errors import InvalidArgumentError, ModelOutputError
+
+MIN_TEMPERATURE = 1e-5
+"""The smallest temperature that samples; below it (0 included) decoding is greedy, as
+vLLM does below its ``_SAMPLING_EPS`` of 1e-5. ``softmax(logits / t)`` of float32 logits
+is then the argmax's one-hot distribution anyway, and at ``t = 1e-45`` the division
+overflows to inf (NaN probabilities)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class SamplingParams:
     """How to generate: at most ``max_new_tokens`` tokens per prompt, greedy when
-    ``temperature`` is 0, else sampled from ``softmax(logits / temperature)``."""
+    ``temperature`` is below :data:`MIN_TEMPERATURE` (0 included), else sampled from
+    ``softmax(logits / temperature)``."""
 
     max_new_tokens: int = 16
     temperature: float = 0.0
@@ -40,13 +51,38 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        """True when decoding takes the argmax."""
-        return self.temperature == 0
+        """True when decoding takes the argmax (``temperature < MIN_TEMPERATURE``)."""
+        return self.temperature < MIN_TEMPERATURE
 
 
-def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """``softmax(logits / temperature)`` in float32 (rows of ``logits``)."""
-    return torch.softmax(logits.float() / temperature, dim=-1)
+def check_logits(logits: torch.Tensor, role: str) -> None:
+    """Raise ModelOutputError when ``logits`` (of model ``role``) hold NaN or infinite
+    values. Reads only."""
+    finite = torch.isfinite(logits)
+    if bool(finite.all()):
+        return
+    nan = int(torch.isnan(logits).sum())
+    raise ModelOutputError(
+        f"the {role} model's logits hold {nan} NaN and {int((~finite).sum()) - nan} "
+        f"infinite values (of {logits.numel()}): its weights or activations are not "
+        "finite; check the checkpoint, or run it in float32"
+    )
+
+
+def probabilities(logits: torch.Tensor, temperature: float, role: str = "target") -> torch.Tensor:
+    """``softmax(logits / temperature)`` in float32 (rows of ``logits``).
+
+    Raises ModelOutputError when the logits of ``role`` are not finite, or overflow
+    float32 once divided by ``temperature``."""
+    check_logits(logits, role)
+    scaled = logits.float() / temperature
+    if not bool(torch.isfinite(scaled).all()):
+        raise ModelOutputError(
+            f"the {role} model's logits (largest magnitude {float(logits.abs().max()):.3g}) "
+            f"overflow float32 at temperature {temperature:g}; use a larger temperature, "
+            "or 0 for greedy decoding"
+        )
+    return torch.softmax(scaled, dim=-1)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
