@@ -257,3 +257,35 @@ def test_a_draft_length_past_the_sequence_is_refused(k: int) -> None:
     assert result.stderr.startswith(f"error: --max-draft-len {k} must be below --max-seq-len")
     assert result.stdout == ""
     assert kvbudget.plan(max_draft_len=131_071, kv_budget="40GiB").capacity.lookahead_tokens
+
+
+def test_vllm_host_offload_is_its_one_region_in_rows_of_block_copies() -> None:
+    """CPUOffloadingSpec (vllm/v1/kv_offload/cpu/spec.py): S GiB in rows of one GPU
+    block's bytes per rank copy, each rounded up to 4 KiB; one CPU block a row.
+
+    Llama-3.1-8B + EAGLE3 at block 16: 33 layers x 65,536 B = 2,162,688 B a block (the
+    head's layer included); 64 GiB = 68,719,476,736 B // 2,162,688 = 31,775 CPU blocks,
+    31,775 x 2,162,688 = 68,719,411,200 B pinned.
+    gpt-oss-120b: 18 layers x 32,768 B = 589,824 B a block over two groups (sliding and
+    full); 116,508 CPU blocks, each group's copy in its own: 116,508 // 2 x 16 = 932,064
+    tokens.
+    DeepSeek-V3 TP 8 + MTP (one MLA group, replicated on the 8 ranks of one node): one
+    copy per row, 62 x 16 x 1,152 B = 1,142,784 B; --kv-offloading-size 512 (64 GiB per
+    rank x 8) = 549,755,813,888 B // 1,142,784 = 481,067 CPU blocks, 8 x more than the
+    8-copy rows would give.
+    """
+    args = {"kv_budget": "40GiB", "host_budget": "64GiB", "tokens_per_block": 16,
+            "max_seq_len": 32768, "engine": "vllm"}  # fmt: skip
+    llama = kvbudget.plan(spec="eagle3", **args)  # type: ignore[arg-type]
+    (host,) = [p for p in llama.engine.pools if p.tier == "host"]
+    assert (host.blocks, host.bytes, host.padding_bytes) == (31_775, 68_719_411_200, 0)
+    assert llama.capacity.host_blocks == 31_775 and host.tokens == 31_775 * 16
+    gpt = kvbudget.plan("openai/gpt-oss-120b", spec="none", **args)  # type: ignore[arg-type]
+    (host,) = [p for p in gpt.engine.pools if p.tier == "host"]
+    assert (host.blocks, host.bytes, host.tokens) == (116_508, 68_719_214_592, 932_064)
+    assert gpt.capacity.host_tokens == 932_064
+    dsv3 = kvbudget.plan("deepseek-ai/DeepSeek-V3", spec="mtp", tp=8, **args)  # type: ignore[arg-type]
+    (host,) = [p for p in dsv3.engine.pools if p.tier == "host"]
+    assert dsv3.engine.settings["--kv-offloading-size"] == "512"
+    assert host.blocks == 549_755_813_888 // 1_142_784 == 481_067
+    assert "replicated MLA layout" in emit(dsv3)

@@ -628,12 +628,62 @@ def _refusals(d: Deployment, pool: VllmPool, release: VllmRelease) -> tuple[str,
     return tuple(out)
 
 
-def _pools(d: Deployment, pool: VllmPool, size: str, ranks: int) -> tuple[PoolPlan, ...]:
-    """The one GPU block pool (every layer of target and draft) and the host pool.
+# CPUOffloadingSpec (vllm/v1/kv_offload/cpu/spec.py, 0.29.0 and 0.33.0): each chunk's
+# row of the host region is rounded up to this many bytes (BLOCK_SIZE_ALIGNMENT)
+OFFLOAD_ROW_ALIGNMENT = 4096
 
-    The host pool is ``--kv-offloading-size`` GiB over ``ranks`` ranks, in blocks of
-    the GPU pool's bytes (``CPUOffloadingSpec``; modelled, not run by the harness).
+
+@dataclass(frozen=True, kw_only=True)
+class HostOffload:
+    """What ``--kv-offloading-size S`` (GiB, one total per engine) makes vLLM pin.
+
+    ``CPUOffloadingSpec`` (vllm/v1/kv_offload/cpu/spec.py:106-130 in 0.33.0, :103-127 in
+    0.29.0): ``S x 2^30`` bytes are cut into rows, one per CPU block (one GPU block's
+    worth, ``blocks_per_chunk`` 1), each row holding every rank's copy of the block
+    (``num_copies`` = TP x PP ranks, or 1 for the replicated MLA layout: an MLA model at
+    TP > 1, PP 1, on one node, whose ranks hold the same latents), rounded up to 4 KiB;
+    ``cpu_blocks = S x 2^30 // row``. The region is one shared /dev/shm mapping pinned
+    with ``cudaHostRegister`` (no power-of-two rounding in these releases), drafter
+    layers included. Every offloaded KV cache group stores its own copy of a block in a
+    CPU block of its own, so ``G`` groups hold about ``1/G`` of the tokens.
     """
+
+    cpu_blocks: int
+    row_bytes: int
+    region_bytes: int  # the one pinned region of the engine (all its ranks)
+    copies: int
+    groups: int
+
+    @property
+    def tokens_per_block_held(self) -> int:
+        """Blocks of every group one token block takes."""
+        return self.groups
+
+
+def host_offload(d: Deployment, pool: VllmPool, size: str, ranks: int) -> HostOffload:
+    """The host region ``--kv-offloading-size size`` makes for ``pool`` (:class:`HostOffload`)."""
+    replicated = (
+        {g.kind for g in pool.groups} == {"mla"}
+        and len(pool.groups) == 1
+        and d.parallel.attention_tp > 1
+        and d.parallel.pp == 1
+        and d.parallel.tp <= d.gpus_per_node
+    )
+    copies = 1 if replicated else ranks
+    row = cdiv(pool.bytes_per_block * copies, OFFLOAD_ROW_ALIGNMENT) * OFFLOAD_ROW_ALIGNMENT
+    blocks = int(float(size) * (1 << 30)) // row
+    return HostOffload(
+        cpu_blocks=blocks,
+        row_bytes=row,
+        region_bytes=blocks * row,
+        copies=copies,
+        groups=len(pool.groups),
+    )
+
+
+def _pools(d: Deployment, pool: VllmPool, size: str, ranks: int) -> tuple[PoolPlan, ...]:
+    """The one GPU block pool (every layer of target and draft) and the host region
+    (:class:`HostOffload`), whose bytes per rank are the rank's share of it."""
     role: Literal["target", "target+draft"] = (
         "target+draft" if any(g.draft_layers for g in pool.groups) else "target"
     )
@@ -654,19 +704,20 @@ def _pools(d: Deployment, pool: VllmPool, size: str, ranks: int) -> tuple[PoolPl
         )
     ]
     if size != "0":
-        host_bytes = int(float(size) * (1 << 30)) // ranks
-        blocks = host_bytes // pool.bytes_per_block
+        host = host_offload(d, pool, size, ranks)
+        share = host.region_bytes // ranks
+        used = host.cpu_blocks * pool.bytes_per_block * host.copies // ranks
         pools.append(
             PoolPlan(
                 role=role,
                 kind=kind,
                 tier="host",
                 tokens_per_block=pool.block_size,
-                blocks=blocks,
-                bytes=host_bytes,
-                tokens=blocks * pool.block_size,
-                padding_bytes=host_bytes - blocks * pool.bytes_per_block,
-                name="CPU offloading",
+                blocks=host.cpu_blocks,
+                bytes=share,
+                tokens=host.cpu_blocks // host.groups * pool.block_size,
+                padding_bytes=share - used,
+                name="CPU offloading (shared region)" if host.copies == 1 else "CPU offloading",
             )
         )
     return tuple(pools)
@@ -785,6 +836,23 @@ def _notes(
             f"# {facts.host_knob} is GiB summed over all {ranks} rank(s) "
             f"(TP {layout.tp} x PP {layout.pp}): {host} B per rank x {ranks}, rounded down"
         )
+        offload = host_offload(d, pool, size, ranks)
+        layout_words = (
+            "one copy shared by the TP ranks (replicated MLA layout)"
+            if offload.copies == 1
+            else "each row every rank's copy of a block"
+        )
+        notes.append(
+            f"# vLLM pins one /dev/shm region of {offload.region_bytes} B for the engine: "
+            f"{offload.cpu_blocks} CPU blocks in rows of {offload.row_bytes} B, "
+            f"{layout_words}, draft layers included (give the container --shm-size or "
+            "--ipc=host)"
+        )
+        if offload.groups > 1:
+            notes.append(
+                f"# each of the {offload.groups} KV cache groups stores its own copy of a "
+                f"block: the host tier holds about 1/{offload.groups} of its blocks' tokens"
+            )
     elif host:
         notes.append(
             f"# host budget under 0.001 GiB in all: {facts.host_knob} left unset (0 would fail)"
