@@ -41,8 +41,10 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from kvbudget.sim.simulation import engine_flags_for
 
     kwargs = {"kv_budget": "4GiB", "host_budget": "8GiB", "max_seq_len": 16384}
-    plan = kvbudget.plan(**kwargs)  # type: ignore[arg-type]
-    result = simulate(plan, limit=60, rate_scale=20.0, engine_flags=engine_flags_for(kwargs))
+    deployment = kvbudget.resolve_deployment(**kwargs)  # type: ignore[arg-type]
+    plan = kvbudget.build_plan(deployment)
+    flags = engine_flags_for(deployment)
+    result = simulate(plan, limit=60, rate_scale=20.0, engine_flags=flags)
     return write_html(result, tmp_path_factory.mktemp("html") / "report.html")
 
 

@@ -370,6 +370,7 @@ class VllmResult:
     attention_backends: list[str] = field(default_factory=list)
     max_in_flight_tokens: int | None = None
     async_scheduling: bool | None = None  # as VllmConfig resolved vllm serve's default
+    model_runner: str | None = None  # "v2" or "v1": VllmConfig.use_v2_model_runner
     mamba_cache_mode: str | None = None
     log_line: str | None = None
 
@@ -898,9 +899,10 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
     A stage holds the target layers of its ``get_pp_indices`` range (layer names keep
     their global index; the other layers are ``PPMissingLayer`` and cache nothing), and
     the last stage also the draft's: the V2 model runner builds the speculator only on
-    the last PP rank (v1/worker/gpu/model_runner.py:297-304), and the draft is not split
-    (its parallel config has PP 1, config/speculative.py:1905). Returns the attention
-    backend names used.
+    the last PP rank (v1/worker/gpu/model_runner.py:297-304; 0.29.0's V1 runner, which
+    runs its ngram and draft_model cases, builds its drafter there too,
+    v1/worker/gpu_model_runner.py:632), and the draft is not split (its parallel config
+    has PP 1, config/speculative.py:1905). Returns the attention backend names used.
     """
     from vllm.model_executor.models import ModelRegistry
 
@@ -1188,7 +1190,9 @@ def vllm_side(case: Case) -> VllmResult:
             # CUDA platform inherits Platform.update_block_size_for_backend
             # (interface.py:750), run on the stage's own layers
             current_platform.update_block_size_for_backend(wvc)
-            # the V2 model runner's spec collection (v1/worker/gpu/attn_utils.py:138-155)
+            # the V2 model runner's spec collection (v1/worker/gpu/attn_utils.py:138-155;
+            # 0.29.0 runs ngram and draft_model on the V1 runner, config/vllm.py:2562-2574,
+            # whose get_kv_cache_spec, gpu_model_runner.py:7625-7657, collects the same specs)
             stage_specs.append(get_kv_cache_spec(wvc))
             stage_layouts.append(
                 [x.name for x in get_supported_kv_cache_layouts(get_current_attn_backends(wvc))]
@@ -1211,6 +1215,7 @@ def vllm_side(case: Case) -> VllmResult:
         )
         result.max_in_flight_tokens = vc.max_in_flight_tokens
         result.async_scheduling = vc.scheduler_config.async_scheduling
+        result.model_runner = "v2" if vc.use_v2_model_runner else "v1"
         # available_memory: --kv-cache-memory-bytes on every worker (gpu_worker.py:656-681)
         world = len(kv_cache_specs)
         groups, configs = _plan_kv_cache(vc, kv_cache_specs, [case.kv_budget] * world)
