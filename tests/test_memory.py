@@ -6,7 +6,7 @@ import pytest
 
 import kvbudget
 from kvbudget import InvalidArgumentError
-from kvbudget.memory import capture_sizes, estimate_non_kv
+from kvbudget.memory import capture_sizes, estimate_non_kv, recurrent_scratch_bytes
 
 # Llama-3.1-8B-Instruct + its EAGLE3 head on an H200 (150,021,734,400 B CUDA-visible),
 # weights (8,030,261,248 + 424,817,664 params) x 2 B = 16,910,157,824 B
@@ -87,3 +87,79 @@ def test_two_fractions_are_refused() -> None:
 def test_a_tight_static_fraction_warns_about_activations() -> None:
     p = kvbudget.plan(max_seq_len=8192, mem_fraction_static="0.995")
     assert any("--mem-fraction-static 0.995 leaves" in w for w in p.warnings)
+
+
+def test_gated_deltanet_prefill_scratch() -> None:
+    # Qwen3.5-27B (64 layers: 48 Gated DeltaNet, 16 attention), TP1, a 2048-token chunk
+    # of 4 sequences; per GDN layer h = 48 value heads, k = v = 128, fp32 SSM state
+    model = kvbudget.load_model("Qwen/Qwen3.5-27B")
+    # per token: 48 x (4 g + 2 x 64 A + 2 x 128 w + 3 x 2 x 128 u, v_new, o) = 55,488;
+    # x 2048 = 113,639,424. Chunks: 2048 / 64 + 4 - 1 = 35, each 48 x 128 x 128 x 2 B
+    # = 1,572,864: 55,050,240. States: 4 x 48 x 128 x 128 x (4 gathered + 4 final)
+    # = 25,165,824
+    got = recurrent_scratch_bytes(model, model.layers, tp=1, tokens=2048, seqs=4)
+    assert got == 113639424 + 55050240 + 25165824 == 193855488
+    # vllm#54775: "h + v_new = 36 KiB/token" for 48 value heads of 128 (bf16):
+    # h 48 x 128 x 128 x 2 / 64 = 24,576 a token, v_new 48 x 128 x 2 = 12,288
+    one_chunk = recurrent_scratch_bytes(model, model.layers, tp=1, tokens=64, seqs=1)
+    h_and_v_new = (one_chunk - 64 * 55488 - 48 * 128 * 128 * 8) // 64 + 48 * 128 * 2
+    assert h_and_v_new == 36 * 1024
+    # TP2 halves the heads (24): every term halves
+    assert recurrent_scratch_bytes(model, model.layers, tp=2, tokens=2048, seqs=4) == (
+        193855488 // 2
+    )
+    # no recurrent layer, no scratch
+    dense = kvbudget.load_model("meta-llama/Llama-3.1-8B-Instruct")
+    assert recurrent_scratch_bytes(dense, dense.layers, tp=1, tokens=2048, seqs=4) == 0
+
+
+def test_mamba2_prefill_scratch() -> None:
+    # Nemotron-H-8B: 24 Mamba2 layers of 128 heads x 64, 8 groups, state 128, chunk 128,
+    # fp32 SSM state; TP1, an 8192-token chunk of 2 sequences: chunks 8192 / 128 + 1 = 65
+    model = kvbudget.load_model("nvidia/Nemotron-H-8B-Base-8K")
+    state = 128 * 64 * 128  # 1,048,576 values
+    # dA_cumsum and dt: 2 x 65 x 128 x 128 heads x 4 = 8,519,680; passed states (bf16)
+    # 65 x state x 2 = 136,314,880; gathered initial states 2 x state x 4 = 8,388,608
+    common = 8519680 + 136314880 + 8388608
+    # then the larger of the fp32 chunk states (65 x state x 4 = 272,629,760) and C^T B
+    # (65 x 8 x 128 x 128 x 4 = 34,078,720) with the final states (8,388,608)
+    assert 65 * state * 4 == 272629760 > 34078720 + 8388608
+    got = recurrent_scratch_bytes(model, model.layers, tp=1, tokens=8192, seqs=2)
+    assert got == common + 272629760 == 425852928
+
+
+def test_the_estimate_of_a_hybrid_model() -> None:
+    model = kvbudget.load_model("Qwen/Qwen3.5-27B")
+    est = estimate_non_kv(
+        model, None, eagle3=False, tp=1, max_num_batched_tokens=2048, max_batch_size=4,
+        num_layers=64,
+    )  # fmt: skip
+    # per token (4 x 5120 + (24 + 2 x 4) x 256 + 3 x 17408) x 2 B = 161,792; x 2048 =
+    # 331,350,016; + logits 4 x 248,320 x 4 = 3,973,120; + the GDN scratch 193,855,488
+    assert est.activation_bytes == 331350016 + 3973120 + 193855488 == 529178624
+    # 4 captured sizes (1, 2, 4, 8) x (64 layers + 48 recurrent) x 256 KiB
+    assert est.cuda_graph_bytes == 4 * 112 * 262144 == 117440512
+    # a PP stage of 16 attention-only layers: no scratch, no recurrent graph share
+    attention = [x for x in model.layers if x.kind == "attention"]
+    stage = estimate_non_kv(
+        model, None, eagle3=False, tp=1, max_num_batched_tokens=2048, max_batch_size=4,
+        num_layers=16, layers=attention,
+    )  # fmt: skip
+    assert stage.activation_bytes == 331350016 + 3973120
+    assert stage.cuda_graph_bytes == 4 * 16 * 262144
+
+
+def test_a_plan_charges_its_stage_and_state_dtype() -> None:
+    kw = {"max_batch_size": 4, "max_num_batched_tokens": 2048, "max_seq_len": 8192}
+    p = kvbudget.plan(target="Qwen/Qwen3.5-27B", pp=2, **kw)
+    nk = p.budget.non_kv
+    assert p.pp_stage == 1 and nk is not None
+    # the last PP stage holds layers 32-63: 24 Gated DeltaNet + 8 attention layers;
+    # 4 captured sizes x (32 + 24) x 256 KiB
+    assert nk.cuda_graph_bytes == 4 * 56 * 262144 == 58720256
+    assert nk.activation_bytes == 529178624  # as the whole model: one GDN layer's scratch
+    # --mamba-ssm-cache-dtype bf16: the 4 gathered states take 4 x 48 x 128 x 128 x 2 B
+    # instead of x 4 B, 6,291,456 less
+    half = kvbudget.plan(target="Qwen/Qwen3.5-27B", pp=2, state_dtype="bf16", **kw)
+    assert half.budget.non_kv is not None
+    assert nk.activation_bytes - half.budget.non_kv.activation_bytes == 6291456

@@ -133,6 +133,7 @@ def _assemble(d: Deployment, ledger: Ledger, engine: EnginePlan) -> Plan:
 def _stage_non_kv(d: Deployment, stage: int, *, with_draft: bool = True) -> NonKvMemory:
     """The non-KV memory of PP stage ``stage``'s rank, under the budget rule."""
     layout, last = d.parallel, d.parallel.pp - 1
+    own = pp_stage_layers(d.target.num_layers, layout.pp)[stage]
     estimate = estimate_non_kv(
         d.target,
         d.draft if with_draft and stage == last else None,
@@ -140,7 +141,9 @@ def _stage_non_kv(d: Deployment, stage: int, *, with_draft: bool = True) -> NonK
         tp=layout.attention_tp,
         max_num_batched_tokens=d.max_num_batched_tokens,
         max_batch_size=d.max_batch_size,
-        num_layers=len(pp_stage_layers(d.target.num_layers, layout.pp)[stage]),
+        num_layers=len(own),
+        layers=[d.target.layers[i] for i in own],
+        state_dtype=d.ssm_state_dtype or d.state_dtype_value,
     )
     given = d.non_kv_overrides.given()
     if given:
