@@ -110,3 +110,24 @@ def test_without_these_differences_the_releases_agree() -> None:
     assert new.engine.detail == old.engine.detail
     assert new.engine.detail["num_gpu_blocks"] == 19_859
     assert "vLLM 0.29.0" in emit(old) and "vLLM 0.33.0" in emit(new)
+
+
+def test_draft_target_under_pp_keeps_pp_batches_in_flight_in_029() -> None:
+    """Mistral-7B (sliding window 4,096) drafting for itself, TP 1, PP 2, 8,192 batched
+    tokens. 0.33.0 runs draft-target on Model Runner V2: (pp + 1) x 8,192 = 24,576 tokens
+    in flight; 0.29.0 on V1, which overlaps no steps across PP stages: pp x 8,192 =
+    16,384. vLLM's own code on CPU gives 249,515 tokens (7.61x) and 349,243 (10.66x)."""
+    args = {"draft": "mistralai/Mistral-7B-v0.1", "spec": "draft-target", "pp": 2,
+            "max_seq_len": 32768}  # fmt: skip
+    new = _plan(NEW, "mistralai/Mistral-7B-v0.1", **args)
+    old = _plan(OLD, "mistralai/Mistral-7B-v0.1", **args)
+    assert new.engine.detail["max_in_flight_tokens"] == 24_576
+    assert old.engine.detail["max_in_flight_tokens"] == 16_384
+    assert (new.capacity.tokens, f"{new.engine.detail['max_concurrency']:.2f}") == (
+        249_515,
+        "7.61",
+    )
+    assert (old.capacity.tokens, f"{old.engine.detail['max_concurrency']:.2f}") == (
+        349_243,
+        "10.66",
+    )

@@ -1302,8 +1302,18 @@ def kvbudget_side(case: Case, engine: str = "vllm") -> tuple[dict[str, Any] | No
         except ImportError:
             InfeasibleBudgetError = ()  # type: ignore[assignment,misc]
         if isinstance(exc, InfeasibleBudgetError):
-            # kvbudget's answer "this budget cannot start" (its vLLM engine raises it with
-            # vLLM's refusal text): a prediction that vLLM refuses, not a missing one
+            # kvbudget's answer "this engine will not start" (raised with vLLM's refusal
+            # text). An EngineRefusedError carries the whole plan: its detail holds the
+            # pool's figures and each refusal by the step that raises it ("pp_refused" at
+            # configuration, "refused" at KV sizing, "cuda_graph_refused" at CUDA-graph
+            # set-up, which this harness does not run: such a case is compared on the
+            # pool's figures)
+            planned = getattr(exc, "plan", None)
+            if planned is not None:
+                detail = dict(planned.to_dict()["engine"]["detail"])
+                # the refusals this harness runs vLLM's code for: configuration, KV sizing
+                detail["refused"] = detail.get("pp_refused") or detail.get("refused")
+                return detail, None
             return {"refused": f"{type(exc).__name__}: {_one_line(exc)}"}, None
         return None, f"{type(exc).__name__}: {_one_line(exc)[:160]}"
 

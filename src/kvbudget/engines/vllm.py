@@ -92,6 +92,11 @@ class VllmRelease:
     * ``async_with_ngram``: ngram speculation runs with async scheduling (0.33.0: Model
       Runner V2 runs ngram; 0.29.0 ``VllmConfig.__post_init__`` turns async scheduling
       off for ngram, config/vllm.py:1262-1285, and refuses ``--async-scheduling`` with it).
+    * ``v1_runner_specs``: speculation modes the release runs on the V1 model runner,
+      which keeps ``pp`` batches in flight under async scheduling with PP > 1, not
+      ``pp + 1`` (``VllmConfig.max_concurrent_batches``; 0.29.0's Model Runner V2 takes
+      only eagle, eagle3, mtp, config/vllm.py:2562-2574, so ngram and draft-target run
+      on V1; 0.33.0 runs them all on V2).
     * ``speculation_with_pp``: an EAGLE/EAGLE3/MTP drafter runs with PP > 1 (0.33.0 gives
       the draft ``pipeline_parallel_size=1``, config/speculative.py:1905; 0.29.0 gives it
       the target's, :1690, and the draft classes lack ``SupportsPP``, so
@@ -104,6 +109,7 @@ class VllmRelease:
     gdn_checkpoint_alignment: int | None
     async_with_ngram: bool
     speculation_with_pp: bool
+    v1_runner_specs: frozenset[str] = frozenset()
 
 
 RELEASE = VllmRelease(
@@ -442,8 +448,16 @@ def async_scheduling(d: Deployment, release: VllmRelease) -> bool:
 
 
 def _in_flight_tokens(d: Deployment, release: VllmRelease) -> int:
-    """``VllmConfig.max_in_flight_tokens``: batches in flight x max_num_batched_tokens."""
-    batches = d.parallel.pp + 1 if async_scheduling(d, release) else d.parallel.pp
+    """``VllmConfig.max_in_flight_tokens``: batches in flight x max_num_batched_tokens.
+
+    ``max_concurrent_batches``: ``pp + 1`` under async scheduling on Model Runner V2, 2
+    on V1 at PP 1, else ``pp`` (V1 does not overlap steps across PP stages).
+    """
+    pp = d.parallel.pp
+    batches = pp
+    if async_scheduling(d, release):
+        v1 = d.spec.name in release.v1_runner_specs
+        batches = pp + 1 if not v1 or pp == 1 else pp
     return batches * d.max_num_batched_tokens
 
 
@@ -598,34 +612,54 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
 
 
 def _refusals(d: Deployment, pool: VllmPool, release: VllmRelease) -> tuple[str, ...]:
-    """What vLLM would refuse at start-up, in its words, with what to change."""
-    out = []
+    """What vLLM would refuse at start-up, in its words, with what to change: at
+    configuration, at KV sizing, at CUDA-graph set-up (in that order)."""
+    found = (
+        _pp_refusal(d, release),
+        _pool_refusal(pool, release),
+        _graph_refusal(d, pool, release),
+    )
+    return tuple(r for r in found if r is not None)
+
+
+def _pp_refusal(d: Deployment, release: VllmRelease) -> str | None:
+    """A drafter under PP in a release that gives it the target's PP size."""
     drafter = d.spec.name in ("eagle", "eagle3", "mtp")
-    if drafter and d.parallel.pp > 1 and not release.speculation_with_pp:
-        out.append(
-            f"vLLM {release.version} would refuse to start: {PP_REFUSAL} (the {d.spec.name} "
-            "drafter is given the target's --pipeline-parallel-size): use --pp 1, or "
-            "--engine vllm (0.30.0 and later run the drafter at PP 1)"
-        )
-    if pool.refused is not None:
-        out.append(
-            f"vLLM {release.version} would refuse to start: {pool.refused} Raise "
-            "--kv-budget, lower --max-seq-len, or use a smaller --kv-dtype"
-        )
-    # CompilationConfig (config/compilation.py, 0.29.0 and 0.33.0): with FULL decode CUDA
-    # graphs (the default -O2: cudagraph_mode FULL_AND_PIECEWISE, config/vllm.py) every
-    # decoding sequence of a Mamba/GDN model needs one block of the pool
+    if not (drafter and d.parallel.pp > 1 and not release.speculation_with_pp):
+        return None
+    return (
+        f"vLLM {release.version} would refuse to start: {PP_REFUSAL} (the {d.spec.name} "
+        "drafter is given the target's --pipeline-parallel-size): use --pp 1, or "
+        "--engine vllm (0.30.0 and later run the drafter at PP 1)"
+    )
+
+
+def _pool_refusal(pool: VllmPool, release: VllmRelease) -> str | None:
+    """Not one request of max_model_len beside the null block (KV sizing)."""
+    if pool.refused is None:
+        return None
+    return (
+        f"vLLM {release.version} would refuse to start: {pool.refused} Raise "
+        "--kv-budget, lower --max-seq-len, or use a smaller --kv-dtype"
+    )
+
+
+def _graph_refusal(d: Deployment, pool: VllmPool, release: VllmRelease) -> str | None:
+    """More sequences than a Mamba/GDN model's blocks: ``CompilationConfig``
+    (config/compilation.py, 0.29.0 and 0.33.0) refuses with FULL decode CUDA graphs (the
+    default -O2: cudagraph_mode FULL_AND_PIECEWISE, config/vllm.py), since every
+    decoding sequence needs one block of the pool."""
     mamba = any(g.kind == "mamba" for g in pool.groups)
-    if mamba and d.max_batch_size > pool.num_gpu_blocks:
-        blocks = pool.num_gpu_blocks
-        out.append(
-            f"vLLM {release.version} would refuse to start: max_num_seqs "
-            f"({d.max_batch_size}) exceeds available Mamba cache blocks ({blocks}). Each "
-            "decode sequence requires one Mamba cache block, so CUDA graph capture cannot "
-            f"proceed. Lower --max-batch-size (--max-num-seqs) to at most {blocks}, or "
-            "raise --kv-budget"
-        )
-    return tuple(out)
+    if not (mamba and d.max_batch_size > pool.num_gpu_blocks):
+        return None
+    blocks = pool.num_gpu_blocks
+    return (
+        f"vLLM {release.version} would refuse to start: max_num_seqs "
+        f"({d.max_batch_size}) exceeds available Mamba cache blocks ({blocks}). Each "
+        "decode sequence requires one Mamba cache block, so CUDA graph capture cannot "
+        f"proceed. Lower --max-batch-size (--max-num-seqs) to at most {blocks}, or "
+        "raise --kv-budget"
+    )
 
 
 # CPUOffloadingSpec (vllm/v1/kv_offload/cpu/spec.py, 0.29.0 and 0.33.0): each chunk's
@@ -748,7 +782,9 @@ def _detail(d: Deployment, pool: VllmPool, release: VllmRelease) -> dict[str, An
         "max_concurrency": pool.max_concurrency,
         "max_in_flight_tokens": _in_flight_tokens(d, release),
         "kv_cache_groups": groups,
-        "refused": pool.refused,
+        "refused": pool.refused,  # at KV sizing (vLLM's words)
+        "pp_refused": _pp_refusal(d, release),  # at configuration
+        "cuda_graph_refused": _graph_refusal(d, pool, release),  # at CUDA-graph set-up
     }
 
 

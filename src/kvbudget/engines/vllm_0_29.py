@@ -2,7 +2,7 @@
 
 Everything :mod:`kvbudget.engines.vllm` describes holds for 0.29.0 (groups, page
 unification, the sliding and chunked charges, the null block held back before the fit
-check, the refusal text, the capacity log), except four things, read in the 0.29.0 wheel
+check, the refusal text, the capacity log), except five things, read in the 0.29.0 wheel
 from PyPI (``vllm-project/vllm`` v0.29.0) and checked on CPU by
 ``benchmarks/fidelity/vllm_fidelity.py`` run in a 0.29.0 venv:
 
@@ -13,6 +13,11 @@ from PyPI (``vllm-project/vllm`` v0.29.0) and checked on CPU by
   not ``(pp + 1) x``: a sliding group charges 8,192 fewer tokens per request at PP 1
   (gpt-oss-120b ngram at 40 GiB: 521 blocks per request, 28.34x, against 1,033 and
   23.63x in 0.33.0).
+* **draft-target (and ngram) run on the V1 model runner** (Model Runner V2 takes only
+  eagle, eagle3 and mtp drafters, ``vllm/config/vllm.py:2562-2574``), which keeps ``pp``
+  batches in flight under async scheduling with PP > 1, not ``pp + 1``
+  (``max_concurrent_batches``, ``:559-569``): a sliding group is charged one prefill
+  chunk fewer per request there.
 * **An EAGLE/EAGLE3/MTP drafter under PP > 1 is refused** at configuration: the draft's
   parallel config takes the target's ``pipeline_parallel_size``
   (``vllm/config/speculative.py:1690``; 0.30.0 and later give it 1) and the draft classes
@@ -39,6 +44,7 @@ RELEASE = VllmRelease(
     gdn_checkpoint_alignment=None,
     async_with_ngram=False,
     speculation_with_pp=False,
+    v1_runner_specs=frozenset({"ngram", "draft-target"}),
 )
 
 MODEL = engine_model(RELEASE, default=False)
