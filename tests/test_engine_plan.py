@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -289,3 +290,21 @@ def test_vllm_host_offload_is_its_one_region_in_rows_of_block_copies() -> None:
     assert dsv3.engine.settings["--kv-offloading-size"] == "512"
     assert host.blocks == 549_755_813_888 // 1_142_784 == 481_067
     assert "replicated MLA layout" in emit(dsv3)
+
+
+def test_the_plan_table_shows_a_folder_name_escaped(tmp_path: Path) -> None:
+    """A model folder named with rich markup and an ESC sequence prints as text: the
+    markup is not applied and the ESC byte is shown as \\x1b (issue 21 item 11)."""
+    import shutil
+    from importlib import resources
+
+    folder = tmp_path / "[red]x\x1b[2J"
+    folder.mkdir()
+    preset = (
+        resources.files("kvbudget") / "data" / "models" / "meta-llama--Llama-3.2-1B-Instruct.json"
+    )
+    shutil.copy(str(preset), folder / "config.json")
+    p = kvbudget.plan(str(folder), spec="none", kv_budget="1GiB", max_seq_len=8192)
+    table = _table(p)
+    assert "\x1b" not in table and "\\x1b[2J" in table
+    assert "[red]x" in table  # shown, not applied

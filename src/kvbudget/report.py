@@ -6,6 +6,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from kvbudget.commands.terminal import printable
 from kvbudget.plan_types import Plan, PoolPlan
 from kvbudget.units import format_bytes
 
@@ -15,8 +16,8 @@ def render_plan(plan: Plan) -> Group:
     b = plan.budget
     title = Text.assemble(
         ("kvbudget plan: ", "bold"),
-        plan.target,
-        f"\n  draft: {_draft(plan)}",
+        printable(plan.target),
+        f"\n  draft: {printable(_draft(plan))}",
         f"\n  {_layout(plan)}  kv={plan.kv_dtype}  {plan.tokens_per_block} tokens per block",
     )
     if plan.pp > 1:
@@ -59,7 +60,7 @@ def render_plan(plan: Plan) -> Group:
     for m in plan.managers:
         managers.add_row(
             m.role,
-            m.model,
+            Text(printable(m.model)),  # a folder name: no markup, no control characters
             _layers(m.num_layers, m.layers),
             f"{m.slope_bytes_per_token:,}",
             format_bytes(m.fixed_bytes),
@@ -131,7 +132,7 @@ def render_plan(plan: Plan) -> Group:
     if engine.settings:
         parts.append(Text(f"  settings: kvbudget plan ... --emit {engine.name}", style="dim"))
     for w in plan.warnings:
-        parts.append(Text(f"warning: {w}", style="yellow"))
+        parts.append(Text(f"warning: {printable(w)}", style="yellow"))
     return Group(*parts)
 
 
