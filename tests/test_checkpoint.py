@@ -201,3 +201,55 @@ def test_a_folder_missing_a_shard_counts_from_the_inventory(tmp_path: Path) -> N
     model = load_model(write(tmp_path / "partial", files))
     assert model.checkpoint is None
     assert weights_bytes(model).total_bytes == TINY_INVENTORY_BYTES
+
+
+def test_expert_parallelism_holds_whole_experts_per_rank(tmp_path: Path) -> None:
+    cfg = {
+        **TINY_CONFIG,
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "num_hidden_layers": 1,
+        "num_experts": 3,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+    }
+    p = "model.layers.0"
+    tensors = {
+        "model.embed_tokens.weight": ("BF16", (256, 64)),  # 32,768
+        f"{p}.self_attn.q_proj.weight": ("BF16", (64, 64)),  # 8,192
+        f"{p}.self_attn.k_proj.weight": ("BF16", (32, 64)),  # 4,096
+        f"{p}.self_attn.v_proj.weight": ("BF16", (32, 64)),  # 4,096
+        f"{p}.self_attn.o_proj.weight": ("BF16", (64, 64)),  # 8,192
+        f"{p}.self_attn.q_norm.weight": ("BF16", (16,)),  # 32
+        f"{p}.self_attn.k_norm.weight": ("BF16", (16,)),  # 32
+        f"{p}.input_layernorm.weight": ("BF16", (64,)),  # 128
+        f"{p}.post_attention_layernorm.weight": ("BF16", (64,)),  # 128
+        f"{p}.mlp.gate.weight": ("BF16", (3, 64)),  # 384
+        **{
+            f"{p}.mlp.experts.{e}.{proj}.weight": ("BF16", shape)  # 4,096 each
+            for e in range(3)
+            for proj, shape in (
+                ("gate_proj", (32, 64)),
+                ("up_proj", (32, 64)),
+                ("down_proj", (64, 32)),
+            )
+        },
+        "model.norm.weight": ("BF16", (64,)),  # 128
+        "lm_head.weight": ("BF16", (256, 64)),  # 32,768
+    }
+    files = {
+        "config.json": json.dumps(cfg).encode(),
+        "model.safetensors": safetensors_bytes(tensors),
+    }
+    model = load_model(write(tmp_path / "moe", files))
+    # 32,768 + attention 24,640 + norms 256 + router 384 + 3 experts x 12,288 + 128 + 32,768
+    assert weights_bytes(model).total_bytes == 127_808
+    # TP 2, EP 2: embeddings and lm_head halved (16,384 each), q 4,096, k and v 2,048,
+    # o 4,096, q/k norms whole (64), norms 256, router 384, ceil(3 / 2) = 2 whole
+    # experts (24,576), final norm 128
+    ep = weights_bytes(model, tp=2, ep=2)
+    assert ep.total_bytes == 16_384 + 12_352 + 256 + 384 + 24_576 + 128 + 16_384 == 70_464
+    assert ep.routed_experts_bytes == 24_576 and ep.source == "safetensors headers"
+    # TP 2 alone splits each expert's 32 rows: 3 x 6,144 = 18,432
+    assert weights_bytes(model, tp=2).routed_experts_bytes == 18_432
+    assert weights_bytes(model, tp=2, ep=2, source="inventory").total_bytes == 70_464

@@ -43,7 +43,12 @@ from kvbudget.architectures.decoder import attention_layers, uniform_window
 from kvbudget.checkpoint import Checkpoint, local_checkpoint
 from kvbudget.config_fields import MAX_CONFIG_COUNT, ConfigFields
 from kvbudget.dtypes import normalize_dtype_name
-from kvbudget.errors import ConfigError, UnknownModelError, UnsupportedArchitectureError
+from kvbudget.errors import (
+    ConfigError,
+    InvalidArgumentError,
+    UnknownModelError,
+    UnsupportedArchitectureError,
+)
 from kvbudget.layers import AttentionLayer, Layer
 from kvbudget.model_spec import ModelSpec
 
@@ -83,25 +88,35 @@ def _find_preset(name: str) -> str | None:
     return short[0] if len(short) == 1 else None
 
 
-def load_model(name_or_path: str | Path) -> ModelSpec:
-    """Load a model spec from a ``config.json``, a directory holding one, or a preset id.
+def load_model(name_or_path: str | Path, *, from_hub: bool = False) -> ModelSpec:
+    """Load a model spec from a ``config.json``, a directory holding one, a preset id or a
+    Hugging Face Hub id.
 
     Preset ids are Hugging Face ids, case-insensitive (``meta-llama/Llama-3.1-8B-Instruct``);
     the part after the slash also works when it is unique. A preset id wins over a folder
     of the same name in the working directory; write the path as ``./name`` (or absolute)
-    to load the folder. A local folder's safetensors headers are read too
-    (``ModelSpec.checkpoint``).
+    to load the folder. Any other ``org/name`` (or ``org/name@revision``) that is no local
+    path is read from the Hub (:mod:`kvbudget.hub`: its config files and safetensors
+    headers, cached); ``from_hub=True`` reads an id from the Hub even when it is a preset.
+    A local folder's safetensors headers are read too (``ModelSpec.checkpoint``).
 
     Raises:
-        UnknownModelError: no such file and no such preset.
+        UnknownModelError: no such file, preset or Hub repository.
+        HubAccessError: the Hub would not serve the repository (gated, private,
+            rate-limited, unreachable) and no cached copy holds it.
         ConfigError: the file is not valid JSON, or a field is missing or bad.
         UnsupportedArchitectureError: the ``model_type`` is not one kvbudget models.
     """
     text = str(name_or_path)
     if not text.strip():
         raise UnknownModelError(
-            "the model name is empty; pass a preset id (`kvbudget models`) or a config path"
+            "the model name is empty; pass a preset id (`kvbudget models`), a Hugging Face "
+            "id (org/name) or a config path"
         )
+    if not isinstance(from_hub, bool):
+        raise InvalidArgumentError(f"from_hub must be True or False, got {from_hub!r}")
+    if from_hub:
+        return _from_hub(text, from_hub=True)
     explicit = isinstance(name_or_path, Path) or text.startswith(("/", "./", "../", "~"))
     # a preset id wins over a same-named folder of the working directory unless the path
     # is written as one (./name, /abs/name, ~/name)
@@ -118,10 +133,15 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
         folder = path.parent.resolve()
         checkpoint = local_checkpoint(folder) if path.name == "config.json" else None
         return with_checkpoint(replace(spec, location=str(folder)), checkpoint)
+    if preset is None and not explicit:
+        from kvbudget import hub  # only a Hub id imports it (and huggingface_hub)
+
+        if hub.is_hub_id(text):
+            return _from_hub(text, from_hub=False)
     if preset is None:
         raise UnknownModelError(
             f"no config file and no built-in preset named {text!r}{_close_presets(text)} "
-            "(`kvbudget models` lists the presets)"
+            "(`kvbudget models` lists the presets; a Hugging Face id is org/name)"
         )
     file_name = preset.replace("/", "--", 1) + ".json"
     raw = (_preset_dir() / file_name).read_text(encoding="utf-8")
@@ -133,6 +153,17 @@ def _close_presets(text: str) -> str:
     """``"; did you mean A, B?"`` for presets close to ``text``, else ``""``."""
     close = difflib.get_close_matches(text, list_presets(), n=3, cutoff=0.5)
     return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def _from_hub(text: str, *, from_hub: bool) -> ModelSpec:
+    from kvbudget import hub
+
+    try:
+        return hub.load_hub_model(text)
+    except UnknownModelError as exc:
+        if from_hub or not _close_presets(text):
+            raise
+        raise UnknownModelError(f"{exc}{_close_presets(text)}") from None
 
 
 def with_checkpoint(spec: ModelSpec, checkpoint: Checkpoint | None) -> ModelSpec:
