@@ -224,3 +224,36 @@ def test_models_says_any_hub_id_works() -> None:
         [sys.executable, "-m", "kvbudget", "models", "--json"], capture_output=True, text=True
     )
     assert isinstance(json.loads(listed.stdout), list)  # the list shape consumers read
+
+
+@pytest.mark.parametrize(
+    ("text", "hub_id"),
+    [
+        ("org/name", True),
+        ("org/name@v1.0", True),
+        ("org/name@refs/pr/1", True),
+        ("Qwen/Qwen3-30B-A3B", True),
+        ("zzz", False),  # no org: a preset's short name or nothing
+        ("a/b/c", False),
+        ("org/na--me", False),  # the Hub refuses "--" and ".." in ids
+        ("org/..x", False),
+        ("-org/x", False),
+        ("org/name@", False),
+        ("org/name.", False),
+    ],
+)
+def test_what_reads_as_a_hub_id(text: str, hub_id: bool) -> None:
+    from kvbudget.hub import is_hub_id
+
+    assert is_hub_id(text) is hub_id
+
+
+def test_offline_by_default_in_tests_and_from_hub_checked() -> None:
+    import kvbudget
+    from kvbudget.errors import InvalidArgumentError, UnknownModelError
+
+    # tests/conftest.py: HF_HUB_OFFLINE=1, an empty cache: a typed error, no request
+    with pytest.raises(UnknownModelError, match="HF_HUB_OFFLINE=1 forbids downloading it"):
+        kvbudget.load_model("acme/absent")
+    with pytest.raises(InvalidArgumentError, match="from_hub must be True or False"):
+        kvbudget.plan("acme/absent", from_hub="yes")  # type: ignore[arg-type]

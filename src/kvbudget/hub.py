@@ -94,7 +94,8 @@ class HubSettings:
     @classmethod
     def from_env(cls) -> HubSettings:
         """``HF_ENDPOINT``, ``HF_HUB_CACHE`` (else ``HF_HOME``/hub) and
-        ``HF_HUB_OFFLINE`` as set now, else huggingface_hub's defaults."""
+        ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) as set now, else
+        huggingface_hub's defaults."""
         from huggingface_hub import constants
 
         env = os.environ
@@ -104,8 +105,10 @@ class HubSettings:
             cache = os.path.join(env["HF_HOME"], "hub")
         else:
             cache = constants.HF_HUB_CACHE
-        flag = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE")
-        offline = flag.upper() in _TRUE if flag else bool(constants.HF_HUB_OFFLINE)
+        flag = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or ""
+        # offline when set now, or when it was at huggingface_hub's import (its HTTP
+        # client then refuses every request)
+        offline = flag.upper() in _TRUE or bool(constants.HF_HUB_OFFLINE)
         endpoint = (env.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
         return cls(endpoint=endpoint, cache_dir=os.path.expanduser(cache), offline=offline)
 

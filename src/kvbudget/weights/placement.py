@@ -110,6 +110,25 @@ def _stage_of(
     raise AssertionError(f"layer {place} is on no stage")  # pragma: no cover
 
 
+def _checked_layout(
+    model: ModelSpec, *, tp: int, pp: int, pp_stage: int | None, ep: int, attention_tp: int | None
+) -> int:
+    """The attention TP size, once ``tp``, ``pp``, ``pp_stage``, ``ep`` are checked."""
+    require_int("tp", tp, minimum=1)
+    require_int("pp", pp, minimum=1)
+    require_int("ep", ep, minimum=1)
+    attn_tp = tp if attention_tp is None else require_int("attention_tp", attention_tp, minimum=1)
+    if pp_stage is not None:
+        require_int("pp_stage", pp_stage)
+        if pp_stage >= pp:
+            raise InvalidArgumentError(f"pp_stage={pp_stage} must be < pp={pp}")
+    if pp > model.num_layers and not model.is_head:
+        raise InvalidArgumentError(
+            f"pp={pp} is more pipeline stages than {model.name} has layers ({model.num_layers})"
+        )
+    return attn_tp
+
+
 def weights_bytes(
     model: ModelSpec,
     *,
@@ -154,20 +173,11 @@ def weights_bytes(
             quantization format this module does not model.
     """
     require_model("model", model)
-    require_int("tp", tp, minimum=1)
-    require_int("pp", pp, minimum=1)
-    require_int("ep", ep, minimum=1)
-    attn_tp = tp if attention_tp is None else require_int("attention_tp", attention_tp, minimum=1)
+    attn_tp = _checked_layout(
+        model, tp=tp, pp=pp, pp_stage=pp_stage, ep=ep, attention_tp=attention_tp
+    )
     if not isinstance(include_mtp, bool):
         raise InvalidArgumentError(f"include_mtp must be true or false, got {include_mtp!r}")
-    if pp_stage is not None:
-        require_int("pp_stage", pp_stage)
-        if pp_stage >= pp:
-            raise InvalidArgumentError(f"pp_stage={pp_stage} must be < pp={pp}")
-    if pp > model.num_layers and not model.is_head:
-        raise InvalidArgumentError(
-            f"pp={pp} is more pipeline stages than {model.name} has layers ({model.num_layers})"
-        )
     if source not in ("auto", "inventory"):
         raise InvalidArgumentError(f"source must be 'auto' or 'inventory', got {source!r}")
     inventory = model_inventory(model)
