@@ -36,11 +36,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.architectures import SUPPORTED_MODEL_TYPES, architecture_for
 from kvbudget.architectures.decoder import attention_layers, uniform_window
-from kvbudget.checkpoint import Checkpoint, local_checkpoint
 from kvbudget.config_fields import MAX_CONFIG_COUNT, ConfigFields
 from kvbudget.dtypes import normalize_dtype_name
 from kvbudget.errors import (
@@ -51,6 +50,9 @@ from kvbudget.errors import (
 )
 from kvbudget.layers import AttentionLayer, Layer
 from kvbudget.model_spec import ModelSpec
+
+if TYPE_CHECKING:
+    from kvbudget.checkpoint import Checkpoint
 
 # a multimodal checkpoint's note on its vision weights, with and without headers
 VISION_UNCOUNTED = (
@@ -130,6 +132,8 @@ def load_model(name_or_path: str | Path, *, from_hub: bool = False) -> ModelSpec
         spec = load_config_file(path, name=None)
         # an engine loads the checkpoint from the config's folder: its full path (the
         # folder's, not a symlinked config's target: a Hub snapshot links to its blobs)
+        from kvbudget.checkpoint import local_checkpoint  # a folder's headers: on first use
+
         folder = path.parent.resolve()
         checkpoint = local_checkpoint(folder) if path.name == "config.json" else None
         return with_checkpoint(replace(spec, location=str(folder)), checkpoint)
