@@ -113,7 +113,9 @@ def plan_command(
     target: Annotated[
         str,
         typer.Option(
-            metavar="MODEL", help="Target model: preset id (`kvbudget models`) or config path."
+            metavar="MODEL",
+            help="Target model: preset id (`kvbudget models`), Hugging Face id "
+            "(org/name[@revision]: config and safetensors headers, cached) or config path.",
         ),
     ] = (DEFAULT_TARGET),
     draft: Annotated[
@@ -121,9 +123,17 @@ def plan_command(
         typer.Option(
             metavar="MODEL",
             help="Draft: EAGLE3 head (eagle3; default: the target's preset head) or small model "
-            "(draft-target).",
+            "(draft-target); an id or path as --target takes.",
         ),
     ] = None,
+    from_hub: Annotated[
+        bool,
+        typer.Option(
+            "--from-hub",
+            help="Read --target and --draft from the Hugging Face Hub even when they are "
+            "presets (HF_TOKEN, HF_ENDPOINT, HF_HUB_CACHE, HF_HUB_OFFLINE apply).",
+        ),
+    ] = False,
     spec: Annotated[
         str,
         typer.Option(
@@ -413,9 +423,17 @@ app.command("simulate")(_simulate_command())
 
 @app.command("models")
 def models_command(
-    json_out: Annotated[bool, typer.Option("--json", help="Print the presets as JSON.")] = False,
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="Print the presets as JSON (a list, one object each)."),
+    ] = False,
 ) -> None:
-    """List the built-in model presets, their cache layers and default speculation."""
+    """List the built-in model presets, their cache layers and default speculation.
+
+    Any other Hugging Face model id also plans: --target org/name[@revision] reads its
+    config.json and safetensors headers from the Hub (cached; HF_HUB_OFFLINE=1 plans
+    from the cache).
+    """
     rows = []
     for name in list_presets():
         spec = _run(lambda n=name: load_model(n))  # type: ignore[misc]
@@ -451,6 +469,13 @@ def models_command(
             auto = f"{auto}: {row['default_draft']}"
         table.add_row(str(row["preset"]), str(row["layers"]), auto)
     Console().print(table)
+    typer.echo(_ANY_HUB_ID)
+
+
+_ANY_HUB_ID = (
+    "Any Hugging Face id also works: --target org/name[@revision] reads its config.json "
+    "and safetensors headers from the Hub (cached; HF_HUB_OFFLINE=1 plans from the cache)."
+)
 
 
 @app.command("engines")

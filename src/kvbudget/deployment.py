@@ -301,10 +301,12 @@ def resolve_deployment(
     async_scheduling: bool = True,
     enable_prefix_caching: bool = True,
     cached_states: int | None = None,
+    from_hub: bool = False,
 ) -> Deployment:
     """Resolve and check :func:`kvbudget.plan`'s arguments (its docstring says what each
-    means) into one :class:`Deployment`. Loads the models; raises InvalidArgumentError or
-    ConfigError on bad input."""
+    means) into one :class:`Deployment`. Loads the models (``from_hub``: a target or
+    draft id from the Hugging Face Hub even when it is a preset); raises
+    InvalidArgumentError or ConfigError on bad input."""
     if spec != "auto" and spec not in SPEC_MODES:
         raise InvalidArgumentError(
             f"unknown spec {spec!r}; choose one of auto, {', '.join(SPEC_MODES)}"
@@ -326,8 +328,16 @@ def resolve_deployment(
     engine_model = get_engine_model(engine)
     if cached_states is not None:
         require_int("cached_states", cached_states)
+    if not isinstance(from_hub, bool):
+        raise InvalidArgumentError(f"from_hub must be True or False, got {from_hub!r}")
     target_model, draft_model, mode, spec_reason = _models(
-        target, draft, spec, parallel, max_draft_len=max_draft_len, separate=separate_draft_cache
+        target,
+        draft,
+        spec,
+        parallel,
+        max_draft_len=max_draft_len,
+        separate=separate_draft_cache,
+        resolve=_Resolver(from_hub=from_hub),
     )
     if str(state_dtype).strip().lower() != "auto":
         parse_dtype(state_dtype, what="state_dtype")
@@ -448,10 +458,11 @@ def _models(
     *,
     max_draft_len: int,
     separate: bool,
+    resolve: _Resolver,
 ) -> tuple[ModelSpec, ModelSpec | None, SpecModeInfo, str | None]:
     """The target, the draft, the speculation mode and why ``auto`` chose it, checked
     against each other."""
-    target_model = _resolve(target)
+    target_model = resolve(target)
     if target_model.is_head:
         raise InvalidArgumentError(
             f"{target_model.name} is an EAGLE{'3' if target_model.is_eagle3 else ''} draft "
@@ -459,7 +470,7 @@ def _models(
         )
     spec_reason = None
     if spec == "auto":
-        spec, why = _auto_spec(target_model, draft)
+        spec, why = _auto_spec(target_model, None if draft is None else resolve(draft))
         spec_reason = f"spec auto chose {spec}: {why}"
     mode = SPEC_MODE_TABLE[spec]
     if separate and mode.draft != "mtp":
@@ -470,7 +481,7 @@ def _models(
         raise InvalidArgumentError(
             f"--max-draft-len 0 means no speculation; use --spec none instead of --spec {spec}"
         )
-    draft_model = _resolve_draft(mode, target_model, draft)
+    draft_model = _resolve_draft(mode, target_model, draft, resolve)
     if parallel.draft_tp != parallel.tp and draft_model is None:
         raise InvalidArgumentError(
             f"draft_tp applies to a separate draft (an EAGLE3 head or a draft model); "
@@ -519,14 +530,26 @@ def _optional_bytes(value: int | str | None, name: str) -> int | None:
     return None if value is None else parse_bytes(value, name=name)
 
 
-def _resolve(model: str | ModelSpec) -> ModelSpec:
-    return model if isinstance(model, ModelSpec) else load_model(model)
+class _Resolver:
+    """Model names to specs, each name loaded once (a Hub id makes requests)."""
+
+    def __init__(self, *, from_hub: bool) -> None:
+        self.from_hub = from_hub
+        self.loaded: dict[str, ModelSpec] = {}
+
+    def __call__(self, model: str | ModelSpec, *, given: bool = True) -> ModelSpec:
+        """The spec of ``model``; ``given``: named by the user (``from_hub`` applies)."""
+        if isinstance(model, ModelSpec):
+            return model
+        if model not in self.loaded:
+            self.loaded[model] = load_model(model, from_hub=self.from_hub and given)
+        return self.loaded[model]
 
 
-def _auto_spec(target: ModelSpec, draft: str | ModelSpec | None) -> tuple[str, str]:
+def _auto_spec(target: ModelSpec, draft: ModelSpec | None) -> tuple[str, str]:
     """The speculation mode ``spec="auto"`` picks, and why, in words."""
     if draft is not None:
-        model = _resolve(draft)
+        model = draft
         if model.is_eagle3:
             return "eagle3", f"--draft {model.name} is an EAGLE3 head"
         if model.is_eagle_head:
@@ -543,7 +566,7 @@ def _auto_spec(target: ModelSpec, draft: str | ModelSpec | None) -> tuple[str, s
 
 
 def _resolve_draft(
-    mode: SpecModeInfo, target: ModelSpec, draft: str | ModelSpec | None
+    mode: SpecModeInfo, target: ModelSpec, draft: str | ModelSpec | None, resolve: _Resolver
 ) -> ModelSpec | None:
     """The draft model ``mode`` runs, checked against what the mode needs."""
     if mode.name == "eagle3":
@@ -552,22 +575,16 @@ def _resolve_draft(
             if default is None:
                 raise InvalidArgumentError(
                     f"spec eagle3 needs a draft head for {target.name}; pass --draft "
-                    "(a config path or preset id of the EAGLE3 head)"
+                    "(a config path, preset id or Hugging Face id of the EAGLE3 head)"
                 )
-            draft = default
-        model = _resolve(draft)
-        if not model.is_eagle3:
-            raise InvalidArgumentError(
-                f"{model.name} is not an EAGLE3 head ({_eagle3_marks}); use --spec eagle "
-                "for an EAGLE-1/2 head or --spec draft-target for a small model"
-            )
-        return model
+            return _checked_eagle3(resolve(default, given=False))
+        return _checked_eagle3(resolve(draft))
     if mode.name == "eagle":
         if draft is None:
             raise InvalidArgumentError(
                 f"spec eagle needs --draft (the EAGLE-1/2 head trained for {target.name})"
             )
-        model = _resolve(draft)
+        model = resolve(draft)
         if model.is_eagle3:
             raise InvalidArgumentError(f"{model.name} is an EAGLE3 head; use --spec eagle3 with it")
         if model.num_layers > _MAX_HEAD_LAYERS:
@@ -580,7 +597,7 @@ def _resolve_draft(
     if mode.draft == "model":
         if draft is None:
             raise InvalidArgumentError(f"spec {mode.name} needs --draft (the small model)")
-        model = _resolve(draft)
+        model = resolve(draft)
         if model.is_head:
             kind = "eagle3" if model.is_eagle3 else "eagle"
             raise InvalidArgumentError(
@@ -595,6 +612,16 @@ def _resolve_draft(
             f"{target.name} has no MTP layers (num_nextn_predict_layers); choose another --spec"
         )
     return None
+
+
+def _checked_eagle3(model: ModelSpec) -> ModelSpec:
+    """``model`` when it is an EAGLE3 head (``--spec eagle3``'s draft)."""
+    if not model.is_eagle3:
+        raise InvalidArgumentError(
+            f"{model.name} is not an EAGLE3 head ({_eagle3_marks}); use --spec eagle "
+            "for an EAGLE-1/2 head or --spec draft-target for a small model"
+        )
+    return model
 
 
 __all__ = [

@@ -4,8 +4,11 @@ One small tree, so a caller can catch exactly what it can handle::
 
     KvBudgetError                     base of everything below
     ├── ConfigError (ValueError)      a model config cannot be read: names the file and field
-    │   ├── UnknownModelError         no preset and no file by that name
-    │   └── UnsupportedArchitectureError
+    │   ├── UnknownModelError         no preset, no file and no Hub repo by that name (or
+    │   │                             offline without a cached copy)
+    │   ├── UnsupportedArchitectureError
+    │   └── HubAccessError            the Hugging Face Hub would not serve a model: gated or
+    │                                 private (401/403), rate-limited (429), unreachable
     ├── InvalidArgumentError (ValueError)
     │                                 a value passed by the caller is out of range: a dtype,
     │                                 a size, tp/pp, a GPU name, a tier
@@ -53,6 +56,21 @@ class UnknownModelError(ConfigError):
 
 class UnsupportedArchitectureError(ConfigError):
     """The config describes an architecture kvbudget does not model."""
+
+
+class HubAccessError(ConfigError):
+    """The Hugging Face Hub would not serve a model's files and no cached copy holds them.
+
+    ``repo_id`` names the repository and ``status`` the HTTP status the Hub answered
+    (401, 403, 429, 5xx), None when it could not be reached at all.
+    """
+
+    def __init__(
+        self, message: str, *, repo_id: str, status: int | None = None, source: str = ""
+    ) -> None:
+        self.repo_id = repo_id
+        self.status = status
+        super().__init__(message, source=source)
 
 
 class InvalidArgumentError(KvBudgetError, ValueError):

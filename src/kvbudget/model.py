@@ -36,15 +36,29 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.architectures import SUPPORTED_MODEL_TYPES, architecture_for
 from kvbudget.architectures.decoder import attention_layers, uniform_window
 from kvbudget.config_fields import MAX_CONFIG_COUNT, ConfigFields
 from kvbudget.dtypes import normalize_dtype_name
-from kvbudget.errors import ConfigError, UnknownModelError, UnsupportedArchitectureError
+from kvbudget.errors import (
+    ConfigError,
+    InvalidArgumentError,
+    UnknownModelError,
+    UnsupportedArchitectureError,
+)
 from kvbudget.layers import AttentionLayer, Layer
 from kvbudget.model_spec import ModelSpec
+
+if TYPE_CHECKING:
+    from kvbudget.checkpoint import Checkpoint
+
+# a multimodal checkpoint's note on its vision weights, with and without headers
+VISION_UNCOUNTED = (
+    "its vision weights are not counted: add them with --weights-bytes for an exact budget"
+)
+VISION_FROM_HEADERS = "its vision weights are counted from its safetensors headers"
 
 # --------------------------------------------------------------------------- presets
 
@@ -76,65 +90,115 @@ def _find_preset(name: str) -> str | None:
     return short[0] if len(short) == 1 else None
 
 
-def load_model(name_or_path: str | Path) -> ModelSpec:
-    """Load a model spec from a ``config.json``, a directory holding one, or a preset id.
+def load_model(name_or_path: str | Path, *, from_hub: bool = False) -> ModelSpec:
+    """Load a model spec from a ``config.json``, a directory holding one, a preset id or a
+    Hugging Face Hub id.
 
     Preset ids are Hugging Face ids, case-insensitive (``meta-llama/Llama-3.1-8B-Instruct``);
     the part after the slash also works when it is unique. A preset id wins over a folder
     of the same name in the working directory; write the path as ``./name`` (or absolute)
-    to load the folder.
+    to load the folder. Any other ``org/name`` (or ``org/name@revision``) that is no local
+    path is read from the Hub (:mod:`kvbudget.hub`: its config files and safetensors
+    headers, cached); ``from_hub=True`` reads an id from the Hub even when it is a preset.
+    A local folder's safetensors headers are read too (``ModelSpec.checkpoint``).
 
     Raises:
-        UnknownModelError: no such file and no such preset.
+        UnknownModelError: no such file, preset or Hub repository.
+        HubAccessError: the Hub would not serve the repository (gated, private,
+            rate-limited, unreachable) and no cached copy holds it.
         ConfigError: the file is not valid JSON, or a field is missing or bad.
         UnsupportedArchitectureError: the ``model_type`` is not one kvbudget models.
     """
     text = str(name_or_path)
     if not text.strip():
         raise UnknownModelError(
-            "the model name is empty; pass a preset id (`kvbudget models`) or a config path"
+            "the model name is empty; pass a preset id (`kvbudget models`), a Hugging Face "
+            "id (org/name) or a config path"
         )
+    if not isinstance(from_hub, bool):
+        raise InvalidArgumentError(f"from_hub must be True or False, got {from_hub!r}")
+    if from_hub:
+        return _from_hub(text, from_hub=True)
     explicit = isinstance(name_or_path, Path) or text.startswith(("/", "./", "../", "~"))
     # a preset id wins over a same-named folder of the working directory unless the path
     # is written as one (./name, /abs/name, ~/name)
-    preset_first = None if explicit else _find_preset(text)
+    preset = None if explicit else _find_preset(text)
     path = Path(text).expanduser()
-    if preset_first is None and path.is_dir():
+    if preset is None and path.is_dir():
         path = path / "config.json"
         if not path.is_file():
             raise UnknownModelError(f"directory {text!r} holds no config.json")
-    if preset_first is None and path.is_file():
-        source = str(path)
-        try:
-            raw = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(
-                f"not UTF-8 text (byte {exc.start}); expected a JSON config", source=source
-            ) from None
-        except OSError as exc:
-            raise ConfigError(f"cannot be read: {exc.strerror or exc}", source=source) from None
-        name = path.parent.name if path.name == "config.json" else path.stem
-        cfg = _parse_json(raw, source)
-        quant = path.parent / "hf_quant_config.json"
-        if quant.is_file() and isinstance(cfg, Mapping) and "quantization_config" not in cfg:
-            # ModelOpt checkpoints keep their quantization beside config.json (vLLM reads
-            # it from there too): taken as the config's quantization_config
-            cfg = {**cfg, "quantization_config": _parse_json(quant.read_text("utf-8"), str(quant))}
-        spec = parse_config(cfg, source=source, name=name)
-        # an engine loads the checkpoint from the config's folder: its full path
-        return replace(spec, location=str(path.resolve().parent))
-    preset = _find_preset(text)
+    if preset is None and path.is_file():
+        spec = load_config_file(path, name=None)
+        # an engine loads the checkpoint from the config's folder: its full path (the
+        # folder's, not a symlinked config's target: a Hub snapshot links to its blobs)
+        from kvbudget.checkpoint import local_checkpoint  # a folder's headers: on first use
+
+        folder = path.parent.resolve()
+        checkpoint = local_checkpoint(folder) if path.name == "config.json" else None
+        return with_checkpoint(replace(spec, location=str(folder)), checkpoint)
+    if preset is None and not explicit:
+        from kvbudget import hub  # only a Hub id imports it (and huggingface_hub)
+
+        if hub.is_hub_id(text):
+            return _from_hub(text, from_hub=False)
     if preset is None:
-        close = difflib.get_close_matches(text, list_presets(), n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise UnknownModelError(
-            f"no config file and no built-in preset named {text!r}{hint} "
-            "(`kvbudget models` lists the presets)"
+            f"no config file and no built-in preset named {text!r}{_close_presets(text)} "
+            "(`kvbudget models` lists the presets; a Hugging Face id is org/name)"
         )
     file_name = preset.replace("/", "--", 1) + ".json"
     raw = (_preset_dir() / file_name).read_text(encoding="utf-8")
     source = f"preset {preset}"
     return parse_config(_parse_json(raw, source), source=source, name=preset)
+
+
+def _close_presets(text: str) -> str:
+    """``"; did you mean A, B?"`` for presets close to ``text``, else ``""``."""
+    close = difflib.get_close_matches(text, list_presets(), n=3, cutoff=0.5)
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def _from_hub(text: str, *, from_hub: bool) -> ModelSpec:
+    from kvbudget import hub
+
+    try:
+        return hub.load_hub_model(text)
+    except UnknownModelError as exc:
+        if from_hub or not _close_presets(text):
+            raise
+        raise UnknownModelError(f"{exc}{_close_presets(text)}") from None
+
+
+def with_checkpoint(spec: ModelSpec, checkpoint: Checkpoint | None) -> ModelSpec:
+    """``spec`` with the tensors of its safetensors headers (its notes saying so)."""
+    if checkpoint is None:
+        return spec
+    notes = tuple(n.replace(VISION_UNCOUNTED, VISION_FROM_HEADERS) for n in spec.assumed)
+    return replace(spec, checkpoint=checkpoint, assumed=notes)
+
+
+def load_config_file(path: Path, *, name: str | None) -> ModelSpec:
+    """The spec of a local ``config.json`` (or other config file) at ``path``, with the
+    ``hf_quant_config.json`` beside it; named ``name``, else after its folder."""
+    source = str(path)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"not UTF-8 text (byte {exc.start}); expected a JSON config", source=source
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot be read: {exc.strerror or exc}", source=source) from None
+    if name is None:
+        name = path.parent.name if path.name == "config.json" else path.stem
+    cfg = _parse_json(raw, source)
+    quant = path.parent / "hf_quant_config.json"
+    if quant.is_file() and isinstance(cfg, Mapping) and "quantization_config" not in cfg:
+        # ModelOpt checkpoints keep their quantization beside config.json (vLLM reads
+        # it from there too): taken as the config's quantization_config
+        cfg = {**cfg, "quantization_config": _parse_json(quant.read_text("utf-8"), str(quant))}
+    return parse_config(cfg, source=source, name=name)
 
 
 def _parse_json(raw: str, source: str) -> Mapping[str, Any]:
@@ -197,8 +261,7 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         if arch.text_only_note:
             assumed = (
                 f"{name}: the text model of a vision-language checkpoint; the vision "
-                "tower keeps no KV cache and its weights are not counted (add them with "
-                "--weights-bytes for an exact budget)",
+                f"tower keeps no KV cache and {VISION_UNCOUNTED}",
             )
     elif arch is not None:
         text_cfg = {**arch.text_defaults, **cfg}
@@ -273,8 +336,7 @@ def _wrapped(
     spec = parse_config(text, source=f"{source} (text_config)", name=name)
     note = (
         f"model_type {model_type!r} wraps a {inner['model_type']} text model: planned from "
-        "text_config (the vision tower keeps no KV cache); its vision weights are not "
-        "counted: add them with --weights-bytes for an exact budget"
+        f"text_config (the vision tower keeps no KV cache); {VISION_UNCOUNTED}"
     )
     # the text model's type stays: layers, weights and engines follow it
     return replace(spec, source=source, assumed=(*spec.assumed, note))
@@ -342,6 +404,8 @@ __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "ModelSpec",
     "list_presets",
+    "load_config_file",
     "load_model",
     "parse_config",
+    "with_checkpoint",
 ]

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.layers import AttentionLayer, Layer
+
+if TYPE_CHECKING:
+    from kvbudget.checkpoint import Checkpoint
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,7 +25,10 @@ class ModelSpec:
     (``mamba_ssm_cache_dtype``; float32 for Nemotron-H), else None. ``config`` is the raw
     (text) config with architecture defaults applied, ``raw_config`` the whole file as
     read (e.g. Gemma-3's ``vision_config``); both read-only, for consumers that need more
-    fields (weights).
+    fields (weights). ``revision`` is the commit a Hugging Face Hub id resolved to (None
+    for a preset or a local folder); ``checkpoint`` the tensors its safetensors headers
+    list (None when none were read: presets, folders without safetensors files), from
+    which :func:`kvbudget.weights_bytes` takes the weight bytes.
     """
 
     name: str
@@ -40,7 +46,9 @@ class ModelSpec:
     is_eagle_head: bool = False  # an EAGLE-1/EAGLE-2 draft head
     ssm_state_dtype: str | None = None
     location: str | None = None  # absolute folder of a local config; None for a preset
-    assumed: tuple[str, ...] = ()  # what was assumed to read an unknown model_type
+    assumed: tuple[str, ...] = ()  # notes on how it was read (an unknown model_type, ...)
+    revision: str | None = None  # the Hub commit sha of a Hub model
+    checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)
     config: Mapping[str, Any] = field(
         default_factory=lambda: MappingProxyType({}), compare=False, repr=False
     )

@@ -322,6 +322,11 @@ class Plan:
     dp: int = 1  # data-parallel groups (each its own sequences)
     dp_attention: bool = False  # the dp groups split the tp ranks' attention
     ep: int = 1  # expert-parallel size
+    target_revision: str | None = None  # the Hub commit the target resolved to
+    draft_revision: str | None = None  # the Hub commit the draft resolved to
+    # where each role's weights figure comes from: "safetensors headers", "inventory"
+    # (counted from the config) or "given (--weights-bytes)"
+    weights_source: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def capacity(self) -> Capacity:
@@ -357,7 +362,10 @@ class Plan:
 
         Schema 2 added the top-level ``"engine"`` object; schema 3 made it the whole
         engine plan (:meth:`EnginePlan.to_dict`: pools, capacity, settings, log,
-        warnings, refusals, detail), and ``"capacity"`` is the engine's.
+        warnings, refusals, detail), and ``"capacity"`` is the engine's. Schema 3 also
+        carries ``"target_revision"``/``"draft_revision"`` (the Hub commit sha a Hub id
+        resolved to, else null) and ``"weights_source"`` (role -> where its weights
+        figure comes from), added later as new keys.
         """
         b = self.budget
         return {
@@ -366,6 +374,9 @@ class Plan:
             "draft": self.draft,
             "target_path": self.target_path,
             "draft_path": self.draft_path,
+            "target_revision": self.target_revision,
+            "draft_revision": self.draft_revision,
+            "weights_source": dict(self.weights_source),
             "spec": self.spec,
             "spec_reason": self.spec_reason,
             "tp": self.tp,

@@ -49,6 +49,7 @@ from kvbudget.spec_modes import SPEC_MODE_TABLE, SPEC_MODES
 from kvbudget.split import BudgetSplit, Tier, split_budget
 from kvbudget.units import count_of, format_bytes
 from kvbudget.weights import weights_bytes as rank_weights
+from kvbudget.weights.check import headers_notes
 
 P = ParamSpec("P")
 
@@ -127,7 +128,24 @@ def _assemble(d: Deployment, ledger: Ledger, engine: EnginePlan) -> Plan:
         warnings=ledger.warnings + engine.warnings,
         vocab_size=target.vocab_size,
         spec_reason=d.spec_reason,
+        target_revision=target.revision,
+        draft_revision=draft.revision if draft else None,
+        weights_source=_weights_source(d),
     )
+
+
+def _weights_source(d: Deployment) -> dict[str, str]:
+    """Where each model's weights figure comes from, by role."""
+    models = {"target": d.target, "draft": d.draft}
+    return {
+        role: "given (--weights-bytes)"
+        if d.weights_override is not None
+        else model.checkpoint.source
+        if model.checkpoint is not None
+        else "inventory"
+        for role, model in models.items()
+        if model is not None
+    }
 
 
 def _stage_non_kv(d: Deployment, stage: int, *, with_draft: bool = True) -> NonKvMemory:
@@ -247,6 +265,9 @@ def _ledger_warnings(
     """What the ledger tells the deployer: the deployment's notes first."""
     warnings = list(d.notes)
     layout, last = d.parallel, d.parallel.pp - 1
+    if d.weights_override is None:
+        warnings += headers_notes(d.target, include_mtp=d.spec.draft == "mtp")
+        warnings += headers_notes(d.draft) if d.draft is not None else []
     if layout.ep > 1 and not _has_routed_experts(d.target):
         warnings.append(f"--ep {layout.ep} changes nothing: {d.target.name} has no routed experts")
     if binding != last:

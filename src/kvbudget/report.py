@@ -24,6 +24,8 @@ def render_plan(plan: Plan) -> Group:
         title.append(f"  (PP stage {plan.pp_stage} shown)")
     if plan.spec_reason:
         title.append(f"\n  {plan.spec_reason}", style="dim")
+    if (provenance := _provenance(plan)) is not None:
+        title.append(f"\n  {provenance}", style="dim")
     budget = Table(title="Budget per rank", show_header=False, title_justify="left")
     budget.add_column("item")
     budget.add_column("value", justify="right")
@@ -147,6 +149,22 @@ def _layout(plan: Plan) -> str:
     if plan.ep > 1:
         parts.append(f"ep={plan.ep}")
     return " ".join(parts)
+
+
+def _provenance(plan: Plan) -> str | None:
+    """The Hub commits and where the weights figures come from, in one line; None for
+    models whose weights are counted from their configs (presets)."""
+    if not (plan.target_revision or plan.draft_revision) and all(
+        src == "inventory" for src in plan.weights_source.values()
+    ):
+        return None
+    revisions = [
+        f"{role} revision {rev}"
+        for role, rev in (("target", plan.target_revision), ("draft", plan.draft_revision))
+        if rev
+    ]
+    sources = ", ".join(f"{role}: {src}" for role, src in plan.weights_source.items())
+    return "  ".join([*revisions, f"weights from {sources}"])
 
 
 def _draft(plan: Plan) -> str:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
+from fractions import Fraction
+from typing import Literal
 
 from kvbudget._validate import require_int, require_model
 from kvbudget.architectures import model_inventory, ties_embeddings
 from kvbudget.cost import pp_stage_layers
 from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.inventory import Place
+from kvbudget.inventory import Place, Weight
 from kvbudget.model_spec import ModelSpec
+from kvbudget.weights.headers import match, share, unmatched_place
 from kvbudget.weights.quantization import Quant, quantization
 
 FIXED_BYTES = {"fp32": 4, "int64": 8}
@@ -24,7 +29,10 @@ class WeightsBytes:
     EAGLE3 head's int64 ``draft_id_to_target_id`` map). ``total_bytes`` is their sum.
     ``weights_dtype`` is the storage of every tensor the checkpoint does not quantize;
     ``quantization`` names the checkpoint format (``"none"``, ``"fp8"``,
-    ``"fp8-block128x128"``, ``"mxfp4"``, ``"nvfp4"``).
+    ``"fp8-block128x128"``, ``"mxfp4"``, ``"nvfp4"``). ``source`` says where the bytes
+    come from: ``"safetensors headers"`` (each stored tensor's own bytes, placed by its
+    inventory tensor: :mod:`kvbudget.weights.headers`) or ``"inventory"`` (computed from
+    the config); ``other_bytes`` holds stored tensors the inventory does not name.
     """
 
     tp: int
@@ -45,6 +53,8 @@ class WeightsBytes:
     eagle3_fc_bytes: int = 0
     mtp_bytes: int = 0
     vision_bytes: int = 0
+    other_bytes: int = 0
+    source: str = "inventory"
 
     @property
     def total_bytes(self) -> int:
@@ -53,6 +63,7 @@ class WeightsBytes:
 
 
 _WEIGHTS_DTYPES = ("auto", "fp32", "bf16", "fp16")
+WeightsSource = Literal["auto", "inventory"]
 
 
 def _resolve_weights_dtype(model: ModelSpec, weights_dtype: str, quant: Quant) -> str:
@@ -99,6 +110,25 @@ def _stage_of(
     raise AssertionError(f"layer {place} is on no stage")  # pragma: no cover
 
 
+def _checked_layout(
+    model: ModelSpec, *, tp: int, pp: int, pp_stage: int | None, ep: int, attention_tp: int | None
+) -> int:
+    """The attention TP size, once ``tp``, ``pp``, ``pp_stage``, ``ep`` are checked."""
+    require_int("tp", tp, minimum=1)
+    require_int("pp", pp, minimum=1)
+    require_int("ep", ep, minimum=1)
+    attn_tp = tp if attention_tp is None else require_int("attention_tp", attention_tp, minimum=1)
+    if pp_stage is not None:
+        require_int("pp_stage", pp_stage)
+        if pp_stage >= pp:
+            raise InvalidArgumentError(f"pp_stage={pp_stage} must be < pp={pp}")
+    if pp > model.num_layers and not model.is_head:
+        raise InvalidArgumentError(
+            f"pp={pp} is more pipeline stages than {model.name} has layers ({model.num_layers})"
+        )
+    return attn_tp
+
+
 def weights_bytes(
     model: ModelSpec,
     *,
@@ -109,6 +139,7 @@ def weights_bytes(
     weights_dtype: str = "auto",
     ep: int = 1,
     attention_tp: int | None = None,
+    source: WeightsSource = "auto",
 ) -> WeightsBytes:
     """Bytes of weights held by one rank, as engines shard them. Pure.
 
@@ -125,6 +156,10 @@ def weights_bytes(
         ep: expert-parallel size: routed experts whole, ``ceil(experts / ep)`` per rank.
         attention_tp: the tensor-parallel size of attention (``tp / dp`` under
             data-parallel attention); default ``tp``.
+        source: ``"auto"``: the checkpoint's safetensors headers when ``model`` carries
+            them (``model.checkpoint``, read for Hub models and local folders) and
+            ``weights_dtype`` is ``auto``, else the inventory; ``"inventory"``: always
+            computed from the config.
 
     Returns:
         A :class:`WeightsBytes`; the caller owns it. ``total_bytes`` is the figure to
@@ -138,47 +173,38 @@ def weights_bytes(
             quantization format this module does not model.
     """
     require_model("model", model)
-    require_int("tp", tp, minimum=1)
-    require_int("pp", pp, minimum=1)
-    require_int("ep", ep, minimum=1)
-    attn_tp = tp if attention_tp is None else require_int("attention_tp", attention_tp, minimum=1)
+    attn_tp = _checked_layout(
+        model, tp=tp, pp=pp, pp_stage=pp_stage, ep=ep, attention_tp=attention_tp
+    )
     if not isinstance(include_mtp, bool):
         raise InvalidArgumentError(f"include_mtp must be true or false, got {include_mtp!r}")
-    if pp_stage is not None:
-        require_int("pp_stage", pp_stage)
-        if pp_stage >= pp:
-            raise InvalidArgumentError(f"pp_stage={pp_stage} must be < pp={pp}")
-    if pp > model.num_layers and not model.is_head:
-        raise InvalidArgumentError(
-            f"pp={pp} is more pipeline stages than {model.name} has layers ({model.num_layers})"
-        )
+    if source not in ("auto", "inventory"):
+        raise InvalidArgumentError(f"source must be 'auto' or 'inventory', got {source!r}")
     inventory = model_inventory(model)
     quant = quantization(model)
     dtype_name = _resolve_weights_dtype(model, weights_dtype, quant)
-    plain_bytes = parse_dtype(dtype_name).bits // 8
+    checkpoint = model.checkpoint
+    from_headers = (
+        checkpoint is not None and source == "auto" and weights_dtype.strip().lower() == "auto"
+    )
+    items = (
+        _header_items(model, inventory, tp=tp, attention_tp=attn_tp, ep=ep)
+        if from_headers
+        else _inventory_items(inventory, quant, dtype_name, tp=tp, attention_tp=attn_tp, ep=ep)
+    )
     stages = pp_stage_layers(model.num_layers, pp)
     tied_copy = pp > 1 and not model.is_head and ties_embeddings(model)
 
-    per_stage: list[dict[str, int]] = [{} for _ in range(pp)]
-    for w in inventory:
-        stage = _stage_of(model, w.place, stages, pp, include_mtp)
+    per_stage: list[dict[str, Fraction | int]] = [{} for _ in range(pp)]
+    for place, component, nbytes in items:
+        stage = _stage_of(model, place, stages, pp, include_mtp)
         if stage is None:
             continue
-        copies = w.copies
-        if w.expert and ep > 1:  # whole experts, spread over the EP ranks
-            rows, cols = w.rank_shape(1)
-            copies = -(-copies // ep)
-        else:
-            rows, cols = w.rank_shape(attn_tp if w.component == "attention" else tp)
-        if quant.converts(w):
-            one = quant.bytes_for(rows, cols)
-        else:
-            one = rows * cols * (FIXED_BYTES[w.fixed] if w.fixed else plain_bytes)
-        key = f"{w.component}_bytes"
-        per_stage[stage][key] = per_stage[stage].get(key, 0) + copies * one
-        if tied_copy and w.component == "embeddings":
+        key = f"{component}_bytes"
+        per_stage[stage][key] = per_stage[stage].get(key, 0) + nbytes
+        if tied_copy and component == "embeddings":
             last = per_stage[pp - 1]
-            last["lm_head_bytes"] = last.get("lm_head_bytes", 0) + w.copies * one
+            last["lm_head_bytes"] = last.get("lm_head_bytes", 0) + nbytes
 
     def result(stage: int) -> WeightsBytes:
         return WeightsBytes(
@@ -188,12 +214,58 @@ def weights_bytes(
             include_mtp=include_mtp,
             weights_dtype=dtype_name,
             quantization=quant.label,
-            **per_stage[stage],
+            source=checkpoint.source if from_headers and checkpoint else "inventory",
+            **{key: math.ceil(value) for key, value in per_stage[stage].items()},
         )
 
     if pp_stage is not None:
         return result(pp_stage)
     return max((result(s) for s in range(pp)), key=lambda r: (r.total_bytes, -r.pp_stage))
+
+
+# where a tensor lives, its component, its bytes on one rank (a fraction of a stored
+# tensor's bytes for a sharded one: rounded up per component at the end)
+_Item = tuple[Place, str, Fraction | int]
+
+
+def _inventory_items(
+    inventory: tuple[Weight, ...],
+    quant: Quant,
+    dtype_name: str,
+    *,
+    tp: int,
+    attention_tp: int,
+    ep: int,
+) -> Iterator[_Item]:
+    """Each inventory tensor's bytes on one rank, in its storage format."""
+    plain_bytes = parse_dtype(dtype_name).bits // 8
+    for w in inventory:
+        copies = w.copies
+        if w.expert and ep > 1:  # whole experts, spread over the EP ranks
+            rows, cols = w.rank_shape(1)
+            copies = -(-copies // ep)
+        else:
+            rows, cols = w.rank_shape(attention_tp if w.component == "attention" else tp)
+        if quant.converts(w):
+            one = quant.bytes_for(rows, cols)
+        else:
+            one = rows * cols * (FIXED_BYTES[w.fixed] if w.fixed else plain_bytes)
+        yield w.place, w.component, copies * one
+
+
+def _header_items(
+    model: ModelSpec, inventory: tuple[Weight, ...], *, tp: int, attention_tp: int, ep: int
+) -> Iterator[_Item]:
+    """Each stored tensor's header bytes times the share of its inventory tensor one rank
+    holds (:mod:`kvbudget.weights.headers`); an unmatched tensor whole, as ``other``."""
+    assert model.checkpoint is not None
+    tensors = model.checkpoint.tensors
+    for t, w in zip(tensors, match([t.name for t in tensors], inventory), strict=True):
+        if w is None:
+            yield unmatched_place(t.name, model.num_layers), "other", t.nbytes
+        else:
+            part = share(w, tp=tp, attention_tp=attention_tp, ep=ep)
+            yield w.place, w.component, t.nbytes * part
 
 
 __all__ = ["WeightsBytes", "weights_bytes"]
