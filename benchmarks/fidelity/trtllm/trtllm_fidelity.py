@@ -546,6 +546,7 @@ def _manager_figures(mgr: Any, cfg: Any, prefix: str, inputs: EngineInputs) -> d
         label = _window_label(window, inputs.net_max_seq_len)
         labels.append(label)
         key = f"{prefix}.w{label}"
+        out[f"{key}.window"] = window
         out[f"{key}.bytes_per_token"] = per_token
         out[f"{key}.primary_blocks"] = primary
         out[f"{key}.secondary_blocks"] = secondary
@@ -582,7 +583,13 @@ def kvbudget_figures(plan: Any) -> dict[str, Any]:
             )
             labels = []
             for w in m["windows"]:
-                label = "full" if w["window"] is None else str(w["window"])
+                # TensorRT-LLM's window size for the pool where kvbudget reports it
+                size = w.get("attention_window")
+                if size is None:
+                    label = "full" if w["window"] is None else str(w["window"])
+                else:
+                    label = _window_label(size, plan.engine.settings["max_seq_len"])
+                    out[f"{prefix}.w{label}.window"] = size
                 labels.append(label)
                 key = f"{prefix}.w{label}"
                 per_token, tpb = w["bytes_per_token"], plan.capacity.tokens_per_block
@@ -670,7 +677,7 @@ def _print_case(
 ) -> tuple[int, int]:
     rows = result.get("rows", [])
     bad = [r for r in rows if not r[3]]
-    if not diff_only or bad or "error" in result:
+    if not diff_only or bad or "error" in result or "skipped" in result:
         status = result.get("skipped") or result.get("error") or ("DIFF" if bad else "OK")
         print(f"== {result['id']}: {status}")
     for quantity, a, b, same in rows:

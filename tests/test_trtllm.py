@@ -1,0 +1,97 @@
+"""TensorRT-LLM's V1 managers per PP stage: exact values, each TensorRT-LLM's own.
+
+Every expected value below is what TensorRT-LLM's sizing code gives for the plan's
+emitted settings, as ``benchmarks/fidelity/trtllm/trtllm_fidelity.py`` runs it (the code
+transcribed in ``shared/trtllm-src``; files and commits in its SOURCES.md:
+``tensorrt_llm/_torch/pyexecutor/_util.py`` @ 38198e34, ``resource_manager.py`` @
+1fe0b08f, ``llmapi/llm_args.py`` @ 00043967). The arithmetic is beside each value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import kvbudget
+from kvbudget import InvalidArgumentError
+from kvbudget.engines import trtllm as trt
+from kvbudget.plan_types import Plan
+
+GIB = 1024**3
+
+
+def plan(target: str, **kwargs: Any) -> Plan:
+    args: dict[str, Any] = {"spec": "none", "engine": "trtllm", "max_seq_len": 32768}
+    args.update(kwargs)
+    return kvbudget.plan(target, **args)
+
+
+def stage(p: Plan, index: int) -> dict[str, dict[str, Any]]:
+    """The managers of PP stage ``index`` in the plan's detail, by role."""
+    (entry,) = [s for s in p.engine.detail["stages"] if s["pp_stage"] == index]
+    return {m["role"]: m for m in entry["managers"]}
+
+
+def window(manager: dict[str, Any], size: int | None) -> dict[str, Any]:
+    (w,) = [w for w in manager["windows"] if w["window"] == size]
+    return w
+
+
+def test_pp_layers_split_like_tensor_split() -> None:
+    # Mapping.pp_layers: torch.tensor_split(arange(n), pp) gives the first n % pp stages
+    # one more layer: 61 over 4 -> 16, 15, 15, 15 (vLLM's split would be 15, 15, 16, 15)
+    assert [len(trt.pp_layers(61, 4, s)) for s in range(4)] == [16, 15, 15, 15]
+    assert [trt.pp_layers(80, 3, s) for s in range(3)] == [range(0, 27), range(27, 54),
+                                                           range(54, 80)]  # fmt: skip
+    assert list(trt.pp_layers(1, 2, 1)) == []
+
+
+def test_sliding_windows_under_pp_hold_the_smallest_stage_count() -> None:
+    p = plan("google/gemma-2-9b-it", tp=4, pp=2, kv_budget="8GiB", max_seq_len=8192)
+    s = p.engine.settings
+    # 42 layers, sliding on even ones; 2 KV heads x 256 x 2 x 2 B = 2,048 B per layer and
+    # rank. Stage 0 (layers 0-20): 11 sliding (22,528 B/token) + 10 full (20,480);
+    # stage 1 (21-41): 10 sliding + 11 full. max_tokens = 8 GiB // 43,008 -> 199,712
+    assert s["kv_cache_config.max_tokens"] == 199_712
+    p_bytes = 43_008 * 199_712  # min(price x max_tokens, max_gpu_total_bytes)
+    assert s["kv_cache_config.max_gpu_total_bytes"] == p_bytes == 8_589_213_696
+    assert s["env.TRTLLM_WINDOW_SIZE_SHARES"] == "0.305140,0.694860"
+    # calculate_max_num_blocks_for_vswa per stage, int(P x share / bytes // 32):
+    # window 4096: stage 0 int(8,589,213,696 x 0.30514 / 22,528 // 32) = 3,635, stage 1
+    # 3,999; full: stage 0 9,106, stage 1 8,279; allreduce(MIN) leaves 3,635 and 8,279
+    for index in (0, 1):
+        target = stage(p, index)["target"]
+        assert window(target, 4096)["primary_blocks"] == 3_635
+        assert window(target, None)["primary_blocks"] == 8_279
+    assert window(stage(p, 0)["target"], 4096)["bytes_per_token"] == 22_528
+    assert window(stage(p, 1)["target"], 4096)["bytes_per_token"] == 20_480
+    # the full window is TensorRT-LLM's max_seq_len: 8,192 + 1 (overlap scheduler)
+    assert window(stage(p, 1)["target"], None)["attention_window"] == 8_193
+
+
+def test_a_window_longer_than_its_pool_is_cut_to_it() -> None:
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="2GiB")
+    # 2 GiB // 131,072 B/token = 16,384 tokens = 512 blocks < the 32,769-token window:
+    # _validate_and_adjust_attention_windows cuts it (and max_seq_len) to 16,384
+    (target,) = p.engine.detail["managers"]
+    assert window(target, None)["primary_blocks"] == 512
+    assert window(target, None)["attention_window"] == 16_384
+    assert "[KVCacheManager] blocks_per_window: {16384: (512, 0)}  (target)" in p.engine.log
+    assert any("cuts the target manager's full-length attention window to 16384" in w
+               for w in p.warnings)  # fmt: skip
+
+
+def test_a_checkpoint_that_quantizes_its_kv_cache_runs_it_so() -> None:
+    # Qwen3-32B-NVFP4: kv_cache_quant_algo FP8; "auto" keeps it and another dtype only
+    # warns (TorchLlmArgs.sync_quant_config_with_kv_cache_config_dtype)
+    with pytest.raises(InvalidArgumentError, match="plan with --kv-dtype fp8"):
+        plan("nvidia/Qwen3-32B-NVFP4", kv_dtype="bf16", kv_budget="8GiB")
+    p = plan("nvidia/Qwen3-32B-NVFP4", kv_budget="8GiB")
+    # 64 layers x 8 KV heads x 128 x 2 x 1 B = 131,072 B/token
+    assert p.engine.detail["managers"][0]["bytes_per_token"] == 131_072
+
+
+def test_attention_dp_makes_every_rank_its_own_attention_group() -> None:
+    with pytest.raises(InvalidArgumentError, match="use --dp 8"):
+        plan("openai/gpt-oss-120b", tp=8, dp=2, dp_attention=True, kv_budget="8GiB")
