@@ -95,3 +95,51 @@ def test_a_checkpoint_that_quantizes_its_kv_cache_runs_it_so() -> None:
 def test_attention_dp_makes_every_rank_its_own_attention_group() -> None:
     with pytest.raises(InvalidArgumentError, match="use --dp 8"):
         plan("openai/gpt-oss-120b", tp=8, dp=2, dp_attention=True, kv_budget="8GiB")
+
+
+# ---------------------------------------------------------------- issue #18, cause 1
+
+
+def test_mla_on_hopper_uses_flashmlas_64_token_blocks() -> None:
+    # create_py_executor (py_executor_creator.py @ 000429d5): "Change tokens_per_block to:
+    # 64 for using FlashMLA" where ModelConfig.enable_flash_mla: TRTLLM backend, a
+    # kv_lora_rank + qk_rope_head_dim = 512 + 64 = 576 latent, SM 9.0 (the H200 default)
+    p = plan("deepseek-ai/DeepSeek-V3", spec="mtp", tp=8, kv_budget=52_714_052_640,
+             max_seq_len=163_840)  # fmt: skip
+    assert p.capacity.tokens_per_block == 64
+    assert p.engine.settings["kv_cache_config.tokens_per_block"] == 64
+    # 52,714,052,640 // (70,272 + 1,152) = 738,044 -> 737,984 in blocks of 64: 11,531
+    # blocks per manager (23,063 in blocks of 32 before); one sequence holds
+    # 163,840 + 3 + 2 tokens = 2,561 blocks of 64 (5,121 of 32)
+    assert p.engine.settings["kv_cache_config.max_tokens"] == 737_984
+    target, draft = p.engine.detail["managers"]
+    assert window(target, None)["primary_blocks"] == window(draft, None)["primary_blocks"]
+    assert window(target, None)["primary_blocks"] == 11_531
+    assert p.engine.detail["blocks_per_sequence"] == 2_561
+    assert p.engine.log[0] == "Change tokens_per_block to: 64 for using FlashMLA"
+    assert any("FlashMLA on SM 9.0" in n for n in p.engine.notes)
+
+
+def test_flashmla_needs_sm90_and_the_576_wide_latent() -> None:
+    # B200 is SM 10.0 (enable_flash_mla asks for (9, 0)): the given 32 stays,
+    # 738,044 -> 738,016 tokens = 23,063 blocks
+    b200 = plan("deepseek-ai/DeepSeek-V3", spec="mtp", tp=8, kv_budget=52_714_052_640,
+                max_seq_len=163_840, gpu="B200")  # fmt: skip
+    assert b200.capacity.tokens_per_block == 32
+    assert window(b200.engine.detail["managers"][0], None)["primary_blocks"] == 23_063
+    # GLM-4.5 is not MLA: its block stays the given one on an H200
+    assert plan("zai-org/GLM-4.5", kv_budget="8GiB").capacity.tokens_per_block == 32
+
+
+def test_every_nvidia_preset_has_a_compute_capability() -> None:
+    from kvbudget.deployment import resolve_deployment
+    from kvbudget.gpus import get_gpu, list_gpus
+
+    for name in list_gpus():
+        gpu = get_gpu(name)
+        d = resolve_deployment(gpu=name, kv_budget="8GiB", engine="trtllm", spec="none")
+        assert (trt.sm_version(d) is None) == gpu.name.startswith("AMD"), gpu.name
+    d = resolve_deployment(gpu="GH200", kv_budget="8GiB", engine="trtllm", spec="none")
+    assert trt.sm_version(d) == (9, 0)  # GH200, not H200's prefix
+    d = resolve_deployment(gpu="A100-80GB", kv_budget="8GiB", engine="trtllm", spec="none")
+    assert trt.sm_version(d) == (8, 0)  # A100, not A10

@@ -10,6 +10,11 @@ Facts from ``NVIDIA/TensorRT-LLM``: ``tensorrt_llm/_torch/pyexecutor/_util.py`` 
 
 * **Manager version** (``KvCacheConfig.use_kv_cache_manager_v2``): the plan sets it
   false: the V1 ``KVCacheManager``, which this model covers (hybrid Mamba models need V2).
+* **Block size** (``create_py_executor``; ``ModelConfig.enable_flash_mla``): an MLA model
+  whose latent is 576 values wide (``kv_lora_rank + qk_rope_head_dim``: DeepSeek-V3,
+  Kimi-K2) runs FlashMLA on an SM 9.0 GPU under the TRTLLM attention backend (the
+  default), and ``tokens_per_block`` becomes 64 whatever the config says ("Change
+  tokens_per_block to: 64 for using FlashMLA").
 * **Managers** (``KvCacheCreator._should_create_separate_draft_kv_cache``,
   ``get_pp_layers``): one-engine EAGLE3, MTP and draft-target each get a separate draft
   manager (MTP: its layers). The target's layers are split over PP stages by
@@ -62,7 +67,7 @@ from kvbudget.engines.common import (
 )
 from kvbudget.engines.facts import ENGINES
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
-from kvbudget.layers import AttentionLayer, Layer
+from kvbudget.layers import AttentionLayer, Layer, MLALayer
 from kvbudget.plan_types import Capacity, EnginePlan, EngineSource, Plan, PoolPlan, PoolRole
 from kvbudget.units import count_of
 from kvbudget.weights.quantization import checkpoint_kv_dtype
@@ -73,12 +78,48 @@ if TYPE_CHECKING:
 
 VERSION = "main@00043967"
 FULL = 0  # window key of full-attention layers
+FLASH_MLA_BLOCK = 64  # py_executor_creator.py: tokens_per_block = 64 for FlashMLA
+FLASH_MLA_WIDTH = 576  # model_config.py enable_flash_mla: kv_lora_rank + qk_rope_head_dim
 ONE_ENGINE = ("eagle3", "mtp", "draft-target")  # SpeculativeDecodingMode.use_one_engine
 
 
+# Compute capability (major, minor) of the GPU presets (data/gpus.csv has no such column):
+# NVIDIA's CUDA GPU list, https://developer.nvidia.com/cuda-gpus. FlashMLA needs (9, 0).
+_SM_BY_NAME: tuple[tuple[str, tuple[int, int]], ...] = (
+    ("H100", (9, 0)), ("H200", (9, 0)), ("GH200", (9, 0)), ("H20", (9, 0)),
+    ("B200", (10, 0)), ("GB200", (10, 0)), ("B300", (10, 3)), ("GB300", (10, 3)),
+    ("A100", (8, 0)), ("A10", (8, 6)), ("A10G", (8, 6)), ("A40", (8, 6)), ("RTX A6000", (8, 6)),
+    ("RTX 3060", (8, 6)), ("RTX 3090", (8, 6)), ("L40S", (8, 9)), ("L4", (8, 9)),
+    ("L20", (8, 9)), ("RTX 4090", (8, 9)), ("RTX 6000 Ada", (8, 9)), ("RTX 5090", (12, 0)),
+    ("RTX 5060", (12, 0)), ("RTX PRO 6000", (12, 0)), ("GB10", (12, 1)),
+)  # fmt: skip
+DEFAULT_SM = (9, 0)  # the default GPU preset, H200
+
+
+def sm_version(d: Deployment) -> tuple[int, int] | None:
+    """The GPU's compute capability, or None when the GPU is not a known NVIDIA part
+    (``--gpu-memory`` alone, or an AMD preset)."""
+    name = d.gpu_rule.gpu_name or ""
+    words = name.removeprefix("NVIDIA ").removeprefix("GeForce ")
+    # the longest matching name wins (GH200 before H200, A100 before A10)
+    matches = [(len(k), sm) for k, sm in _SM_BY_NAME if words.startswith(k + " ") or words == k]
+    return max(matches)[1] if matches else None
+
+
+def flash_mla(d: Deployment) -> bool:
+    """True when TensorRT-LLM runs the target's MLA with FlashMLA: a 576-wide latent on
+    SM 9.0 (an unknown GPU is taken as the default H200's SM 9.0)."""
+    if (sm_version(d) or DEFAULT_SM) != (9, 0):
+        return False
+    return any(
+        isinstance(x, MLALayer) and x.kv_lora_rank + x.qk_rope_head_dim == FLASH_MLA_WIDTH
+        for x in d.target.layers
+    )
+
+
 def block_tokens(d: Deployment) -> int:
-    """Tokens per block every manager uses."""
-    return d.tokens_per_block
+    """Tokens per block every manager uses: 64 under FlashMLA, else the setting."""
+    return FLASH_MLA_BLOCK if flash_mla(d) else d.tokens_per_block
 
 
 def engine_max_seq_len(d: Deployment) -> int:
@@ -487,6 +528,7 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
             "manager_class": "KVCacheManager",
             "max_tokens": pools.max_tokens,
             "tokens_per_block": block_tokens(d),
+            "flash_mla": flash_mla(d),
             "engine_max_seq_len": engine_max_seq_len(d),
             "managers": [_manager_detail(p, pools) for p in pools.last],
             "stages": [
@@ -652,6 +694,8 @@ def _log(d: Deployment, pools: TrtllmPools) -> tuple[str, ...]:
     """TensorRT-LLM's start-up lines about the reported stage's managers."""
     tpb = block_tokens(d)
     log = [f"Number of tokens per block: {tpb}."]
+    if flash_mla(d):
+        log.insert(0, f"Change tokens_per_block to: {tpb} for using FlashMLA")
     for p in pools.last:
         m = p.manager
         per_window = {p.keys[w]: p.blocks[w] for w in _ordered(m)}
@@ -694,6 +738,7 @@ def _notes(d: Deployment, pools: TrtllmPools, shares_text: str | None) -> list[s
         "# V1 manager (use_kv_cache_manager_v2 false): max_tokens sizes every manager "
         "alike, each at its own bytes per token",
     ]
+    notes += _block_notes(d)
     if len(mgrs) > 1:
         notes.append(
             "# the draft has its own manager with the same max_tokens; host_cache_size is one "
@@ -711,6 +756,18 @@ def _notes(d: Deployment, pools: TrtllmPools, shares_text: str | None) -> list[s
                 "draft bytes per token at full length): the draft binds capacity"
             )
     return notes
+
+
+def _block_notes(d: Deployment) -> list[str]:
+    """Why the block size is what it is."""
+    if not flash_mla(d):
+        return []
+    gpu = "an unknown GPU, taken as SM 9.0 (H200)" if sm_version(d) is None else "SM 9.0"
+    return [
+        f"# tokens_per_block {FLASH_MLA_BLOCK}: TensorRT-LLM runs this {FLASH_MLA_WIDTH}-wide "
+        f"MLA latent with FlashMLA on {gpu} and sets 64 whatever is given "
+        f"(--tokens-per-block {d.tokens_per_block} is not used)"
+    ]
 
 
 def render(plan: Plan) -> str:
