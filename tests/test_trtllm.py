@@ -143,3 +143,42 @@ def test_every_nvidia_preset_has_a_compute_capability() -> None:
     assert trt.sm_version(d) == (9, 0)  # GH200, not H200's prefix
     d = resolve_deployment(gpu="A100-80GB", kv_budget="8GiB", engine="trtllm", spec="none")
     assert trt.sm_version(d) == (8, 0)  # A100, not A10
+
+
+# ---------------------------------------------------------------- issue #18, cause 2
+
+
+def test_attention_dp_puts_the_mtp_layer_in_the_target_manager() -> None:
+    # KvCacheCreator._should_create_separate_draft_kv_cache (_util.py @ 38198e34): "Attention
+    # DP is enabled, separate draft KV cache is not supported"; get_pp_layers
+    # (resource_manager.py @ 1fe0b08f) then appends the spec layer to the target's
+    p = plan("deepseek-ai/DeepSeek-V3", spec="mtp", tp=8, dp=8, dp_attention=True, ep=8,
+             kv_budget="40GiB")  # fmt: skip
+    (target,) = p.engine.detail["managers"]
+    # 61 + 1 MLA layers x 1,152 B = 71,424 B/token (70,272 + a 1,152 B/token draft before)
+    assert (target["role"], target["num_layers"]) == ("target", 62)
+    assert target["bytes_per_token"] == 71_424
+    # the creator prices only num_hidden_layers (get_cache_size_per_token): 61 x 1,152
+    assert target["price_bytes_per_token"] == 70_272
+    # 40 GiB // 71,424 = 601,342 -> 601,280 in blocks of 64 (FlashMLA): 9,395 blocks
+    assert window(target, None)["primary_blocks"] == 9_395
+    assert any("no separate draft manager" in n for n in p.engine.notes)
+
+
+def test_attention_dp_gives_a_joined_eagle3_layer_the_patterns_window() -> None:
+    # the head is layer 36 of the target manager; max_attention_window [128, 33792] repeats
+    # cyclically (_get_window_size_to_layers): 36 % 2 = 0 -> the 128-token window
+    p = plan("openai/gpt-oss-120b", spec="eagle3", tp=8, dp=8, dp_attention=True, ep=8,
+             kv_budget="8GiB")  # fmt: skip
+    (target,) = p.engine.detail["managers"]
+    assert target["num_layers"] == 37
+    # 19 sliding layers x 2,048 B (8 KV heads x 64 x 2 x 2 B, attention DP: 1 rank) and
+    # 18 full ones
+    assert window(target, 128)["bytes_per_token"] == 38_912
+    assert window(target, None)["bytes_per_token"] == 36_864
+
+
+def test_attention_dp_with_a_draft_model_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="draft-target with --dp-attention"):
+        plan("meta-llama/Llama-3.1-8B-Instruct", draft="meta-llama/Llama-3.2-1B-Instruct",
+             spec="draft-target", tp=8, dp=8, dp_attention=True, kv_budget="8GiB")  # fmt: skip

@@ -17,12 +17,15 @@ Facts from ``NVIDIA/TensorRT-LLM``: ``tensorrt_llm/_torch/pyexecutor/_util.py`` 
   tokens_per_block to: 64 for using FlashMLA").
 * **Managers** (``KvCacheCreator._should_create_separate_draft_kv_cache``,
   ``get_pp_layers``): one-engine EAGLE3, MTP and draft-target each get a separate draft
-  manager (MTP: its layers). The target's layers are split over PP stages by
-  ``mapping.pp_layers`` (``torch.tensor_split``: the first ``layers % pp`` stages hold one
-  more); the draft lives on the last stage.
+  manager (MTP: its layers), except under attention DP ("separate draft KV cache is not
+  supported"): then EAGLE3/MTP layers join the target manager as its last layers, each
+  with the window the ``max_attention_window`` pattern gives its layer index. The
+  target's layers are split over PP stages by ``mapping.pp_layers``
+  (``torch.tensor_split``: the first ``layers % pp`` stages hold one more); the draft
+  lives on the last stage.
 * **Price** (``get_cache_size_per_token``): the creator prices a manager at its stage's
   ``num_hidden_layers`` share x ``2 x head_dim x kv_heads // tp`` values per layer (the
-  latent for MLA).
+  latent for MLA): the joined EAGLE3/MTP layers are not priced.
 * **Budget** (``configure_kv_cache_capacity``, ``calculate_max_num_blocks``): a user
   ``max_tokens`` T comes back as T; every single-window manager holds ``T // block``
   blocks (``allreduce(MIN)`` over the ranks). ``max_gpu_total_bytes`` becomes
@@ -52,7 +55,7 @@ Facts from ``NVIDIA/TensorRT-LLM``: ``tensorrt_llm/_torch/pyexecutor/_util.py`` 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.engines.base import EngineModel
@@ -144,8 +147,8 @@ def per_seq_tokens(d: Deployment) -> int:
 
 
 def separate_draft(d: Deployment) -> bool:
-    """The draft has its own manager: one-engine speculation."""
-    return d.spec.name in ONE_ENGINE
+    """The draft has its own manager: one-engine speculation without attention DP."""
+    return d.spec.name in ONE_ENGINE and not d.parallel.dp_attention
 
 
 def pp_layers(num_layers: int, pp: int, stage: int) -> range:
@@ -224,8 +227,18 @@ def _spec_layers(d: Deployment) -> tuple[Layer, ...]:
     return ()
 
 
+def _joined(d: Deployment, layer: Layer) -> Layer:
+    """A draft layer stored in the target manager: the target's head_dim for every layer
+    (V1 takes one ``head_dim``; ``_build_per_layer_num_kv_heads`` keeps the draft's heads)."""
+    first = next((x for x in d.target.layers if isinstance(x, AttentionLayer)), None)
+    if isinstance(layer, AttentionLayer) and first is not None:
+        return replace(layer, head_dim=first.head_dim, sliding_window=None, chunked=False)
+    return layer
+
+
 def stage_managers(d: Deployment, stage: int) -> tuple[Manager, ...]:
-    """The managers of PP stage ``stage``: the target's and, on the last stage with a
+    """The managers of PP stage ``stage``: the target's (under attention DP with the
+    EAGLE3/MTP layers at its end on the last stage) and, on the last stage with a
     separate draft, the draft's."""
     pp, last = d.parallel.pp, stage == d.parallel.pp - 1
     target = d.target
@@ -234,9 +247,18 @@ def stage_managers(d: Deployment, stage: int) -> tuple[Manager, ...]:
         for i in pp_layers(len(target.layers), pp, stage)
     ]
     price = sum(_price(x, d) for x, _ in own)
-    if not separate_draft(d) or not last:
-        return (_manager("target", own, d, price),)
     spec = _spec_layers(d)
+    if not separate_draft(d):
+        if last and d.spec.name in ("eagle3", "mtp"):  # attention DP: joined at the end
+            pattern = attention_windows(d)
+            n = len(target.layers)
+            own += [
+                (_joined(d, x), pattern[(n + j) % len(pattern)] if pattern else None)
+                for j, x in enumerate(spec)
+            ]
+        return (_manager("target", own, d, price),)
+    if not last:
+        return (_manager("target", own, d, price),)
     window = _draft_window(d)
     draft = _manager("draft", [(x, window) for x in spec], d, sum(_price(x, d) for x in spec))
     return (_manager("target", own, d, price), draft)
@@ -744,6 +766,11 @@ def _notes(d: Deployment, pools: TrtllmPools, shares_text: str | None) -> list[s
             "# the draft has its own manager with the same max_tokens; host_cache_size is one "
             "per-rank budget split between them by bytes per token"
         )
+    elif d.spec.name in ("eagle3", "mtp"):
+        notes.append(
+            "# attention DP: no separate draft manager; the draft layers are the target "
+            "manager's last layers"
+        )
     if attention_windows(d) is not None and len(mgrs[0].windows) > 1:
         notes.append(
             "# max_attention_window stores sliding layers in their own pools; the target's "
@@ -807,6 +834,12 @@ def check(d: Deployment) -> None:
         raise InvalidArgumentError(
             f"TensorRT-LLM's attention DP makes every one of the tp={layout.tp} ranks its own "
             f"attention group (enable_attention_dp); use --dp {layout.tp}"
+        )
+    if layout.dp_attention and d.spec.name == "draft-target":
+        raise InvalidArgumentError(
+            "TensorRT-LLM under attention DP builds no separate draft manager, and a draft "
+            "model's layers join no other: --spec draft-target with --dp-attention is not "
+            "modelled for --engine trtllm"
         )
     quantized = checkpoint_kv_dtype(d.target)
     if quantized is not None and d.kv_dtype != quantized:
