@@ -182,3 +182,24 @@ def test_attention_dp_with_a_draft_model_is_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="draft-target with --dp-attention"):
         plan("meta-llama/Llama-3.1-8B-Instruct", draft="meta-llama/Llama-3.2-1B-Instruct",
              spec="draft-target", tp=8, dp=8, dp_attention=True, kv_budget="8GiB")  # fmt: skip
+
+
+# ---------------------------------------------------------------- issue #18, cause 3
+
+
+def test_a_draft_model_under_pp_is_split_over_the_stages_like_the_target() -> None:
+    # _create_one_model_draft_kv_cache_manager passes the draft's own layer mask (all
+    # True); get_pp_layers (resource_manager.py @ 1fe0b08f) splits it with
+    # mapping.pp_layers: 16 Llama-3.2-1B layers -> 8 per stage
+    p = plan("meta-llama/Llama-3.1-70B-Instruct", draft="meta-llama/Llama-3.2-1B-Instruct",
+             spec="draft-target", tp=4, pp=2, kv_budget="8GiB")  # fmt: skip
+    for index in (0, 1):
+        draft = stage(p, index)["draft"]
+        # 8 layers x 2 KV heads (8 / TP 4) x 64 x 2 x 2 B = 4,096 B/token (the last stage
+        # held all 16, 8,192 B/token, and stage 0 none, before)
+        assert (draft["num_layers"], draft["bytes_per_token"]) == (8, 4_096)
+        assert stage(p, index)["target"]["bytes_per_token"] == 40 * 1_024  # 40 layers
+    # 8 GiB // (40,960 + 4,096) = 190,650 -> 190,624 tokens: 5,957 blocks of 32 (5,461 before)
+    assert p.engine.settings["kv_cache_config.max_tokens"] == 190_624
+    assert window(stage(p, 0)["draft"], None)["primary_blocks"] == 5_957
+    assert any("PP stage 0 holds 8 of the draft's layers" in n for n in p.engine.notes)

@@ -21,8 +21,8 @@ Facts from ``NVIDIA/TensorRT-LLM``: ``tensorrt_llm/_torch/pyexecutor/_util.py`` 
   supported"): then EAGLE3/MTP layers join the target manager as its last layers, each
   with the window the ``max_attention_window`` pattern gives its layer index. The
   target's layers are split over PP stages by ``mapping.pp_layers``
-  (``torch.tensor_split``: the first ``layers % pp`` stages hold one more); the draft
-  lives on the last stage.
+  (``torch.tensor_split``: the first ``layers % pp`` stages hold one more); a draft
+  model's layers likewise. EAGLE3/MTP layers live on the last stage.
 * **Price** (``get_cache_size_per_token``): the creator prices a manager at its stage's
   ``num_hidden_layers`` share x ``2 x head_dim x kv_heads // tp`` values per layer (the
   latent for MLA): the joined EAGLE3/MTP layers are not priced.
@@ -238,8 +238,8 @@ def _joined(d: Deployment, layer: Layer) -> Layer:
 
 def stage_managers(d: Deployment, stage: int) -> tuple[Manager, ...]:
     """The managers of PP stage ``stage``: the target's (under attention DP with the
-    EAGLE3/MTP layers at its end on the last stage) and, on the last stage with a
-    separate draft, the draft's."""
+    EAGLE3/MTP layers at its end on the last stage) and, with a separate draft, the
+    draft's where the stage holds draft layers."""
     pp, last = d.parallel.pp, stage == d.parallel.pp - 1
     target = d.target
     own = [
@@ -257,11 +257,25 @@ def stage_managers(d: Deployment, stage: int) -> tuple[Manager, ...]:
                 for j, x in enumerate(spec)
             ]
         return (_manager("target", own, d, price),)
-    if not last:
+    draft = _draft_manager(d, stage, spec)
+    if draft is None:
         return (_manager("target", own, d, price),)
-    window = _draft_window(d)
-    draft = _manager("draft", [(x, window) for x in spec], d, sum(_price(x, d) for x in spec))
     return (_manager("target", own, d, price), draft)
+
+
+def _draft_manager(d: Deployment, stage: int, spec: tuple[Layer, ...]) -> Manager | None:
+    """The draft manager of ``stage``: a draft model's share of its layers, split like the
+    target's (its layer mask is all its own layers, get_pp_layers); EAGLE3/MTP layers on
+    the last stage. None on a stage without draft layers."""
+    pp, last = d.parallel.pp, stage == d.parallel.pp - 1
+    if d.spec.name == "draft-target":
+        mine = [spec[i] for i in pp_layers(len(spec), pp, stage)]
+    else:
+        mine = list(spec) if last else []
+    if not mine:
+        return None
+    window = _draft_window(d)
+    return _manager("draft", [(x, window) for x in mine], d, sum(_price(x, d) for x in mine))
 
 
 def _draft_window(d: Deployment) -> int | None:
@@ -771,6 +785,7 @@ def _notes(d: Deployment, pools: TrtllmPools, shares_text: str | None) -> list[s
             "# attention DP: no separate draft manager; the draft layers are the target "
             "manager's last layers"
         )
+    notes += _stage_notes(pools)
     if attention_windows(d) is not None and len(mgrs[0].windows) > 1:
         notes.append(
             "# max_attention_window stores sliding layers in their own pools; the target's "
@@ -794,6 +809,17 @@ def _block_notes(d: Deployment) -> list[str]:
         f"# tokens_per_block {FLASH_MLA_BLOCK}: TensorRT-LLM runs this {FLASH_MLA_WIDTH}-wide "
         f"MLA latent with FlashMLA on {gpu} and sets 64 whatever is given "
         f"(--tokens-per-block {d.tokens_per_block} is not used)"
+    ]
+
+
+def _stage_notes(pools: TrtllmPools) -> list[str]:
+    """The PP stages' draft managers, where they differ from the reported stage's."""
+    return [
+        f"# PP stage {s} holds {p.manager.num_layers} of the draft's layers "
+        f"({p.manager.bytes_per_token} B/token), split like the target's"
+        for s, stage in enumerate(pools.stages[:-1])
+        for p in stage
+        if p.manager.role == "draft"
     ]
 
 
