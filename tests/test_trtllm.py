@@ -203,3 +203,34 @@ def test_a_draft_model_under_pp_is_split_over_the_stages_like_the_target() -> No
     assert p.engine.settings["kv_cache_config.max_tokens"] == 190_624
     assert window(stage(p, 0)["draft"], None)["primary_blocks"] == 5_957
     assert any("PP stage 0 holds 8 of the draft's layers" in n for n in p.engine.notes)
+
+
+# ---------------------------------------------------------------- issue #18, cause 4
+
+
+def test_eagle3_off_the_last_stage_keeps_a_placeholder_draft_pool() -> None:
+    # the EAGLE3 layer is layer 80 of the 81 in the draft's mask: mapping.pp_layers puts it
+    # on stage 1; on stage 0 get_pp_layers finds none and "provide[s] at least 1 layer"
+    p = plan("meta-llama/Llama-3.3-70B-Instruct", spec="eagle3", tp=4, pp=2,
+             kv_budget="8GiB", host_budget="64GiB")  # fmt: skip
+    host = 64 * GIB
+    target0, draft0 = stage(p, 0)["target"], stage(p, 0)["draft"]
+    # one layer of the head: 2 KV heads (8 / TP 4) x 128 x 2 x 2 B = 1,024 B/token
+    assert (draft0["placeholder"], draft0["num_layers"], draft0["bytes_per_token"]) == (
+        True, 1, 1_024)  # fmt: skip
+    # max_tokens leaves room for it: 8 GiB // (40,960 + 1,024) = 204,600 -> 204,576, so
+    # stage 0 holds 6,393 x 32 x 41,984 B = 8,588,918,784 B <= 8 GiB
+    assert p.engine.settings["kv_cache_config.max_tokens"] == 204_576
+    assert window(draft0, None)["primary_blocks"] == window(target0, None)["primary_blocks"]
+    assert window(draft0, None)["primary_blocks"] == 6_393
+    # _get_draft_cache_cost is None off the last stage: nothing is split, both managers
+    # get the whole host_cache_size: 64 GiB // 1,024 // 32 = 2,097,152 and
+    # 64 GiB // 40,960 // 32 = 52,428 secondary blocks, 128 GiB pinned per rank
+    assert draft0["host_cache_size"] == target0["host_cache_size"] == host
+    assert window(draft0, None)["secondary_blocks"] == 2_097_152
+    assert window(target0, None)["secondary_blocks"] == 52_428
+    assert any("PP stage 0's ranks pin host_cache_size twice" in w and
+               "137438953472 B" in w for w in p.warnings)  # fmt: skip
+    # the last stage splits it by price: the draft 64 GiB x 1,024 // 41,984
+    draft1 = stage(p, 1)["draft"]
+    assert (draft1["placeholder"], draft1["host_cache_size"]) == (False, 1_676_084_798)

@@ -22,10 +22,13 @@ Facts from ``NVIDIA/TensorRT-LLM``: ``tensorrt_llm/_torch/pyexecutor/_util.py`` 
   with the window the ``max_attention_window`` pattern gives its layer index. The
   target's layers are split over PP stages by ``mapping.pp_layers``
   (``torch.tensor_split``: the first ``layers % pp`` stages hold one more); a draft
-  model's layers likewise. EAGLE3/MTP layers live on the last stage.
+  model's layers likewise. EAGLE3/MTP layers are the last of the target + draft layers,
+  so they sit on the last stage, and every other stage's draft manager keeps one
+  placeholder layer ("Don't support empty KV cache for now, provide at least 1 layer").
 * **Price** (``get_cache_size_per_token``): the creator prices a manager at its stage's
   ``num_hidden_layers`` share x ``2 x head_dim x kv_heads // tp`` values per layer (the
-  latent for MLA): the joined EAGLE3/MTP layers are not priced.
+  latent for MLA): the joined EAGLE3/MTP layers and the placeholder are not priced
+  (``_get_draft_cache_cost`` is None off the last stage).
 * **Budget** (``configure_kv_cache_capacity``, ``calculate_max_num_blocks``): a user
   ``max_tokens`` T comes back as T; every single-window manager holds ``T // block``
   blocks (``allreduce(MIN)`` over the ranks). ``max_gpu_total_bytes`` becomes
@@ -41,8 +44,8 @@ Facts from ``NVIDIA/TensorRT-LLM``: ``tensorrt_llm/_torch/pyexecutor/_util.py`` 
   with it (``_validate_and_adjust_attention_windows``). Full windows are the engine's own
   max_seq_len: the model length + 1 (overlap scheduler) + 3K - 1 with an EAGLE3/MTP draft
   of K tokens (``create_py_executor``).
-* **Host** (``host_cache_size``, bytes per rank): split between the managers by price; per
-  manager
+* **Host** (``host_cache_size``, bytes per rank): split between priced managers by price;
+  a placeholder stage splits nothing (both managers get it whole); per manager
   ``(host // bytes_per_token) // block`` secondary blocks, per window by the shares.
 * **Speculation** (``_torch/speculative/utils.py`` ``get_num_extra_kv_tokens``): one-engine
   EAGLE3 and MTP hold ``max_draft_len - 1`` extra KV tokens per sequence besides their
@@ -165,7 +168,8 @@ class Manager:
 
     ``windows``: window (0: full) -> bytes per token of its layers; ``price``: the bytes
     per token the creator prices it at (``get_cache_size_per_token``), None when it is
-    not priced.
+    not priced; ``placeholder``: the one-layer draft manager of a stage without draft
+    layers.
     """
 
     role: str
@@ -173,6 +177,7 @@ class Manager:
     bytes_per_token: int
     windows: dict[int, int]
     price: int | None
+    placeholder: bool = False
 
 
 def _window(layer: Layer) -> int | None:
@@ -214,6 +219,7 @@ def _manager(
         bytes_per_token=sum(windows.values()),
         windows=windows,
         price=price,
+        placeholder=False,
     )
 
 
@@ -239,7 +245,7 @@ def _joined(d: Deployment, layer: Layer) -> Layer:
 def stage_managers(d: Deployment, stage: int) -> tuple[Manager, ...]:
     """The managers of PP stage ``stage``: the target's (under attention DP with the
     EAGLE3/MTP layers at its end on the last stage) and, with a separate draft, the
-    draft's where the stage holds draft layers."""
+    draft's (one placeholder layer on a stage that holds no draft layer)."""
     pp, last = d.parallel.pp, stage == d.parallel.pp - 1
     target = d.target
     own = [
@@ -257,25 +263,27 @@ def stage_managers(d: Deployment, stage: int) -> tuple[Manager, ...]:
                 for j, x in enumerate(spec)
             ]
         return (_manager("target", own, d, price),)
-    draft = _draft_manager(d, stage, spec)
-    if draft is None:
-        return (_manager("target", own, d, price),)
-    return (_manager("target", own, d, price), draft)
+    return (_manager("target", own, d, price), _draft_manager(d, stage, spec))
 
 
-def _draft_manager(d: Deployment, stage: int, spec: tuple[Layer, ...]) -> Manager | None:
-    """The draft manager of ``stage``: a draft model's share of its layers, split like the
-    target's (its layer mask is all its own layers, get_pp_layers); EAGLE3/MTP layers on
-    the last stage. None on a stage without draft layers."""
+def _draft_manager(d: Deployment, stage: int, spec: tuple[Layer, ...]) -> Manager:
+    """The draft manager of ``stage``: a draft model's share of its layers; EAGLE3/MTP
+    layers on the last stage. Either with no layer keeps a placeholder of one."""
     pp, last = d.parallel.pp, stage == d.parallel.pp - 1
+    window = _draft_window(d)
     if d.spec.name == "draft-target":
         mine = [spec[i] for i in pp_layers(len(spec), pp, stage)]
+        priced = True  # priced at max(its layers, 1) (_resolve_num_attention_layers)
     else:
-        mine = list(spec) if last else []
-    if not mine:
-        return None
-    window = _draft_window(d)
-    return _manager("draft", [(x, window) for x in mine], d, sum(_price(x, d) for x in mine))
+        # the draft layers are the last of target + draft layers (get_pp_layers' mask)
+        n = len(d.target.layers)
+        mine = [spec[i - n] for i in pp_layers(n + len(spec), pp, stage) if i >= n]
+        priced = last
+    placeholder = not mine
+    layers = mine or [spec[0]]
+    price = sum(_price(x, d) for x in layers) if priced else None
+    m = _manager("draft", [(x, window) for x in layers], d, price)
+    return replace(m, placeholder=placeholder)
 
 
 def _draft_window(d: Deployment) -> int | None:
@@ -518,7 +526,8 @@ def _full_window_tokens(d: Deployment, target: Manager, part: int) -> int:
 
 
 def _choose(d: Deployment, stages: tuple[tuple[Manager, ...], ...], budget: int) -> tuple[int, int]:
-    """``max_tokens`` (whole blocks every stage's managers hold within ``budget``) and
+    """``max_tokens`` (whole blocks every stage's managers hold within ``budget``, the
+    placeholder included) and
     ``max_gpu_total_bytes`` (the largest stage's bytes for it)."""
     tpb = block_tokens(d)
     slopes = [sum(m.bytes_per_token for m in mgrs) for mgrs in stages]
@@ -668,6 +677,7 @@ def _manager_detail(p: ManagerPools, pools: TrtllmPools) -> dict[str, Any]:
     return {
         "role": m.role,
         "num_layers": m.num_layers,
+        "placeholder": m.placeholder,
         "bytes_per_token": m.bytes_per_token,
         "price_bytes_per_token": m.price,
         "max_gpu_total_bytes": p.gpu_bytes,
@@ -746,13 +756,22 @@ def _log(d: Deployment, pools: TrtllmPools) -> tuple[str, ...]:
 
 def _warnings(d: Deployment, pools: TrtllmPools, capacity: Capacity) -> list[str]:
     """What the deployer must know: fewer sequences than the batch, windows cut to
-    their pools."""
+    their pools, placeholder draft pools outside a stage's plan."""
     out = []
     if capacity.max_concurrency < d.max_batch_size:
         out.append(
             f"TensorRT-LLM's managers hold {count_of(capacity.max_concurrency, 'sequence')} "
             f"of {d.max_seq_len} tokens at once (max_batch_size {d.max_batch_size})"
         )
+    for s, stage in enumerate(pools.stages[:-1]):
+        out += [
+            f"PP stage {s}'s ranks pin host_cache_size twice: the target manager and the "
+            f"placeholder draft manager each get the whole {p.host_bytes} B (TensorRT-LLM "
+            "prices no draft there, so it splits nothing): "
+            f"{2 * p.host_bytes} B of host memory per rank"
+            for p in stage
+            if p.manager.placeholder and p.host_bytes
+        ]
     for p in pools.last:
         for w, key in p.keys.items():
             if key < min(w or engine_max_seq_len(d), engine_max_seq_len(d)):
@@ -785,7 +804,7 @@ def _notes(d: Deployment, pools: TrtllmPools, shares_text: str | None) -> list[s
             "# attention DP: no separate draft manager; the draft layers are the target "
             "manager's last layers"
         )
-    notes += _stage_notes(pools)
+    notes += _stage_notes(d, pools)
     if attention_windows(d) is not None and len(mgrs[0].windows) > 1:
         notes.append(
             "# max_attention_window stores sliding layers in their own pools; the target's "
@@ -812,15 +831,26 @@ def _block_notes(d: Deployment) -> list[str]:
     ]
 
 
-def _stage_notes(pools: TrtllmPools) -> list[str]:
+def _stage_notes(d: Deployment, pools: TrtllmPools) -> list[str]:
     """The PP stages' draft managers, where they differ from the reported stage's."""
-    return [
-        f"# PP stage {s} holds {p.manager.num_layers} of the draft's layers "
-        f"({p.manager.bytes_per_token} B/token), split like the target's"
-        for s, stage in enumerate(pools.stages[:-1])
-        for p in stage
-        if p.manager.role == "draft"
-    ]
+    notes = []
+    for s, stage in enumerate(pools.stages[:-1]):
+        for p in stage:
+            m = p.manager
+            if m.placeholder:
+                notes.append(
+                    f"# PP stage {s} holds no draft layer; TensorRT-LLM still builds its draft "
+                    f"manager with one placeholder layer ({m.bytes_per_token} B/token, "
+                    f"{sum(b[0] for b in p.blocks.values())} blocks, and the whole "
+                    f"host_cache_size: {sum(b[1] for b in p.blocks.values())} host blocks); "
+                    "max_tokens leaves room for it"
+                )
+            elif m.role == "draft":
+                notes.append(
+                    f"# PP stage {s} holds {m.num_layers} of the draft's layers "
+                    f"({m.bytes_per_token} B/token), split like the target's"
+                )
+    return notes
 
 
 def render(plan: Plan) -> str:
