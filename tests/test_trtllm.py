@@ -234,3 +234,21 @@ def test_eagle3_off_the_last_stage_keeps_a_placeholder_draft_pool() -> None:
     # the last stage splits it by price: the draft 64 GiB x 1,024 // 41,984
     draft1 = stage(p, 1)["draft"]
     assert (draft1["placeholder"], draft1["host_cache_size"]) == (False, 1_676_084_798)
+
+
+# ---------------------------------------------------------------- issue #18, cause 5
+
+
+def test_a_draft_model_holds_the_extra_kv_tokens_too() -> None:
+    # get_num_extra_kv_tokens (_torch/speculative/utils.py): max_draft_len - 1 for every
+    # use_one_engine() mode, and DraftTargetDecodingConfig is one-model
+    # (DRAFT_TARGET_ONE_MODEL, llm_args.py @ 00043967), an external drafter
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", draft="meta-llama/Llama-3.2-1B-Instruct",
+             spec="draft-target", kv_budget="8GiB", max_seq_len=32_765)  # fmt: skip
+    # a request of 32,765 tokens + 3 draft + 2 extra = 32,770 tokens: 1,025 blocks of 32
+    # (32,768 = 1,024 without the extra)
+    assert p.engine.detail["blocks_per_sequence"] == 1_025
+    # and the engine's max_seq_len (create_py_executor): 32,765 + 1 + 3 + 2 + 3 = 32,774
+    assert p.engine.detail["engine_max_seq_len"] == 32_774
+    for manager in p.engine.detail["managers"]:
+        assert window(manager, None)["attention_window"] == 32_774

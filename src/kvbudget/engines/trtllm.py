@@ -42,14 +42,15 @@ Facts from ``NVIDIA/TensorRT-LLM``: ``tensorrt_llm/_torch/pyexecutor/_util.py`` 
   ``max_attention_window`` (a per-layer list, repeated cyclically) says otherwise; a
   window longer than its pool's ``blocks x block`` tokens is cut to them, and max_seq_len
   with it (``_validate_and_adjust_attention_windows``). Full windows are the engine's own
-  max_seq_len: the model length + 1 (overlap scheduler) + 3K - 1 with an EAGLE3/MTP draft
+  max_seq_len: the model length + 1 (overlap scheduler) + 3K - 1 with a one-engine draft
   of K tokens (``create_py_executor``).
 * **Host** (``host_cache_size``, bytes per rank): split between priced managers by price;
   a placeholder stage splits nothing (both managers get it whole); per manager
   ``(host // bytes_per_token) // block`` secondary blocks, per window by the shares.
-* **Speculation** (``_torch/speculative/utils.py`` ``get_num_extra_kv_tokens``): one-engine
-  EAGLE3 and MTP hold ``max_draft_len - 1`` extra KV tokens per sequence besides their
-  ``max_draft_len`` draft tokens.
+* **Speculation** (``_torch/speculative/utils.py`` ``get_num_extra_kv_tokens``): every
+  one-engine mode (EAGLE3, MTP, draft-target: ``use_one_engine``) holds
+  ``max_draft_len - 1`` extra KV tokens per sequence besides its ``max_draft_len`` draft
+  tokens.
 * **KV dtype** (``TorchLlmArgs.sync_quant_config_with_kv_cache_config_dtype``): "auto"
   keeps a checkpoint's ``kv_cache_quant_algo``, fp8 sets FP8, other names are only
   warned about: a checkpoint that quantizes its KV cache runs it so.
@@ -137,15 +138,14 @@ def engine_max_seq_len(d: Deployment) -> int:
         return d.max_seq_len + k  # NGram: no overlap scheduler
     if not k:
         return d.max_seq_len + 1
-    extra = k - 1 if d.spec.name in ("eagle3", "mtp") else 0
-    return d.max_seq_len + 1 + k + extra + k
+    return d.max_seq_len + 1 + k + (k - 1) + k
 
 
 def per_seq_tokens(d: Deployment) -> int:
     """KV tokens one request of max_seq_len holds: its draft tokens and, with a
-    EAGLE3/MTP draft, the K - 1 extra (``get_request_kv_block_budget``)."""
+    one-engine draft, the K - 1 extra (``get_request_kv_block_budget``)."""
     k = d.lookahead_tokens
-    extra = k - 1 if d.spec.name in ("eagle3", "mtp") and k else 0
+    extra = k - 1 if d.spec.name in ONE_ENGINE and k else 0
     return d.max_seq_len + k + extra
 
 
@@ -527,8 +527,7 @@ def _full_window_tokens(d: Deployment, target: Manager, part: int) -> int:
 
 def _choose(d: Deployment, stages: tuple[tuple[Manager, ...], ...], budget: int) -> tuple[int, int]:
     """``max_tokens`` (whole blocks every stage's managers hold within ``budget``, the
-    placeholder included) and
-    ``max_gpu_total_bytes`` (the largest stage's bytes for it)."""
+    placeholder included) and ``max_gpu_total_bytes`` (the largest stage's bytes for it)."""
     tpb = block_tokens(d)
     slopes = [sum(m.bytes_per_token for m in mgrs) for mgrs in stages]
     tokens = min(budget // b // tpb * tpb for b in slopes if b)
