@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from kvbudget.deployment import Deployment
     from kvbudget.ledger import Ledger
 
-VERSION = "main@00043967"
+VERSION = "main@38198e34"  # _util.py @ 38198e34, the newest commit of the sizing path read
 FULL = 0  # window key of full-attention layers
 FLASH_MLA_BLOCK = 64  # py_executor_creator.py: tokens_per_block = 64 for FlashMLA
 FLASH_MLA_WIDTH = 576  # model_config.py enable_flash_mla: kv_lora_rank + qk_rope_head_dim
@@ -911,7 +911,7 @@ MODEL = EngineModel(
     default=True,
     source=EngineSource(
         repository="NVIDIA/TensorRT-LLM",
-        ref="0004396720054fd8e205cbf616f21f0b57c6b412",
+        ref="38198e34582cf777ecc72062f477987284ba9999",
         files=(
             "tensorrt_llm/_torch/pyexecutor/_util.py",
             "tensorrt_llm/_torch/pyexecutor/resource_manager.py",
