@@ -252,3 +252,43 @@ def test_a_draft_model_holds_the_extra_kv_tokens_too() -> None:
     assert p.engine.detail["engine_max_seq_len"] == 32_774
     for manager in p.engine.detail["managers"]:
         assert window(manager, None)["attention_window"] == 32_774
+
+
+# ---------------------------------------------------------------- trtllm@1.3.0rc18
+
+
+def test_the_release_before_pr_14373_pins_the_host_budget_per_manager() -> None:
+    args: dict[str, Any] = {"spec": "eagle3", "kv_budget": "40GiB", "host_budget": "64GiB"}
+    main = plan("meta-llama/Llama-3.1-8B-Instruct", **args)
+    old = plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@1.3.0rc18", **args)
+    host = 64 * GIB
+    assert (main.engine.version, old.engine.version) == ("main@38198e34", "1.3.0rc18")
+    # main: build_managers splits host_cache_size by price (PR #14373): the EAGLE3 head
+    # (8 KV heads x 128 x 2 x 2 B = 4,096 B/token) gets 64 GiB x 4,096 // 135,168
+    assert main.engine.settings["kv_cache_config.host_cache_size"] == host
+    assert [m["host_cache_size"] for m in main.engine.detail["managers"]] == [
+        host - 2_082_408_385, 2_082_408_385]  # fmt: skip
+    # 1.3.0rc18: each V1 manager is built with the whole value ("both managers used to
+    # receive the full host_cache_size", test_host_budget_not_doubled): 64 GiB would pin
+    # 128 GiB; the plan emits 32 GiB, which target and draft pin 64 GiB with
+    assert old.engine.settings["kv_cache_config.host_cache_size"] == host // 2
+    target, draft = old.engine.detail["managers"]
+    assert target["host_cache_size"] == draft["host_cache_size"] == host // 2
+    assert old.engine.detail["host_pinned_bytes"] == [host]
+    # 32 GiB // 131,072 // 32 = 8,192 host blocks for the target (64 GiB - 2,082,408,385 B
+    # give 15,887 on main); the draft's 32 GiB // 4,096 // 32 = 262,144
+    assert window(target, None)["secondary_blocks"] == 8_192
+    assert window(draft, None)["secondary_blocks"] == 262_144
+    assert window(main.engine.detail["managers"][0], None)["secondary_blocks"] == 15_887
+    assert old.capacity.host_tokens == 8_192 * 32
+    assert any("would pin 137438953472 B of host memory per rank" in w for w in old.warnings)
+    # the GPU side is the same in both
+    assert old.engine.settings["kv_cache_config.max_tokens"] == main.engine.settings[
+        "kv_cache_config.max_tokens"]  # fmt: skip
+
+
+def test_the_release_before_pr_14373_needs_no_halving_without_a_draft() -> None:
+    args: dict[str, Any] = {"kv_budget": "40GiB", "host_budget": "64GiB"}
+    old = plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@1.3.0rc18", **args)
+    assert old.engine.settings["kv_cache_config.host_cache_size"] == 64 * GIB
+    assert not any("PR #14373" in w for w in old.warnings)

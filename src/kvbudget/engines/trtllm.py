@@ -90,6 +90,36 @@ FLASH_MLA_WIDTH = 576  # model_config.py enable_flash_mla: kv_lora_rank + qk_rop
 ONE_ENGINE = ("eagle3", "mtp", "draft-target")  # SpeculativeDecodingMode.use_one_engine
 
 
+FILES = (
+    "tensorrt_llm/_torch/pyexecutor/_util.py",
+    "tensorrt_llm/_torch/pyexecutor/resource_manager.py",
+    "tensorrt_llm/llmapi/llm_args.py",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrtllmRelease:
+    """What differs between the TensorRT-LLM versions kvbudget models (the rest of this
+    module holds for each of them).
+
+    * ``host_split``: ``KvCacheCreator.build_managers`` splits ``host_cache_size`` between
+      the target and a separate draft manager by price (PR #14373 "Fix KV cache host
+      splitting logic", merged 2026-06-12 as c3238810f2). False: V1 builds each manager
+      with the whole value, as the PR's regression test ``test_host_budget_not_doubled``
+      puts it, "both managers used to receive the full host_cache_size" (PR #13130 had
+      split it for V2 only).
+    """
+
+    version: str
+    ref: str
+    host_split: bool
+
+
+RELEASE = TrtllmRelease(
+    version=VERSION, ref="38198e34582cf777ecc72062f477987284ba9999", host_split=True
+)
+
+
 # Compute capability (major, minor) of the GPU presets (data/gpus.csv has no such column):
 # NVIDIA's CUDA GPU list, https://developer.nvidia.com/cuda-gpus. FlashMLA needs (9, 0).
 _SM_BY_NAME: tuple[tuple[str, tuple[int, int]], ...] = (
@@ -393,30 +423,36 @@ class TrtllmPools:
         return next(p.blocks for p in self.last if p.manager.role == role)
 
 
-def _budgets(mgrs: tuple[Manager, ...], gpu: int, host: int) -> list[tuple[int, int]]:
+def _budgets(
+    mgrs: tuple[Manager, ...], gpu: int, host: int, split_host: bool = True
+) -> list[tuple[int, int]]:
     """(``max_gpu_total_bytes``, ``host_cache_size``) each manager is handed: split by
     price when the draft is priced (``_split_kv_cache_budget_for_draft``, draft share
-    ``budget x draft // (target + draft)``), else the whole of both to each."""
+    ``budget x draft // (target + draft)``; the host only where ``split_host``), else the
+    whole of both to each."""
     if len(mgrs) == 1:
         return [(gpu, host)]
     target, draft = mgrs[0].price or 0, mgrs[1].price
     if draft is None or not target + draft:
         return [(gpu, host), (gpu, host)]
-    dg, dh = gpu * draft // (target + draft), host * draft // (target + draft)
+    dg = gpu * draft // (target + draft)
+    th, dh = (host - host * draft // (target + draft), host * draft // (target + draft))
+    if not split_host:
+        th, dh = host, host
     vswa = any(len(m.windows) > 1 for m in mgrs)
     if not vswa:  # the GPU budget is split only where a manager reads it (VSWA)
-        return [(gpu, host - dh), (gpu, dh)]
-    return [(gpu - dg, host - dh), (dg, dh)]
+        return [(gpu, th), (gpu, dh)]
+    return [(gpu - dg, th), (dg, dh)]
 
 
 def _stage_blocks(
     d: Deployment, mgrs: tuple[Manager, ...], tokens: int, gpu: int, host: int,
-    shares: list[float] | None,
+    shares: list[float] | None, release: TrtllmRelease,
 ) -> list[tuple[int, int, dict[int, tuple[int, int]]]]:  # fmt: skip
     """Per manager: its budgets and blocks per window, before the ranks' MIN."""
     tpb = block_tokens(d)
     out = []
-    for m, (g, h) in zip(mgrs, _budgets(mgrs, gpu, host), strict=True):
+    for m, (g, h) in zip(mgrs, _budgets(mgrs, gpu, host, release.host_split), strict=True):
         if len(m.windows) > 1:
             ordered = _ordered(m)
             values = shares or [1 / len(ordered)] * len(ordered)
@@ -439,6 +475,7 @@ def allocate(
     max_gpu_total_bytes: int,
     host_cache_size: int,
     shares_text: str | None,
+    release: TrtllmRelease = RELEASE,
 ) -> TrtllmPools:
     """Forward: every stage's pools from the emitted settings, as V1 allocates them.
 
@@ -459,6 +496,7 @@ def allocate(
                 min(price * max_tokens, max_gpu_total_bytes),
                 host_cache_size,
                 shares,
+                release,
             )
         )
     out = []
@@ -539,8 +577,8 @@ def _choose(d: Deployment, stages: tuple[tuple[Manager, ...], ...], budget: int)
     return tokens, max(slopes) * tokens
 
 
-def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
-    """TensorRT-LLM's plan: the V1 managers' blocks and the YAML that makes them."""
+def plan(d: Deployment, ledger: Ledger, release: TrtllmRelease = RELEASE) -> EnginePlan:
+    """``release``'s plan: the V1 managers' blocks and the YAML that makes them."""
     facts = ENGINES["trtllm"]
     check_block(d.tokens_per_block, facts)
     dtype = kv_dtype_name(d.kv_dtype, facts)
@@ -548,25 +586,30 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
     stages = tuple(stage_managers(d, s) for s in range(d.parallel.pp))
     tokens, gpu_total = _choose(d, stages, ledger.min_stage_gpu_bytes)
     shares_text = _window_shares(d, stages[-1], tokens, gpu_total)
+    host = host_setting(d, ledger.host_bytes, release)
     pools = allocate(
         d,
         stages,
         max_tokens=tokens,
         max_gpu_total_bytes=gpu_total,
-        host_cache_size=ledger.host_bytes,
+        host_cache_size=host,
         shares_text=shares_text,
+        release=release,
     )
     capacity = _capacity(d, pools)
+    notes = _notes(d, pools, shares_text, release)
+    warnings = _warnings(d, pools, capacity, ledger.host_bytes)
+    warnings += _host_warnings(ledger.host_bytes, host, release)
     return EnginePlan(
-        name=MODEL.name,
-        version=MODEL.version,
-        source=MODEL.source,
+        name="trtllm",
+        version=release.version,
+        source=source(release),
         pools=_pools(d, pools),
         capacity=capacity,
-        settings=_settings(d, ledger, dtype, pools, shares_text),
+        settings=_settings(d, host, dtype, pools, shares_text),
         log=_log(d, pools),
-        notes=tuple(_notes(d, pools, shares_text) + auto_note(d.kv_dtype, facts, dtype)),
-        warnings=tuple(_warnings(d, pools, capacity)),
+        notes=tuple(notes + auto_note(d.kv_dtype, facts, dtype)),
+        warnings=tuple(warnings),
         detail={
             "kv_cache_manager": "V1",
             "manager_class": "KVCacheManager",
@@ -579,11 +622,33 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
                 {"pp_stage": s, "managers": [_manager_detail(p, pools) for p in stage]}
                 for s, stage in enumerate(pools.stages)
             ],
+            "host_pinned_bytes": [sum(p.host_bytes for p in st) for st in pools.stages],
             "gpu_tokens": capacity.tokens,
             "host_tokens": capacity.host_tokens,
             "blocks_per_sequence": cdiv(per_seq_tokens(d), block_tokens(d)),
         },
     )
+
+
+def host_setting(d: Deployment, host: int, release: TrtllmRelease) -> int:
+    """The ``host_cache_size`` to emit for ``host`` host bytes per rank: ``host`` itself;
+    half of it where ``release`` hands a separate draft manager the whole value too, so
+    that target and draft pin ``host`` together."""
+    if release.host_split or not separate_draft(d):
+        return host
+    return host // 2
+
+
+def _host_warnings(host: int, emitted: int, release: TrtllmRelease) -> list[str]:
+    """Why the emitted host_cache_size is not the plan's host budget."""
+    if emitted == host:
+        return []
+    return [
+        f"TensorRT-LLM {release.version} builds the target and the draft manager each with "
+        f"the whole host_cache_size (PR #14373 split it later): host_cache_size {host} would "
+        f"pin {2 * host} B of host memory per rank; the plan emits {emitted}, which the two "
+        f"pin {2 * emitted} B with"
+    ]
 
 
 def _capacity(d: Deployment, pools: TrtllmPools) -> Capacity:
@@ -698,7 +763,7 @@ def _manager_detail(p: ManagerPools, pools: TrtllmPools) -> dict[str, Any]:
 
 
 def _settings(
-    d: Deployment, ledger: Ledger, dtype: str, pools: TrtllmPools, shares_text: str | None
+    d: Deployment, host: int, dtype: str, pools: TrtllmPools, shares_text: str | None
 ) -> dict[str, Any]:
     """The YAML keys of the plan (dotted keys nest)."""
     facts = ENGINES["trtllm"]
@@ -711,7 +776,7 @@ def _settings(
         "max_num_tokens": d.max_num_batched_tokens,
         facts.token_knob: pools.max_tokens,
         facts.gpu_knob: pools.max_gpu_total_bytes,
-        facts.host_knob: ledger.host_bytes,
+        facts.host_knob: host,
         facts.block_knob: block_tokens(d),
         facts.kv_dtype_knob: dtype,
         "kv_cache_config.enable_block_reuse": d.enable_prefix_caching,
@@ -753,9 +818,9 @@ def _log(d: Deployment, pools: TrtllmPools) -> tuple[str, ...]:
     return tuple(log)
 
 
-def _warnings(d: Deployment, pools: TrtllmPools, capacity: Capacity) -> list[str]:
+def _warnings(d: Deployment, pools: TrtllmPools, capacity: Capacity, host: int) -> list[str]:
     """What the deployer must know: fewer sequences than the batch, windows cut to
-    their pools, placeholder draft pools outside a stage's plan."""
+    their pools, placeholder draft pools pinning more host memory than ``host``."""
     out = []
     if capacity.max_concurrency < d.max_batch_size:
         out.append(
@@ -769,7 +834,7 @@ def _warnings(d: Deployment, pools: TrtllmPools, capacity: Capacity) -> list[str
             "prices no draft there, so it splits nothing): "
             f"{2 * p.host_bytes} B of host memory per rank"
             for p in stage
-            if p.manager.placeholder and p.host_bytes
+            if p.manager.placeholder and sum(q.host_bytes for q in stage) > host
         ]
     for p in pools.last:
         for w, key in p.keys.items():
@@ -783,7 +848,9 @@ def _warnings(d: Deployment, pools: TrtllmPools, capacity: Capacity) -> list[str
     return out
 
 
-def _notes(d: Deployment, pools: TrtllmPools, shares_text: str | None) -> list[str]:
+def _notes(
+    d: Deployment, pools: TrtllmPools, shares_text: str | None, release: TrtllmRelease
+) -> list[str]:
     """What each setting does in TensorRT-LLM, for the emitted comments."""
     mgrs = [p.manager for p in pools.last]
     notes = [
@@ -796,7 +863,11 @@ def _notes(d: Deployment, pools: TrtllmPools, shares_text: str | None) -> list[s
     if len(mgrs) > 1:
         notes.append(
             "# the draft has its own manager with the same max_tokens; host_cache_size is one "
-            "per-rank budget split between them by bytes per token"
+            + (
+                "per-rank budget split between them by bytes per token"
+                if release.host_split
+                else "value each of them is built with"
+            )
         )
     elif d.spec.name in ("eagle3", "mtp"):
         notes.append(
@@ -905,24 +976,30 @@ def check(d: Deployment) -> None:
         )
 
 
-MODEL = EngineModel(
-    name="trtllm",
-    version=VERSION,
-    default=True,
-    source=EngineSource(
-        repository="NVIDIA/TensorRT-LLM",
-        ref="38198e34582cf777ecc72062f477987284ba9999",
-        files=(
-            "tensorrt_llm/_torch/pyexecutor/_util.py",
-            "tensorrt_llm/_torch/pyexecutor/resource_manager.py",
-            "tensorrt_llm/llmapi/llm_args.py",
-        ),
-    ),
-    summary=f"TensorRT-LLM {VERSION}",
-    plan=plan,
-    check=check,
-    render=render,
-    spec_names=frozenset(ENGINES["trtllm"].spec_names),
-    # KvCacheConfig.free_gpu_memory_fraction: 0.9 (tensorrt_llm/llmapi/llm_args.py)
-    memory_default=("memory_fraction", "0.9"),
-)
+def source(release: TrtllmRelease) -> EngineSource:
+    """Where ``release``'s facts were read."""
+    return EngineSource(repository="NVIDIA/TensorRT-LLM", ref=release.ref, files=FILES)
+
+
+def engine_model(release: TrtllmRelease, *, default: bool) -> EngineModel:
+    """The engine model of one TensorRT-LLM version (``trtllm@<version>``)."""
+
+    def plan_release(d: Deployment, ledger: Ledger) -> EnginePlan:
+        return plan(d, ledger, release)
+
+    return EngineModel(
+        name="trtllm",
+        version=release.version,
+        default=default,
+        source=source(release),
+        summary=f"TensorRT-LLM {release.version}",
+        plan=plan_release,
+        check=check,
+        render=render,
+        spec_names=frozenset(ENGINES["trtllm"].spec_names),
+        # KvCacheConfig.free_gpu_memory_fraction: 0.9 (tensorrt_llm/llmapi/llm_args.py)
+        memory_default=("memory_fraction", "0.9"),
+    )
+
+
+MODEL = engine_model(RELEASE, default=True)
