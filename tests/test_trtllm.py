@@ -56,14 +56,17 @@ def test_sliding_windows_under_pp_hold_the_smallest_stage_count() -> None:
     assert s["kv_cache_config.max_tokens"] == 199_712
     p_bytes = 43_008 * 199_712  # min(price x max_tokens, max_gpu_total_bytes)
     assert s["kv_cache_config.max_gpu_total_bytes"] == p_bytes == 8_589_213_696
-    assert s["env.TRTLLM_WINDOW_SIZE_SHARES"] == "0.305140,0.694860"
+    assert s["env.TRTLLM_WINDOW_SIZE_SHARES"] == "0.305141,0.694859"
     # calculate_max_num_blocks_for_vswa per stage, int(P x share / bytes // 32):
-    # window 4096: stage 0 int(8,589,213,696 x 0.30514 / 22,528 // 32) = 3,635, stage 1
-    # 3,999; full: stage 0 9,106, stage 1 8,279; allreduce(MIN) leaves 3,635 and 8,279
+    # window 4096: stage 0 int(8,589,213,696 x 0.305141 / 22,528 // 32) = 3,635, stage 1
+    # 3,999; full: stage 0 9,106, stage 1 8,278; allreduce(MIN) leaves 3,635 and 8,278
     for index in (0, 1):
         target = stage(p, index)["target"]
         assert window(target, 4096)["primary_blocks"] == 3_635
-        assert window(target, None)["primary_blocks"] == 8_279
+        assert window(target, None)["primary_blocks"] == 8_278
+    # so the sliding pool binds: 3,635 // (4,096 / 32 + 1) = 28 sequences (the full
+    # pool would hold 8,278 // 256 = 32)
+    assert p.capacity.max_concurrency == 28
     assert window(stage(p, 0)["target"], 4096)["bytes_per_token"] == 22_528
     assert window(stage(p, 1)["target"], 4096)["bytes_per_token"] == 20_480
     # the full window is TensorRT-LLM's max_seq_len: 8,192 + 1 (overlap scheduler)
@@ -176,6 +179,12 @@ def test_attention_dp_gives_a_joined_eagle3_layer_the_patterns_window() -> None:
     # 18 full ones
     assert window(target, 128)["bytes_per_token"] == 38_912
     assert window(target, None)["bytes_per_token"] == 36_864
+    # 6 sequences of 32,768 + 5 tokens fit the full pool (7,045 // 1,025); the sliding
+    # share, rounded up to 0.005365, holds what they need there: 6 x (ceil(133 / 32) + 1)
+    # = 36 blocks (0.005364 gave 35)
+    assert p.engine.settings["env.TRTLLM_WINDOW_SIZE_SHARES"] == "0.005365,0.994635"
+    assert window(target, 128)["primary_blocks"] == 36
+    assert p.capacity.max_concurrency == 6
 
 
 def test_attention_dp_with_a_draft_model_is_refused() -> None:

@@ -58,6 +58,7 @@ Facts from ``NVIDIA/TensorRT-LLM``: ``tensorrt_llm/_torch/pyexecutor/_util.py`` 
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -372,8 +373,11 @@ def attention_windows(d: Deployment) -> list[int] | None:
 
 
 def _shares_text(shares: list[float]) -> str:
-    """Shares with 6 decimals whose float sum is exactly 1.0, the last taking the rest."""
-    head = [round(s, 6) for s in shares[:-1]]
+    """Shares with 6 decimals whose float sum is exactly 1.0, the last taking the rest.
+
+    The first (sliding windows) are rounded up, so that their pools hold at least the
+    bytes they were sized for; the last (the full-length window) gives them the rest."""
+    head = [round(math.ceil(round(s * 1e6, 3)) / 1e6, 6) for s in shares[:-1]]
     last = round(1.0 - sum(head), 6)
     for _ in range(20):
         if sum([*head, last]) == 1.0:
@@ -661,6 +665,11 @@ def _capacity(d: Deployment, pools: TrtllmPools) -> Capacity:
     gpu_blocks = min(primary for primary, _ in growing)
     host_blocks = min(secondary for _, secondary in growing)
     sequences = min(gpu_blocks // cdiv(per_seq_tokens(d), tpb), d.max_batch_size)
+    lookahead = per_seq_tokens(d) - d.max_seq_len
+    for p in pools.last:  # a sliding window takes ceil((w + lookahead) / block) + 1 blocks
+        for w in p.manager.windows:
+            if w != FULL and len(p.manager.windows) > 1:
+                sequences = min(sequences, p.blocks[w][0] // (cdiv(w + lookahead, tpb) + 1))
     return Capacity(
         tokens=gpu_blocks * tpb,
         tokens_per_block=tpb,
