@@ -65,7 +65,7 @@ def test_draft_prefix_of_eagle_recomputes_the_last_block() -> None:
         ({"spec": "draft-target", "draft": HEAD}, "is an EAGLE head, not a draft model"),
         (
             {"spec": "eagle", "draft": HEAD, "engine": "trtllm"},
-            "TensorRT-LLM main@00043967 has no speculation mode for --spec eagle",
+            "TensorRT-LLM main@38198e34 has no speculation mode for --spec eagle",
         ),
     ],
 )

@@ -341,7 +341,7 @@ def test_trtllm_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
     assert s["kv_cache_config.max_attention_window"] == [128, 32768 + 1024]
     pools = trt.allocate(
         inputs,
-        mgrs,
+        (mgrs,),
         max_tokens=s["kv_cache_config.max_tokens"],
         max_gpu_total_bytes=s["kv_cache_config.max_gpu_total_bytes"],
         host_cache_size=s["kv_cache_config.host_cache_size"],
@@ -349,14 +349,17 @@ def test_trtllm_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
     )
     # max_tokens = 40 GiB // 75,776 // 32 x 32 = 566,784; the draft holds that many
     assert s["kv_cache_config.max_tokens"] == 566_784
-    assert pools.blocks["draft"][trt.FULL][0] * 32 == 566_784
+    assert pools.blocks("draft")[trt.FULL][0] * 32 == 566_784
     # the target's full-length window holds the plan's tokens within one block
-    full_blocks = pools.blocks["target"][trt.FULL][0]
+    full_blocks = pools.blocks("target")[trt.FULL][0]
     assert abs(full_blocks * 32 - p.capacity.tokens) <= 32
     assert p.capacity.tokens == 566_784
     # primary bytes of both managers stay within the budget
-    used = sum(b[0] * 32 * m.windows[w] for m in mgrs for w, b in pools.blocks[m.role].items())
+    used = sum(b[0] * 32 * pm.manager.windows[w] for pm in pools.last for w, b in pm.blocks.items())
     assert used <= B40
+    # host_cache_size is split by the creator's price (_split_kv_cache_budget_for_draft):
+    # draft 64 GiB x 2,048 // 75,776 = 1,857,283,155 B
+    assert [pm.host_bytes for pm in pools.last] == [68_719_476_736 - 1_857_283_155, 1_857_283_155]
 
 
 def test_trtllm_full_attention_emits_max_tokens() -> None:

@@ -1,0 +1,303 @@
+"""TensorRT-LLM's V1 managers per PP stage: exact values, each TensorRT-LLM's own.
+
+Every expected value below is what TensorRT-LLM's sizing code gives for the plan's
+emitted settings, as ``benchmarks/fidelity/trtllm/trtllm_fidelity.py`` runs it (the code
+transcribed in ``shared/trtllm-src``; files and commits in its SOURCES.md:
+``tensorrt_llm/_torch/pyexecutor/_util.py`` @ 38198e34, ``resource_manager.py`` @
+1fe0b08f, ``llmapi/llm_args.py`` @ 00043967). The arithmetic is beside each value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import kvbudget
+from kvbudget import InvalidArgumentError
+from kvbudget.engines import trtllm as trt
+from kvbudget.plan_types import Plan
+
+GIB = 1024**3
+
+
+def plan(target: str, **kwargs: Any) -> Plan:
+    args: dict[str, Any] = {"spec": "none", "engine": "trtllm", "max_seq_len": 32768}
+    args.update(kwargs)
+    return kvbudget.plan(target, **args)
+
+
+def stage(p: Plan, index: int) -> dict[str, dict[str, Any]]:
+    """The managers of PP stage ``index`` in the plan's detail, by role."""
+    (entry,) = [s for s in p.engine.detail["stages"] if s["pp_stage"] == index]
+    return {m["role"]: m for m in entry["managers"]}
+
+
+def window(manager: dict[str, Any], size: int | None) -> dict[str, Any]:
+    (w,) = [w for w in manager["windows"] if w["window"] == size]
+    return w
+
+
+def test_pp_layers_split_like_tensor_split() -> None:
+    # Mapping.pp_layers: torch.tensor_split(arange(n), pp) gives the first n % pp stages
+    # one more layer: 61 over 4 -> 16, 15, 15, 15 (vLLM's split would be 15, 15, 16, 15)
+    assert [len(trt.pp_layers(61, 4, s)) for s in range(4)] == [16, 15, 15, 15]
+    assert [trt.pp_layers(80, 3, s) for s in range(3)] == [range(0, 27), range(27, 54),
+                                                           range(54, 80)]  # fmt: skip
+    assert list(trt.pp_layers(1, 2, 1)) == []
+
+
+def test_sliding_windows_under_pp_hold_the_smallest_stage_count() -> None:
+    p = plan("google/gemma-2-9b-it", tp=4, pp=2, kv_budget="8GiB", max_seq_len=8192)
+    s = p.engine.settings
+    # 42 layers, sliding on even ones; 2 KV heads x 256 x 2 x 2 B = 2,048 B per layer and
+    # rank. Stage 0 (layers 0-20): 11 sliding (22,528 B/token) + 10 full (20,480);
+    # stage 1 (21-41): 10 sliding + 11 full. max_tokens = 8 GiB // 43,008 -> 199,712
+    assert s["kv_cache_config.max_tokens"] == 199_712
+    p_bytes = 43_008 * 199_712  # min(price x max_tokens, max_gpu_total_bytes)
+    assert s["kv_cache_config.max_gpu_total_bytes"] == p_bytes == 8_589_213_696
+    assert s["env.TRTLLM_WINDOW_SIZE_SHARES"] == "0.305141,0.694859"
+    # calculate_max_num_blocks_for_vswa per stage, int(P x share / bytes // 32):
+    # window 4096: stage 0 int(8,589,213,696 x 0.305141 / 22,528 // 32) = 3,635, stage 1
+    # 3,999; full: stage 0 9,106, stage 1 8,278; allreduce(MIN) leaves 3,635 and 8,278
+    for index in (0, 1):
+        target = stage(p, index)["target"]
+        assert window(target, 4096)["primary_blocks"] == 3_635
+        assert window(target, None)["primary_blocks"] == 8_278
+    # so the sliding pool binds: 3,635 // (4,096 / 32 + 1) = 28 sequences (the full
+    # pool would hold 8,278 // 256 = 32)
+    assert p.capacity.max_concurrency == 28
+    assert window(stage(p, 0)["target"], 4096)["bytes_per_token"] == 22_528
+    assert window(stage(p, 1)["target"], 4096)["bytes_per_token"] == 20_480
+    # the full window is TensorRT-LLM's max_seq_len: 8,192 + 1 (overlap scheduler)
+    assert window(stage(p, 1)["target"], None)["attention_window"] == 8_193
+
+
+def test_a_window_longer_than_its_pool_is_cut_to_it() -> None:
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="2GiB")
+    # 2 GiB // 131,072 B/token = 16,384 tokens = 512 blocks < the 32,769-token window:
+    # _validate_and_adjust_attention_windows cuts it (and max_seq_len) to 16,384
+    (target,) = p.engine.detail["managers"]
+    assert window(target, None)["primary_blocks"] == 512
+    assert window(target, None)["attention_window"] == 16_384
+    assert "[KVCacheManager] blocks_per_window: {16384: (512, 0)}  (target)" in p.engine.log
+    assert any("cuts the target manager's full-length attention window to 16384" in w
+               for w in p.warnings)  # fmt: skip
+
+
+def test_a_checkpoint_that_quantizes_its_kv_cache_runs_it_so() -> None:
+    # Qwen3-32B-NVFP4: kv_cache_quant_algo FP8; "auto" keeps it and another dtype only
+    # warns (TorchLlmArgs.sync_quant_config_with_kv_cache_config_dtype)
+    with pytest.raises(InvalidArgumentError, match="plan with --kv-dtype fp8"):
+        plan("nvidia/Qwen3-32B-NVFP4", kv_dtype="bf16", kv_budget="8GiB")
+    p = plan("nvidia/Qwen3-32B-NVFP4", kv_budget="8GiB")
+    # 64 layers x 8 KV heads x 128 x 2 x 1 B = 131,072 B/token
+    assert p.engine.detail["managers"][0]["bytes_per_token"] == 131_072
+
+
+def test_attention_dp_makes_every_rank_its_own_attention_group() -> None:
+    with pytest.raises(InvalidArgumentError, match="use --dp 8"):
+        plan("openai/gpt-oss-120b", tp=8, dp=2, dp_attention=True, kv_budget="8GiB")
+
+
+# ---------------------------------------------------------------- issue #18, cause 1
+
+
+def test_mla_on_hopper_uses_flashmlas_64_token_blocks() -> None:
+    # create_py_executor (py_executor_creator.py @ 000429d5): "Change tokens_per_block to:
+    # 64 for using FlashMLA" where ModelConfig.enable_flash_mla: TRTLLM backend, a
+    # kv_lora_rank + qk_rope_head_dim = 512 + 64 = 576 latent, SM 9.0 (the H200 default)
+    p = plan("deepseek-ai/DeepSeek-V3", spec="mtp", tp=8, kv_budget=52_714_052_640,
+             max_seq_len=163_840)  # fmt: skip
+    assert p.capacity.tokens_per_block == 64
+    assert p.engine.settings["kv_cache_config.tokens_per_block"] == 64
+    # 52,714,052,640 // (70,272 + 1,152) = 738,044 -> 737,984 in blocks of 64: 11,531
+    # blocks per manager (23,063 in blocks of 32 before); one sequence holds
+    # 163,840 + 3 + 2 tokens = 2,561 blocks of 64 (5,121 of 32)
+    assert p.engine.settings["kv_cache_config.max_tokens"] == 737_984
+    target, draft = p.engine.detail["managers"]
+    assert window(target, None)["primary_blocks"] == window(draft, None)["primary_blocks"]
+    assert window(target, None)["primary_blocks"] == 11_531
+    assert p.engine.detail["blocks_per_sequence"] == 2_561
+    assert p.engine.log[0] == "Change tokens_per_block to: 64 for using FlashMLA"
+    assert any("FlashMLA on SM 9.0" in n for n in p.engine.notes)
+
+
+def test_flashmla_needs_sm90_and_the_576_wide_latent() -> None:
+    # B200 is SM 10.0 (enable_flash_mla asks for (9, 0)): the given 32 stays,
+    # 738,044 -> 738,016 tokens = 23,063 blocks
+    b200 = plan("deepseek-ai/DeepSeek-V3", spec="mtp", tp=8, kv_budget=52_714_052_640,
+                max_seq_len=163_840, gpu="B200")  # fmt: skip
+    assert b200.capacity.tokens_per_block == 32
+    assert window(b200.engine.detail["managers"][0], None)["primary_blocks"] == 23_063
+    # GLM-4.5 is not MLA: its block stays the given one on an H200
+    assert plan("zai-org/GLM-4.5", kv_budget="8GiB").capacity.tokens_per_block == 32
+
+
+def test_every_nvidia_preset_has_a_compute_capability() -> None:
+    from kvbudget.deployment import resolve_deployment
+    from kvbudget.gpus import get_gpu, list_gpus
+
+    for name in list_gpus():
+        gpu = get_gpu(name)
+        d = resolve_deployment(gpu=name, kv_budget="8GiB", engine="trtllm", spec="none")
+        assert (trt.sm_version(d) is None) == gpu.name.startswith("AMD"), gpu.name
+    d = resolve_deployment(gpu="GH200", kv_budget="8GiB", engine="trtllm", spec="none")
+    assert trt.sm_version(d) == (9, 0)  # GH200, not H200's prefix
+    d = resolve_deployment(gpu="A100-80GB", kv_budget="8GiB", engine="trtllm", spec="none")
+    assert trt.sm_version(d) == (8, 0)  # A100, not A10
+
+
+# ---------------------------------------------------------------- issue #18, cause 2
+
+
+def test_attention_dp_puts_the_mtp_layer_in_the_target_manager() -> None:
+    # KvCacheCreator._should_create_separate_draft_kv_cache (_util.py @ 38198e34): "Attention
+    # DP is enabled, separate draft KV cache is not supported"; get_pp_layers
+    # (resource_manager.py @ 1fe0b08f) then appends the spec layer to the target's
+    p = plan("deepseek-ai/DeepSeek-V3", spec="mtp", tp=8, dp=8, dp_attention=True, ep=8,
+             kv_budget="40GiB")  # fmt: skip
+    (target,) = p.engine.detail["managers"]
+    # 61 + 1 MLA layers x 1,152 B = 71,424 B/token (70,272 + a 1,152 B/token draft before)
+    assert (target["role"], target["num_layers"]) == ("target", 62)
+    assert target["bytes_per_token"] == 71_424
+    # the creator prices only num_hidden_layers (get_cache_size_per_token): 61 x 1,152
+    assert target["price_bytes_per_token"] == 70_272
+    # 40 GiB // 71,424 = 601,342 -> 601,280 in blocks of 64 (FlashMLA): 9,395 blocks
+    assert window(target, None)["primary_blocks"] == 9_395
+    assert any("no separate draft manager" in n for n in p.engine.notes)
+
+
+def test_attention_dp_gives_a_joined_eagle3_layer_the_patterns_window() -> None:
+    # the head is layer 36 of the target manager; max_attention_window [128, 33792] repeats
+    # cyclically (_get_window_size_to_layers): 36 % 2 = 0 -> the 128-token window
+    p = plan("openai/gpt-oss-120b", spec="eagle3", tp=8, dp=8, dp_attention=True, ep=8,
+             kv_budget="8GiB")  # fmt: skip
+    (target,) = p.engine.detail["managers"]
+    assert target["num_layers"] == 37
+    # 19 sliding layers x 2,048 B (8 KV heads x 64 x 2 x 2 B, attention DP: 1 rank) and
+    # 18 full ones
+    assert window(target, 128)["bytes_per_token"] == 38_912
+    assert window(target, None)["bytes_per_token"] == 36_864
+    # 6 sequences of 32,768 + 5 tokens fit the full pool (7,045 // 1,025); the sliding
+    # share, rounded up to 0.005365, holds what they need there: 6 x (ceil(133 / 32) + 1)
+    # = 36 blocks (0.005364 gave 35)
+    assert p.engine.settings["env.TRTLLM_WINDOW_SIZE_SHARES"] == "0.005365,0.994635"
+    assert window(target, 128)["primary_blocks"] == 36
+    assert p.capacity.max_concurrency == 6
+
+
+def test_attention_dp_with_a_draft_model_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="draft-target with --dp-attention"):
+        plan("meta-llama/Llama-3.1-8B-Instruct", draft="meta-llama/Llama-3.2-1B-Instruct",
+             spec="draft-target", tp=8, dp=8, dp_attention=True, kv_budget="8GiB")  # fmt: skip
+
+
+# ---------------------------------------------------------------- issue #18, cause 3
+
+
+def test_a_draft_model_under_pp_is_split_over_the_stages_like_the_target() -> None:
+    # _create_one_model_draft_kv_cache_manager passes the draft's own layer mask (all
+    # True); get_pp_layers (resource_manager.py @ 1fe0b08f) splits it with
+    # mapping.pp_layers: 16 Llama-3.2-1B layers -> 8 per stage
+    p = plan("meta-llama/Llama-3.1-70B-Instruct", draft="meta-llama/Llama-3.2-1B-Instruct",
+             spec="draft-target", tp=4, pp=2, kv_budget="8GiB")  # fmt: skip
+    for index in (0, 1):
+        draft = stage(p, index)["draft"]
+        # 8 layers x 2 KV heads (8 / TP 4) x 64 x 2 x 2 B = 4,096 B/token (the last stage
+        # held all 16, 8,192 B/token, and stage 0 none, before)
+        assert (draft["num_layers"], draft["bytes_per_token"]) == (8, 4_096)
+        assert stage(p, index)["target"]["bytes_per_token"] == 40 * 1_024  # 40 layers
+    # 8 GiB // (40,960 + 4,096) = 190,650 -> 190,624 tokens: 5,957 blocks of 32 (5,461 before)
+    assert p.engine.settings["kv_cache_config.max_tokens"] == 190_624
+    assert window(stage(p, 0)["draft"], None)["primary_blocks"] == 5_957
+    assert any("PP stage 0 holds 8 of the draft's layers" in n for n in p.engine.notes)
+
+
+# ---------------------------------------------------------------- issue #18, cause 4
+
+
+def test_eagle3_off_the_last_stage_keeps_a_placeholder_draft_pool() -> None:
+    # the EAGLE3 layer is layer 80 of the 81 in the draft's mask: mapping.pp_layers puts it
+    # on stage 1; on stage 0 get_pp_layers finds none and "provide[s] at least 1 layer"
+    p = plan("meta-llama/Llama-3.3-70B-Instruct", spec="eagle3", tp=4, pp=2,
+             kv_budget="8GiB", host_budget="64GiB")  # fmt: skip
+    host = 64 * GIB
+    target0, draft0 = stage(p, 0)["target"], stage(p, 0)["draft"]
+    # one layer of the head: 2 KV heads (8 / TP 4) x 128 x 2 x 2 B = 1,024 B/token
+    assert (draft0["placeholder"], draft0["num_layers"], draft0["bytes_per_token"]) == (
+        True, 1, 1_024)  # fmt: skip
+    # max_tokens leaves room for it: 8 GiB // (40,960 + 1,024) = 204,600 -> 204,576, so
+    # stage 0 holds 6,393 x 32 x 41,984 B = 8,588,918,784 B <= 8 GiB
+    assert p.engine.settings["kv_cache_config.max_tokens"] == 204_576
+    assert window(draft0, None)["primary_blocks"] == window(target0, None)["primary_blocks"]
+    assert window(draft0, None)["primary_blocks"] == 6_393
+    # _get_draft_cache_cost is None off the last stage: nothing is split, both managers
+    # get the whole host_cache_size: 64 GiB // 1,024 // 32 = 2,097,152 and
+    # 64 GiB // 40,960 // 32 = 52,428 secondary blocks, 128 GiB pinned per rank
+    assert draft0["host_cache_size"] == target0["host_cache_size"] == host
+    assert window(draft0, None)["secondary_blocks"] == 2_097_152
+    assert window(target0, None)["secondary_blocks"] == 52_428
+    assert any("PP stage 0's ranks pin host_cache_size twice" in w and
+               "137438953472 B" in w for w in p.warnings)  # fmt: skip
+    # the last stage splits it by price: the draft 64 GiB x 1,024 // 41,984
+    draft1 = stage(p, 1)["draft"]
+    assert (draft1["placeholder"], draft1["host_cache_size"]) == (False, 1_676_084_798)
+
+
+# ---------------------------------------------------------------- issue #18, cause 5
+
+
+def test_a_draft_model_holds_the_extra_kv_tokens_too() -> None:
+    # get_num_extra_kv_tokens (_torch/speculative/utils.py): max_draft_len - 1 for every
+    # use_one_engine() mode, and DraftTargetDecodingConfig is one-model
+    # (DRAFT_TARGET_ONE_MODEL, llm_args.py @ 00043967), an external drafter
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", draft="meta-llama/Llama-3.2-1B-Instruct",
+             spec="draft-target", kv_budget="8GiB", max_seq_len=32_765)  # fmt: skip
+    # a request of 32,765 tokens + 3 draft + 2 extra = 32,770 tokens: 1,025 blocks of 32
+    # (32,768 = 1,024 without the extra)
+    assert p.engine.detail["blocks_per_sequence"] == 1_025
+    # and the engine's max_seq_len (create_py_executor): 32,765 + 1 + 3 + 2 + 3 = 32,774
+    assert p.engine.detail["engine_max_seq_len"] == 32_774
+    for manager in p.engine.detail["managers"]:
+        assert window(manager, None)["attention_window"] == 32_774
+
+
+# ---------------------------------------------------------------- trtllm@1.3.0rc18
+
+
+def test_the_release_before_pr_14373_pins_the_host_budget_per_manager() -> None:
+    args: dict[str, Any] = {"spec": "eagle3", "kv_budget": "40GiB", "host_budget": "64GiB"}
+    main = plan("meta-llama/Llama-3.1-8B-Instruct", **args)
+    old = plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@1.3.0rc18", **args)
+    host = 64 * GIB
+    assert (main.engine.version, old.engine.version) == ("main@38198e34", "1.3.0rc18")
+    # main: build_managers splits host_cache_size by price (PR #14373): the EAGLE3 head
+    # (8 KV heads x 128 x 2 x 2 B = 4,096 B/token) gets 64 GiB x 4,096 // 135,168
+    assert main.engine.settings["kv_cache_config.host_cache_size"] == host
+    assert [m["host_cache_size"] for m in main.engine.detail["managers"]] == [
+        host - 2_082_408_385, 2_082_408_385]  # fmt: skip
+    # 1.3.0rc18: each V1 manager is built with the whole value ("both managers used to
+    # receive the full host_cache_size", test_host_budget_not_doubled): 64 GiB would pin
+    # 128 GiB; the plan emits 32 GiB, which target and draft pin 64 GiB with
+    assert old.engine.settings["kv_cache_config.host_cache_size"] == host // 2
+    target, draft = old.engine.detail["managers"]
+    assert target["host_cache_size"] == draft["host_cache_size"] == host // 2
+    assert old.engine.detail["host_pinned_bytes"] == [host]
+    # 32 GiB // 131,072 // 32 = 8,192 host blocks for the target (64 GiB - 2,082,408,385 B
+    # give 15,887 on main); the draft's 32 GiB // 4,096 // 32 = 262,144
+    assert window(target, None)["secondary_blocks"] == 8_192
+    assert window(draft, None)["secondary_blocks"] == 262_144
+    assert window(main.engine.detail["managers"][0], None)["secondary_blocks"] == 15_887
+    assert old.capacity.host_tokens == 8_192 * 32
+    assert any("would pin 137438953472 B of host memory per rank" in w for w in old.warnings)
+    # the GPU side is the same in both
+    assert old.engine.settings["kv_cache_config.max_tokens"] == main.engine.settings[
+        "kv_cache_config.max_tokens"]  # fmt: skip
+
+
+def test_the_release_before_pr_14373_needs_no_halving_without_a_draft() -> None:
+    args: dict[str, Any] = {"kv_budget": "40GiB", "host_budget": "64GiB"}
+    old = plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@1.3.0rc18", **args)
+    assert old.engine.settings["kv_cache_config.host_cache_size"] == 64 * GIB
+    assert not any("PR #14373" in w for w in old.warnings)
