@@ -308,3 +308,14 @@ def test_the_plan_table_shows_a_folder_name_escaped(tmp_path: Path) -> None:
     table = _table(p)
     assert "\x1b" not in table and "\\x1b[2J" in table
     assert "[red]x" in table  # shown, not applied
+
+
+def test_the_table_shows_the_engines_block_size() -> None:
+    """TensorRT-LLM runs DeepSeek-V3's 576-wide MLA with FlashMLA on Hopper: 64-token
+    blocks whatever --tokens-per-block asks; the title shows one block size, the engine's."""
+    p = kvbudget.plan("deepseek-ai/DeepSeek-V3", spec="mtp", tp=8, kv_budget="40GiB",
+                      max_seq_len=32768, engine="trtllm")  # fmt: skip
+    assert p.capacity.tokens_per_block == 64 and p.tokens_per_block == 32
+    title = _table(p).splitlines()[2]
+    assert "64 tokens per block (trtllm's; --tokens-per-block 32 asked)" in title
+    assert {pool.tokens_per_block for pool in p.engine.pools} == {64}

@@ -18,7 +18,7 @@ def render_plan(plan: Plan) -> Group:
         ("kvbudget plan: ", "bold"),
         printable(plan.target),
         f"\n  draft: {printable(_draft(plan))}",
-        f"\n  {_layout(plan)}  kv={plan.kv_dtype}  {plan.tokens_per_block} tokens per block",
+        f"\n  {_layout(plan)}  kv={plan.kv_dtype}  {_block(plan)}",
     )
     if plan.pp > 1:
         title.append(f"  (PP stage {plan.pp_stage} shown)")
@@ -177,6 +177,18 @@ def _draft(plan: Plan) -> str:
     if plan.draft is None:
         return "none (no speculation)"
     return f"{plan.draft} ({plan.spec})"
+
+
+def _block(plan: Plan) -> str:
+    """The engine's tokens per block, and the one asked for when the engine changed it
+    (vLLM's hybrid block size, TensorRT-LLM's FlashMLA 64)."""
+    engine_block = plan.capacity.tokens_per_block
+    if engine_block == plan.tokens_per_block:
+        return f"{engine_block} tokens per block"
+    return (
+        f"{engine_block} tokens per block ({plan.engine.name}'s; --tokens-per-block "
+        f"{plan.tokens_per_block} asked)"
+    )
 
 
 def _pool_kind(pool: PoolPlan) -> str:
