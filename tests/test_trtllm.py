@@ -16,6 +16,7 @@ import pytest
 import kvbudget
 from kvbudget import InvalidArgumentError
 from kvbudget.engines import trtllm as trt
+from kvbudget.engines import trtllm_v2 as v2
 from kvbudget.plan_types import Plan
 
 GIB = 1024**3
@@ -301,3 +302,65 @@ def test_the_release_before_pr_14373_needs_no_halving_without_a_draft() -> None:
     old = plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@1.3.0rc18", **args)
     assert old.engine.settings["kv_cache_config.host_cache_size"] == 64 * GIB
     assert not any("PR #14373" in w for w in old.warnings)
+
+
+# ---------------------------------------------------------------- trtllm@v2 (KVCacheManagerV2)
+# Expected values: KVCacheManagerV2 (_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py @
+# 38198e34) and the V2 runtime's storage sizing (runtime/kv_cache_manager_v2/
+# _storage_manager.py, _storage/_core.py; SOURCES.md), run by the fidelity harness on the
+# plan's emitted settings (harness_device_quota, impl.harness_pools()).
+
+
+def test_v2_quota_is_max_gpu_total_bytes_and_slots_hold_every_layer() -> None:
+    p = plan(
+        "meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="40GiB",
+        host_budget="64GiB",
+    )  # fmt: skip
+    s = p.engine.settings
+    assert s["kv_cache_config.use_kv_cache_manager_v2"] is True
+    assert s["kv_cache_config.max_gpu_total_bytes"] == 40 * GIB
+    assert "kv_cache_config.max_tokens" not in s  # only a cap in V2; none emitted
+    assert s["kv_cache_config.host_cache_size"] == 64 * GIB
+    # one slot = one 32-token block of all 32 layers: 32 x 4,096 B x 32 = 4,194,304 B;
+    # cache_tier_granularity(GPU, 40 GiB) = 2 MiB << min(4, int(log2(40))) = 32 MiB
+    assert p.engine.detail["granularity"] == 32 << 20
+    gpu, host = p.engine.pools
+    assert (gpu.tier, gpu.blocks, gpu.bytes) == ("gpu", 10_240, 42_949_672_960)  # 40 GiB / 4 MiB
+    assert (host.tier, host.blocks, host.bytes) == ("host", 16_384, 68_719_476_736)
+    assert p.capacity.tokens == 327_680 and p.capacity.host_tokens == 524_288
+    assert p.capacity.max_concurrency == 10  # 10,240 // (32,768 / 32)
+
+
+def test_v2_host_cache_size_zero_builds_no_host_tier() -> None:
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="8GiB", tp=8)
+    assert p.engine.settings["kv_cache_config.host_cache_size"] == 0
+    (gpu,) = p.engine.pools  # harness: only GPU_MEM with host_cache_size 0
+    # 32 layers x 1 KV head x 128 x 2 x 2 B x 32 tokens = 524,288 B slots in 8 GiB
+    assert (gpu.blocks, gpu.bytes) == (16_384, 8_589_934_592)
+
+
+def test_v2_pp_stages_take_the_min_of_resumable_tokens() -> None:
+    p = plan(
+        "deepseek-ai/DeepSeek-V3", engine="trtllm@v2", kv_budget="8GiB", tp=4, pp=2,
+        kv_dtype="fp8",
+    )  # fmt: skip
+    # 61 layers: stage 0 holds 31 (17,856 B/token at fp8), stage 1 30 (17,280). Stage 0's
+    # int(8 GiB x 0.95) / 17,856 tokens is the MIN; stage 1's quota becomes
+    # ceil(int(tokens x 17,280) / 0.95) = 8,312,839,927 (harness_device_quota, both stages)
+    stages = p.engine.detail["stages"]
+    assert [x["device_quota"] for x in stages] == [8_589_934_592, 8_312_839_927]
+    assert [x["bytes_per_token"] for x in stages] == [17_856, 17_280]
+    (gpu,) = p.engine.pools
+    # FlashMLA: 64-token blocks; granularity 8 MiB (log2(7.74) -> 2); the pool is the
+    # slots' bytes rounded up to it: 7,516 x 1,105,920 B -> 8,313,110,528 B
+    assert (gpu.tokens_per_block, gpu.blocks, gpu.bytes) == (64, 7_516, 8_313_110_528)
+    assert [x["gpu_slots"] for x in stages] == [7_516, 7_516]
+    assert v2.slots(8_312_839_927, 8 << 20, 1_105_920) == (7_516, 8_313_110_528)
+
+
+def test_v2_refuses_what_it_does_not_model() -> None:
+    with pytest.raises(InvalidArgumentError, match="sliding-window"):
+        plan("google/gemma-2-9b-it", engine="trtllm@v2", kv_budget="8GiB", max_seq_len=8192)
+    with pytest.raises(InvalidArgumentError, match="speculation"):
+        plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="8GiB",
+             spec="ngram")  # fmt: skip

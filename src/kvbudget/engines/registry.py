@@ -6,6 +6,7 @@
 ``vllm@0.29.0``        the newest 0.2x release, where its sizing differs
 ``sglang@main@...``    SGLang at the commit its facts were read
 ``trtllm@main@...``    TensorRT-LLM's V1 manager at the commit its facts were read
+``trtllm@v2``          TensorRT-LLM's V2 manager (non-hybrid, no speculation)
 ``trtllm@1.3.0rc18``   the last release that gave each V1 draft manager the whole
                        host budget (PR #14373 split it)
 =====================  =========================================================
@@ -17,7 +18,15 @@ version. Adding an engine version is one module that defines ``MODEL`` (an
 
 from __future__ import annotations
 
-from kvbudget.engines import kvbudget_cache, sglang, trtllm, trtllm_1_3_0rc18, vllm, vllm_0_29
+from kvbudget.engines import (
+    kvbudget_cache,
+    sglang,
+    trtllm,
+    trtllm_1_3_0rc18,
+    trtllm_v2,
+    vllm,
+    vllm_0_29,
+)
 from kvbudget.engines.base import EngineModel
 from kvbudget.errors import InvalidArgumentError
 
@@ -28,6 +37,7 @@ ENGINE_MODELS: tuple[EngineModel, ...] = (
     sglang.MODEL,
     trtllm.MODEL,
     trtllm_1_3_0rc18.MODEL,
+    trtllm_v2.MODEL,
 )
 
 ENGINE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(m.name for m in ENGINE_MODELS))
