@@ -354,7 +354,7 @@ def test_v2_pp_stages_take_the_min_of_resumable_tokens() -> None:
     # FlashMLA: 64-token blocks; granularity 8 MiB (log2(7.74) -> 2); the pool is the
     # slots' bytes rounded up to it: 7,516 x 1,105,920 B -> 8,313,110,528 B
     assert (gpu.tokens_per_block, gpu.blocks, gpu.bytes) == (64, 7_516, 8_313_110_528)
-    assert [x["gpu_slots"] for x in stages] == [7_516, 7_516]
+    assert [x["pools"][0]["slots"] for x in stages] == [7_516, 7_516]
     assert v2.slots(8_312_839_927, 8 << 20, 1_105_920) == (7_516, 8_313_110_528)
 
 

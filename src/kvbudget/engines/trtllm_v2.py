@@ -201,12 +201,9 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
     per_token = stage_bytes_per_token(d)
     if not per_token[-1]:
         raise InvalidArgumentError(f"{d.target.name} has no KV cache layer on the last stage")
-    pools = _pools(d, quotas[-1], host, per_token[-1])
-    tpb = v1.block_tokens(d)
-    stage_slots = [
-        slots(q, gpu_granularity(q), b * tpb)[0] for q, b in zip(quotas, per_token, strict=True)
-    ]
-    capacity = _capacity(d, pools, min(stage_slots))
+    stage_pools = [_pools(d, q, host, b) for q, b in zip(quotas, per_token, strict=True)]
+    pools = stage_pools[-1]
+    capacity = _capacity(d, pools, min(sp[0].blocks for sp in stage_pools))
     settings = _settings(d, gpu_total, host, dtype)
     return EnginePlan(
         name="trtllm",
@@ -221,7 +218,7 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
         ),
         notes=tuple(_notes(d) + auto_note(d.kv_dtype, facts, dtype)),
         warnings=tuple(_warnings(d, capacity)),
-        detail=_detail(d, quotas, per_token, pools, stage_slots),
+        detail=_detail(d, quotas, per_token, stage_pools),
     )
 
 
@@ -283,32 +280,32 @@ def _detail(
     d: Deployment,
     quotas: list[int],
     per_token: list[int],
-    pools: tuple[PoolPlan, ...],
-    stage_slots: list[int],
+    stage_pools: list[tuple[PoolPlan, ...]],
 ) -> dict[str, Any]:
-    """The V2 figures the fidelity comparison reads: per stage its quota, bytes per token
-    and GPU slots; the reported stage's pools."""
+    """The V2 figures the fidelity comparison reads: per stage its quota, bytes per token,
+    layers and pools (slots, bytes, slot bytes per tier)."""
+    tpb, layers = v1.block_tokens(d), len(d.target.layers)
     return {
         "kv_cache_manager": "V2",
         "manager_class": "KVCacheManagerV2",
-        "tokens_per_block": v1.block_tokens(d),
+        "tokens_per_block": tpb,
         "flash_mla": v1.flash_mla(d),
         "engine_max_seq_len": v1.engine_max_seq_len(d),
         "stages": [
-            {"pp_stage": s, "device_quota": q, "bytes_per_token": b, "gpu_slots": n}
-            for s, (q, b, n) in enumerate(zip(quotas, per_token, stage_slots, strict=True))
-        ],
-        "pools": [
             {
-                "tier": p.tier,
-                "slots": p.blocks,
-                "bytes": p.bytes,
-                "slot_bytes": per_token[-1] * p.tokens_per_block,
+                "pp_stage": s,
+                "num_layers": len(v1.pp_layers(layers, d.parallel.pp, s)),
+                "device_quota": q,
+                "bytes_per_token": b,
+                "pools": [
+                    {"tier": p.tier, "slots": p.blocks, "bytes": p.bytes, "slot_bytes": b * tpb}
+                    for p in pools
+                ],
             }
-            for p in pools
+            for s, (q, b, pools) in enumerate(zip(quotas, per_token, stage_pools, strict=True))
         ],
         "granularity": gpu_granularity(quotas[-1]),
-        "blocks_per_sequence": cdiv(v1.per_seq_tokens(d), v1.block_tokens(d)),
+        "blocks_per_sequence": cdiv(v1.per_seq_tokens(d), tpb),
     }
 
 
