@@ -75,7 +75,7 @@ def test_sliding_windows_under_pp_hold_the_smallest_stage_count() -> None:
 
 
 def test_a_window_longer_than_its_pool_is_cut_to_it() -> None:
-    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="2GiB")
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="2GiB", engine="trtllm@v1")
     # 2 GiB // 131,072 B/token = 16,384 tokens = 512 blocks < the 32,769-token window:
     # _validate_and_adjust_attention_windows cuts it (and max_seq_len) to 16,384
     (target,) = p.engine.detail["managers"]
@@ -364,3 +364,49 @@ def test_v2_refuses_what_it_does_not_model() -> None:
     with pytest.raises(InvalidArgumentError, match="speculation"):
         plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="8GiB",
              spec="ngram")  # fmt: skip
+
+
+# ---------------------------------------------------------------- which manager "auto" picks
+# llm_utils._resolve_kv_cache_manager_v2_auto (SOURCES.md): the model class's default; V1
+# where it has none. V2 figures as in the trtllm@v2 tests above (the harness's V2 cases).
+
+
+def test_default_trtllm_plans_v2_for_llama_and_says_what_v1_would_hold() -> None:
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB")
+    s = p.engine.settings
+    assert p.engine.version == trt.VERSION and p.engine.detail["kv_cache_manager"] == "V2"
+    assert s["kv_cache_config.use_kv_cache_manager_v2"] is True
+    assert s["kv_cache_config.host_cache_size"] == 0  # no host tier, pinned nothing
+    (gpu,) = p.engine.pools
+    assert gpu.blocks == 2_048  # 8 GiB / 4 MiB slots (Llama-3.1-8B-Instruct ... kv8GiB V2)
+    assert p.engine.notes[0] == (
+        "# manager: V2, TensorRT-LLM's auto pick (LlamaForCausalLM defaults to V2 (PR #19004)); "
+        "V1 on the same budget would hold 65536 tokens (max_tokens 65536)"
+    )  # V1: 8 GiB // 131,072 B/token = 65,536
+    (warning,) = [w for w in p.engine.warnings if "host_cache_size" in w]
+    assert "up to 8589934592 B per rank (the device quota), 8589934592 B per node" in warning
+
+
+def test_default_trtllm_plans_v1_for_qwen3_and_says_what_v2_would_hold() -> None:
+    p = plan("Qwen/Qwen3-8B", kv_budget="8GiB")
+    assert p.engine.detail["kv_cache_manager"] == "V1"
+    assert p.engine.settings["kv_cache_config.use_kv_cache_manager_v2"] is False
+    # 36 layers x 8 heads x 128 x 2 x 2 B = 147,456 B/token: V1 58,240 tokens; V2's
+    # 4,718,592 B slots: 8 GiB // it = 1,820 slots = 58,240 tokens (Qwen3-8B ... kv8GiB V2)
+    assert p.engine.settings["kv_cache_config.max_tokens"] == 58_240
+    assert p.engine.notes[0] == (
+        "# manager: V1, TensorRT-LLM's auto pick (Qwen3ForCausalLM sets no V2 default); V2 on "
+        "the same max_gpu_total_bytes would hold 58240 tokens"
+    )
+
+
+def test_v1_stays_available_and_uncovered_v2_defaults_pin_v1() -> None:
+    v1_plan = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB", engine="trtllm@v1")
+    assert v1_plan.engine.detail["kv_cache_manager"] == "V1"
+    assert v1_plan.engine.settings["kv_cache_config.max_tokens"] == 65_536
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB", spec="eagle3")
+    assert p.engine.settings["kv_cache_config.use_kv_cache_manager_v2"] is False
+    assert p.engine.notes[0].endswith(
+        "kvbudget's V2 model does not cover --spec eagle3 yet, so the plan pins V1 "
+        "(use_kv_cache_manager_v2 false)"
+    )

@@ -12,7 +12,8 @@ Run it with a Python that has CPU torch, pydantic and strenum (README.md here)::
 commits). Nothing of it is copied here: the folder goes on ``sys.path`` and its modules are
 imported and run.
 
-For every case, kvbudget plans the deployment with ``engine="trtllm"``; its emitted
+For every case, kvbudget plans the deployment with ``engine="trtllm@v1"`` (the V1
+manager whatever the model's default; ``trtllm@v2`` for the V2 cases); its emitted
 settings (``plan.engine.settings``: ``kv_cache_config.*``, ``speculative_config.*``, the
 parallel sizes, ``env.TRTLLM_WINDOW_SIZE_SHARES``) are then handed to TensorRT-LLM's
 ``KvCacheCreator`` (``_torch/pyexecutor/_util.py``) as ``trtllm-serve`` would hand them:
@@ -84,7 +85,7 @@ class Case:
     host: str
     layout: str
     budget: str
-    engine: str = "trtllm"  # "trtllm@v2": the V2 manager's model
+    engine: str = "trtllm@v1"  # "trtllm@v2": the V2 manager's model
 
     @property
     def id(self) -> str:
@@ -148,7 +149,9 @@ def all_cases() -> list[Case]:
         if model.is_head:
             continue
         try:
-            kvbudget.plan(name, spec="none", engine="trtllm", kv_budget="40GiB", max_seq_len=4096)
+            kvbudget.plan(
+                name, spec="none", engine="trtllm@v1", kv_budget="40GiB", max_seq_len=4096
+            )
         except InvalidArgumentError:
             continue  # hybrids (V2 manager), sparse indexers: not the V1 model's
         layouts = [k for k in LAYOUTS if k != "dp8attn" or _is_moe(_raw(name))]

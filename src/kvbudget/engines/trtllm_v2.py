@@ -60,6 +60,19 @@ GPU_PAGE = 2 << 20  # cache_tier_granularity: 2 MiB physical chunks
 HOST_GRANULARITY = 4 << 10  # HostMem::kAlignment (C++ runtime)
 
 
+def uncovered(d: Deployment) -> str | None:
+    """What of ``d`` this V2 model does not cover, in a few words, or None."""
+    try:
+        check(d)
+    except InvalidArgumentError:
+        if d.spec.name != "none":
+            return f"--spec {d.spec.name}"
+        if v1.attention_windows(d) is not None:
+            return "sliding windows"
+        return "this model"
+    return None
+
+
 def check(d: Deployment) -> None:
     """InvalidArgumentError for what this V2 model does not cover."""
     v1.check(d)
@@ -217,7 +230,7 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
             f"KV cache manager v2 device quota set to {quotas[-1] / GIB}GiB",
         ),
         notes=tuple(_notes(d) + auto_note(d.kv_dtype, facts, dtype)),
-        warnings=tuple(_warnings(d, capacity)),
+        warnings=tuple(_warnings(d, capacity) + _host_warnings(ledger, quotas[-1], host)),
         detail=_detail(d, quotas, per_token, stage_pools),
     )
 
@@ -276,6 +289,24 @@ def _warnings(d: Deployment, capacity: Capacity) -> list[str]:
     return out
 
 
+def _host_warnings(ledger: Ledger, quota: int, host: int) -> list[str]:
+    """What an unset host_cache_size would pin (``_compute_auto_host_tier_quota``: min of
+    the device quota, 0.5 x MemAvailable / local ranks, 0.8 x RLIMIT_MEMLOCK)."""
+    if host:
+        return []
+    ranks = max(1, ledger.budget.gpus_per_node)
+    per_rank, bound = quota, "the device quota"
+    node_memory = ledger.budget.host_memory_bytes
+    if node_memory is not None and node_memory // 2 // ranks < quota:
+        per_rank, bound = node_memory // 2 // ranks, "half the node's memory per rank"
+    return [
+        f"keep host_cache_size: 0: left unset, TensorRT-LLM's V2 pins an automatic host tier "
+        f"of min(device quota {quota} B, 0.5 x MemAvailable / {ranks} local ranks, 0.8 x "
+        f"RLIMIT_MEMLOCK) per rank: up to {per_rank} B per rank ({bound}), "
+        f"{per_rank * ranks} B per node"
+    ]
+
+
 def _detail(
     d: Deployment,
     quotas: list[int],
@@ -322,4 +353,4 @@ MODEL = EngineModel(
     memory_default=("memory_fraction", "0.9"),
 )
 
-__all__ = ["MODEL", "plan", "slots", "synced_quotas"]
+__all__ = ["MODEL", "check", "plan", "slots", "synced_quotas", "uncovered"]
