@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -1051,26 +1052,25 @@ def plan_auto(d: Deployment, ledger: Ledger) -> EnginePlan:
 
     choice, why = auto_manager(d)
     gap = trtllm_v2.uncovered(d)
-    v1_plan = plan(d, ledger, RELEASE)
-    if gap is not None:
-        note = f"# manager: V1. TensorRT-LLM's auto would pick {choice} ({why})" + (
-            ""
-            if choice == "V1"
-            else f"; kvbudget's V2 model does not cover {gap} yet, so the plan pins V1 "
-            "(use_kv_cache_manager_v2 false)"
-        )
+    if gap is not None or choice == "V1":
+        v1_plan = plan(d, ledger, RELEASE)
+        if gap is not None:
+            note = f"# manager: V1. TensorRT-LLM's auto would pick {choice} ({why})" + (
+                ""
+                if choice == "V1"
+                else f"; kvbudget's V2 model does not cover {gap} yet, so the plan pins V1 "
+                "(use_kv_cache_manager_v2 false)"
+            )
+        else:
+            note = (
+                f"# manager: V1, TensorRT-LLM's auto pick ({why}); V2 on the same "
+                f"max_gpu_total_bytes would hold {_other_tokens(trtllm_v2.plan, d, ledger)}"
+            )
         return replace(v1_plan, notes=(note, *v1_plan.notes))
     v2_plan = trtllm_v2.plan(d, ledger)
-    if choice == "V1":
-        note = (
-            f"# manager: V1, TensorRT-LLM's auto pick ({why}); V2 on the same "
-            f"max_gpu_total_bytes would hold {v2_plan.capacity.tokens} tokens"
-        )
-        return replace(v1_plan, notes=(note, *v1_plan.notes))
-    v1_tokens = v1_plan.settings["kv_cache_config.max_tokens"]
     note = (
         f"# manager: V2, TensorRT-LLM's auto pick ({why}); V1 on the same budget would hold "
-        f"{v1_plan.capacity.tokens} tokens (max_tokens {v1_tokens})"
+        + _other_tokens(plan, d, ledger)
     )
     return replace(
         v2_plan,
@@ -1078,6 +1078,17 @@ def plan_auto(d: Deployment, ledger: Ledger) -> EnginePlan:
         source=source(RELEASE),
         notes=(note, *v2_plan.notes),
     )
+
+
+def _other_tokens(other: Callable[[Deployment, Ledger], EnginePlan], d: Deployment,
+                  ledger: Ledger) -> str:  # fmt: skip
+    """The tokens the manager not planned would hold, in words (or why it holds none)."""
+    try:
+        p = other(d, ledger)
+    except InfeasibleBudgetError:
+        return "no block (it would not start)"
+    cap = p.settings.get("kv_cache_config.max_tokens")
+    return f"{p.capacity.tokens} tokens" + (f" (max_tokens {cap})" if cap is not None else "")
 
 
 V1_RELEASE = replace(RELEASE, version="v1")  # trtllm@v1: the V1 manager whatever the model
