@@ -358,9 +358,24 @@ def test_v2_pp_stages_take_the_min_of_resumable_tokens() -> None:
     assert v2.slots(8_312_839_927, 8 << 20, 1_105_920) == (7_516, 8_313_110_528)
 
 
+def test_v2_windows_of_one_slot_size_share_one_pool_group() -> None:
+    p = plan("openai/gpt-oss-20b", engine="trtllm@v2", kv_budget="8GiB")
+    assert p.engine.settings["kv_cache_config.max_attention_window"] == [128, 33_792]
+    # 24 layers of 8 KV heads x 64 x 2 x 2 B = 2,048 B/token: 12 sliding (128) and 12
+    # full; each life cycle's slot is 12 x 2,048 x 32 = 786,432 B, equal, so one pool
+    # group (harness: gpt-oss-20b none bf16 tp1 host0 kv8GiB V2, slot_bytes 786432)
+    (gpu,) = p.engine.pools
+    assert (gpu.blocks, gpu.bytes) == (10_922, 8_589_934_592)  # 8 GiB // 786,432
+    # a sequence: 1,024 full-length blocks + ceil((128 - 1) / 32) + 1 = 5 sliding ones
+    assert p.engine.detail["blocks_per_sequence"] == 1_029
+    assert p.capacity.max_concurrency == 10
+
+
 def test_v2_refuses_what_it_does_not_model() -> None:
-    with pytest.raises(InvalidArgumentError, match="sliding-window"):
-        plan("google/gemma-2-9b-it", engine="trtllm@v2", kv_budget="8GiB", max_seq_len=8192)
+    with pytest.raises(InvalidArgumentError, match="several pool groups"):
+        # PP2 splits Gemma-2's 42 layers 21/21: stage 0 has 11 sliding and 10 full layers
+        plan("google/gemma-2-9b-it", engine="trtllm@v2", kv_budget="8GiB", max_seq_len=8192,
+             tp=4, pp=2)  # fmt: skip
     with pytest.raises(InvalidArgumentError, match="speculation"):
         plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="8GiB",
              spec="ngram")  # fmt: skip

@@ -19,20 +19,27 @@ granularity, slots per level).
   tokens (bytes per token of its layers; ``max_util_for_resume`` 0.95), the ranks take
   the MIN, and each quota becomes ``min(quota, ceil(bytes(tokens) / 0.95))``. A PP stage
   with fewer layers so gets a smaller quota.
-* **Pool group**: every layer of a full-attention model has one life cycle; one slot
-  holds one block of every layer of the rank (``bytes_per_token x tokens_per_block``).
+* **Pool group**: the layers of one window (``max_attention_window``, emitted as V1's
+  pattern; full length is the engine's max_seq_len) form one life cycle, whose slot holds
+  one block of each of them; life cycles whose slots are equal share one pool group
+  (gpt-oss, Gemma-2 without PP, Mistral): the capacity's tokens are that group's slots.
+  A sequence takes its full-length blocks plus ``ceil((w - 1) / block) + 1`` per window.
+* **Sync with windows** (``_estimate_cache_size_components``): context tokens cost every
+  layer, generation tokens the full-length layers, and each of ``max_batch_size``
+  requests its windows' live blocks.
 * **Slots** (``cache_tier_granularity``, ``ratio_to_slot_count_list``): the GPU pool is
   ``round_up(quota, g)`` with ``g = 2 MiB << min(4, max(0, int(log2(quota / 1 GiB))))``,
   and holds ``pool // slot`` slots; the host pool ``round_up(host_cache_size, 4 KiB)``
   likewise. ``host_cache_size`` 0 means no host tier; unset, V2 builds one by itself.
 
-Not covered (typed refusals): speculation, sliding windows, recurrent-state (hybrid)
-layers.
+Not covered (typed refusals): speculation, windows whose slots differ in size (several
+pool groups: Gemma-3, Gemma-2 under PP), recurrent-state (hybrid) layers.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.engines import trtllm as v1
@@ -68,7 +75,7 @@ def uncovered(d: Deployment) -> str | None:
         if d.spec.name != "none":
             return f"--spec {d.spec.name}"
         if v1.attention_windows(d) is not None:
-            return "sliding windows"
+            return "windows whose slots differ in size (several pool groups)"
         return "this model"
     return None
 
@@ -88,50 +95,95 @@ def check(d: Deployment) -> None:
                 f"--engine trtllm@v2 does not model hybrid models' MambaHybridCacheManagerV2; "
                 f"{d.target.name} has {layer.kind} layers"
             )
-    if v1.attention_windows(d) is not None:
-        raise InvalidArgumentError(
-            f"--engine trtllm@v2 models full-attention models only; {d.target.name} has "
-            f"sliding-window layers: plan it with --engine trtllm@{v1.VERSION}"
-        )
+    for stage in range(d.parallel.pp):
+        stage_cost(d, stage)  # one pool group per stage
 
 
-def stage_bytes_per_token(d: Deployment) -> list[int]:
-    """Per PP stage, the bytes per token of its layers (``get_cache_bytes_per_token``)."""
+@dataclass(frozen=True, kw_only=True)
+class StageCost:
+    """One PP stage's V2 manager: bytes per token of all its layers, the slot bytes of
+    its one pool group, and ``_estimate_cache_size_components``' context and generation
+    bytes per token and SWA bytes per request."""
+
+    per_token: int
+    slot_bytes: int
+    context: int
+    generation: int
+    swa_per_request: int
+
+
+def _stage_windows(d: Deployment, stage: int) -> dict[int | None, int]:
+    """Window (None: full) -> bytes per token of the stage's layers with it: the emitted
+    ``max_attention_window`` pattern clamped to the engine's max_seq_len, per layer
+    (``_resolve_v2_max_attention_window_vec``)."""
     dtype, tp, layers = d.kv_dtype_value, d.parallel.attention_tp, d.target.layers
-    return [
-        sum(
-            layers[i].bytes_per_token(dtype, tp)
-            for i in v1.pp_layers(len(layers), d.parallel.pp, s)
+    pattern, seq = v1.attention_windows(d), v1.engine_max_seq_len(d)
+    out: dict[int | None, int] = {}
+    for i in v1.pp_layers(len(layers), d.parallel.pp, stage):
+        w = None if pattern is None else min(seq, pattern[i % len(pattern)])
+        key = None if w is None or w == seq else w
+        out[key] = out.get(key, 0) + layers[i].bytes_per_token(dtype, tp)
+    return out
+
+
+def stage_cost(d: Deployment, stage: int) -> StageCost:
+    """The stage's :class:`StageCost`; InvalidArgumentError where its windows' slots
+    differ in size (several pool groups, not modelled)."""
+    tpb, windows = v1.block_tokens(d), _stage_windows(d, stage)
+    sizes = {b * tpb for b in windows.values()}
+    if len(sizes) > 1:
+        raise InvalidArgumentError(
+            f"--engine trtllm@v2 models one V2 pool group; {d.target.name}'s windows give "
+            f"slots of {len(sizes)} sizes (several pool groups): plan it with --engine "
+            "trtllm@v1"
         )
-        for s in range(d.parallel.pp)
-    ]
+    full = windows.get(None, 0)
+    swa = sum(b for w, b in windows.items() if w is not None)
+    # live interval of a window: ceil((w + headroom 1 - 2) / block) + 1 blocks
+    per_request = sum(
+        (math.ceil((w + 1 - 2) / tpb) + 1) * tpb * b for w, b in windows.items() if w is not None
+    )
+    return StageCost(
+        per_token=full + swa,
+        slot_bytes=sizes.pop(),
+        context=full + swa,  # enable_swa_scratch_reuse is off by default
+        generation=full,
+        swa_per_request=per_request,
+    )
 
 
-def _tokens_from_quota(quota: int, per_token: int, max_num_tokens: int) -> float:
-    """``_get_max_tokens_from_quota`` of a full-attention manager (its float arithmetic:
-    context and generation tokens cost the same, no SWA bytes per request)."""
-    context_limit = max_num_tokens * per_token
+def _tokens_from_quota(quota: int, c: StageCost, mnt: int, batch: int) -> float:
+    """``_get_max_tokens_from_quota`` (its float arithmetic)."""
+    per_batch = batch * c.swa_per_request
+    if quota < per_batch:
+        return 0
+    context_limit = mnt * c.context + per_batch
     if quota <= context_limit:
-        return quota / per_token
-    return max_num_tokens + (quota - context_limit) / per_token
+        return math.inf if c.context <= 0 else (quota - per_batch) / c.context
+    if c.generation <= 0:
+        return math.inf
+    return mnt + (quota - context_limit) / c.generation
 
 
-def _quota_from_tokens(tokens: float, per_token: int, max_num_tokens: int) -> int:
-    """``_get_quota_from_max_tokens`` of a full-attention manager."""
-    context = min(tokens, max_num_tokens)
-    return int(context * per_token + (tokens - context) * per_token)
+def _quota_from_tokens(tokens: float, c: StageCost, mnt: int, batch: int) -> int:
+    """``_get_quota_from_max_tokens``."""
+    context = min(tokens, mnt)
+    return int(context * c.context + (tokens - context) * c.generation + batch * c.swa_per_request)
 
 
 def synced_quotas(d: Deployment, quota: int) -> list[int]:
     """Each PP stage's device quota after the ranks' MIN of resumable tokens."""
-    per_token, mnt = stage_bytes_per_token(d), d.max_num_batched_tokens
+    costs = [stage_cost(d, s) for s in range(d.parallel.pp)]
+    mnt, batch = d.max_num_batched_tokens, d.max_batch_size
     if d.parallel.tp * d.parallel.pp == 1:
         return [quota]
     resumable = int(quota * MAX_UTIL_FOR_RESUME)
-    tokens = min(_tokens_from_quota(resumable, b, mnt) for b in per_token)
+    tokens = min(_tokens_from_quota(resumable, c, mnt, batch) for c in costs)
+    if math.isinf(tokens):
+        return [quota] * len(costs)
     return [
-        min(quota, math.ceil(_quota_from_tokens(tokens, b, mnt) / MAX_UTIL_FOR_RESUME))
-        for b in per_token
+        min(quota, math.ceil(_quota_from_tokens(tokens, c, mnt, batch) / MAX_UTIL_FOR_RESUME))
+        for c in costs
     ]
 
 
@@ -149,10 +201,9 @@ def slots(pool_quota: int, granularity: int, slot_bytes: int) -> tuple[int, int]
     return n, cdiv(n * slot_bytes, granularity) * granularity
 
 
-def _pools(d: Deployment, quota: int, host: int, per_token: int) -> tuple[PoolPlan, ...]:
-    """The reported stage's pool group on the GPU and, with a host tier, on the host."""
+def _pools(d: Deployment, quota: int, host: int, slot: int) -> tuple[PoolPlan, ...]:
+    """A stage's pool group on the GPU and, with a host tier, on the host."""
     tpb = v1.block_tokens(d)
-    slot = per_token * tpb
     n, pool = slots(quota, gpu_granularity(quota), slot)
     if n == 0:
         raise InfeasibleBudgetError(
@@ -185,7 +236,7 @@ def _capacity(d: Deployment, pools: tuple[PoolPlan, ...], gpu: int) -> Capacity:
     of max_seq_len as fit."""
     tpb = v1.block_tokens(d)
     host = sum(p.blocks for p in pools if p.tier == "host")
-    per_seq = cdiv(v1.per_seq_tokens(d), tpb)
+    per_seq = _seq_slots(d)
     return Capacity(
         tokens=gpu * tpb,
         tokens_per_block=tpb,
@@ -211,10 +262,8 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
     dtype = kv_dtype_name(d.kv_dtype, facts)
     gpu_total, host = ledger.min_stage_gpu_bytes, ledger.host_bytes
     quotas = synced_quotas(d, gpu_total)
-    per_token = stage_bytes_per_token(d)
-    if not per_token[-1]:
-        raise InvalidArgumentError(f"{d.target.name} has no KV cache layer on the last stage")
-    stage_pools = [_pools(d, q, host, b) for q, b in zip(quotas, per_token, strict=True)]
+    costs = [stage_cost(d, s) for s in range(d.parallel.pp)]
+    stage_pools = [_pools(d, q, host, c.slot_bytes) for q, c in zip(quotas, costs, strict=True)]
     pools = stage_pools[-1]
     capacity = _capacity(d, pools, min(sp[0].blocks for sp in stage_pools))
     settings = _settings(d, gpu_total, host, dtype)
@@ -231,7 +280,7 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
         ),
         notes=tuple(_notes(d) + auto_note(d.kv_dtype, facts, dtype)),
         warnings=tuple(_warnings(d, capacity) + _host_warnings(ledger, quotas[-1], host)),
-        detail=_detail(d, quotas, per_token, stage_pools),
+        detail=_detail(d, quotas, costs, stage_pools),
     )
 
 
@@ -256,6 +305,9 @@ def _settings(d: Deployment, gpu_total: int, host: int, dtype: str) -> dict[str,
         settings["enable_attention_dp"] = True
     if layout.ep > 1:
         settings["moe_expert_parallel_size"] = layout.ep
+    windows = v1.attention_windows(d)
+    if windows is not None:
+        settings["kv_cache_config.max_attention_window"] = windows
     return settings
 
 
@@ -310,7 +362,7 @@ def _host_warnings(ledger: Ledger, quota: int, host: int) -> list[str]:
 def _detail(
     d: Deployment,
     quotas: list[int],
-    per_token: list[int],
+    costs: list[StageCost],
     stage_pools: list[tuple[PoolPlan, ...]],
 ) -> dict[str, Any]:
     """The V2 figures the fidelity comparison reads: per stage its quota, bytes per token,
@@ -327,17 +379,30 @@ def _detail(
                 "pp_stage": s,
                 "num_layers": len(v1.pp_layers(layers, d.parallel.pp, s)),
                 "device_quota": q,
-                "bytes_per_token": b,
+                "bytes_per_token": c.per_token,
                 "pools": [
-                    {"tier": p.tier, "slots": p.blocks, "bytes": p.bytes, "slot_bytes": b * tpb}
+                    {
+                        "tier": p.tier,
+                        "slots": p.blocks,
+                        "bytes": p.bytes,
+                        "slot_bytes": c.slot_bytes,
+                    }
                     for p in pools
                 ],
             }
-            for s, (q, b, pools) in enumerate(zip(quotas, per_token, stage_pools, strict=True))
+            for s, (q, c, pools) in enumerate(zip(quotas, costs, stage_pools, strict=True))
         ],
         "granularity": gpu_granularity(quotas[-1]),
-        "blocks_per_sequence": cdiv(v1.per_seq_tokens(d), tpb),
+        "blocks_per_sequence": _seq_slots(d),
     }
+
+
+def _seq_slots(d: Deployment) -> int:
+    """Slots one sequence of max_seq_len takes from the reported stage's pool group: its
+    full-length blocks and, per window, the window's live blocks."""
+    tpb, windows = v1.block_tokens(d), _stage_windows(d, d.parallel.pp - 1)
+    full = cdiv(v1.per_seq_tokens(d), tpb) if None in windows else 0
+    return full + sum(math.ceil((w - 1) / tpb) + 1 for w in windows if w is not None)
 
 
 MODEL = EngineModel(
