@@ -396,8 +396,8 @@ def test_default_trtllm_plans_v2_for_llama_and_says_what_v1_would_hold() -> None
     assert gpu.blocks == 2_048  # 8 GiB / 4 MiB slots (Llama-3.1-8B-Instruct ... kv8GiB V2)
     assert p.engine.notes[0] == (
         "# manager: V2, TensorRT-LLM's auto pick (LlamaForCausalLM defaults to V2 (PR #19004)); "
-        "V1 on the same budget would hold 65536 tokens (max_tokens 65536)"
-    )  # V1: 8 GiB // 131,072 B/token = 65,536
+        "V1 on the same budget would hold 65536 tokens (2 sequences)"
+    )  # V1: 8 GiB // 131,072 B/token = 65,536 = 2 x 32,768
     (warning,) = [w for w in p.engine.warnings if "host_cache_size" in w]
     assert "up to 8589934592 B per rank (the device quota), 8589934592 B per node" in warning
 
@@ -411,7 +411,7 @@ def test_default_trtllm_plans_v1_for_qwen3_and_says_what_v2_would_hold() -> None
     assert p.engine.settings["kv_cache_config.max_tokens"] == 58_240
     assert p.engine.notes[0] == (
         "# manager: V1, TensorRT-LLM's auto pick (Qwen3ForCausalLM sets no V2 default); V2 on "
-        "the same max_gpu_total_bytes would hold 58240 tokens"
+        "the same max_gpu_total_bytes would hold 58240 tokens (1 sequence)"
     )
 
 
@@ -424,4 +424,19 @@ def test_v1_stays_available_and_uncovered_v2_defaults_pin_v1() -> None:
     assert p.engine.notes[0].endswith(
         "kvbudget's V2 model does not cover --spec eagle3 yet, so the plan pins V1 "
         "(use_kv_cache_manager_v2 false)"
+    )
+
+
+def test_default_trtllm_plans_v2_for_gpt_oss_and_warns_what_an_unset_host_tier_pins() -> None:
+    p = plan("openai/gpt-oss-20b", kv_budget="8GiB", host_memory="16GiB", gpus_per_node=8)
+    assert p.engine.detail["kv_cache_manager"] == "V2"
+    assert p.engine.pools[0].blocks == 10_922  # as trtllm@v2 above
+    assert p.engine.notes[0].startswith(
+        "# manager: V2, TensorRT-LLM's auto pick (GptOssForCausalLM defaults to V2 (PR #16942))"
+    )
+    # _compute_auto_host_tier_quota: min(8 GiB quota, 0.5 x MemAvailable / 8 ranks, ...):
+    # MemAvailable is at most the node's 16 GiB, so at most 1 GiB per rank, 8 GiB per node
+    (warning,) = [w for w in p.engine.warnings if "host_cache_size" in w]
+    assert warning.endswith(
+        "up to 1073741824 B per rank (half the node's memory per rank), 8589934592 B per node"
     )

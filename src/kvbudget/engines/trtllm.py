@@ -1087,8 +1087,7 @@ def _other_tokens(other: Callable[[Deployment, Ledger], EnginePlan], d: Deployme
         p = other(d, ledger)
     except InfeasibleBudgetError:
         return "no block (it would not start)"
-    cap = p.settings.get("kv_cache_config.max_tokens")
-    return f"{p.capacity.tokens} tokens" + (f" (max_tokens {cap})" if cap is not None else "")
+    return f"{p.capacity.tokens} tokens ({count_of(p.capacity.max_concurrency, 'sequence')})"
 
 
 V1_RELEASE = replace(RELEASE, version="v1")  # trtllm@v1: the V1 manager whatever the model
