@@ -1094,6 +1094,6 @@ V1_RELEASE = replace(RELEASE, version="v1")  # trtllm@v1: the V1 manager whateve
 MODEL = replace(
     engine_model(RELEASE, default=True),
     plan=plan_auto,
-    summary=f"TensorRT-LLM {RELEASE.version}: the manager its auto setting picks",
+    summary=f"TensorRT-LLM {RELEASE.version}",  # the manager its "auto" picks (plan_auto)
 )
 MODEL_V1 = engine_model(V1_RELEASE, default=False)
