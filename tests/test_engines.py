@@ -440,7 +440,8 @@ def test_the_cache_refuses_a_plan_made_for_another_engine() -> None:
 
 
 def test_trtllm_max_tokens_with_pp_is_the_binding_stages() -> None:
-    p = make("trtllm", LLAMA70B, spec="none", pp=3, max_seq_len=8192, tokens_per_block=32)
+    # the V1 manager (Llama's default is V2: tests/test_trtllm.py)
+    p = make("trtllm@v1", LLAMA70B, spec="none", pp=3, max_seq_len=8192, tokens_per_block=32)
     # 80 layers over 3 stages: 27, 27, 26; a 27-layer rank holds 27 x 4,096 = 110,592
     # B/token: 40 GiB // 110,592 = 388,361 -> 388,352 in whole blocks of 32
     assert p.engine is not None

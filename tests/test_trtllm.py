@@ -16,6 +16,7 @@ import pytest
 import kvbudget
 from kvbudget import InvalidArgumentError
 from kvbudget.engines import trtllm as trt
+from kvbudget.engines import trtllm_v2 as v2
 from kvbudget.plan_types import Plan
 
 GIB = 1024**3
@@ -74,7 +75,7 @@ def test_sliding_windows_under_pp_hold_the_smallest_stage_count() -> None:
 
 
 def test_a_window_longer_than_its_pool_is_cut_to_it() -> None:
-    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="2GiB")
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="2GiB", engine="trtllm@v1")
     # 2 GiB // 131,072 B/token = 16,384 tokens = 512 blocks < the 32,769-token window:
     # _validate_and_adjust_attention_windows cuts it (and max_seq_len) to 16,384
     (target,) = p.engine.detail["managers"]
@@ -301,3 +302,141 @@ def test_the_release_before_pr_14373_needs_no_halving_without_a_draft() -> None:
     old = plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@1.3.0rc18", **args)
     assert old.engine.settings["kv_cache_config.host_cache_size"] == 64 * GIB
     assert not any("PR #14373" in w for w in old.warnings)
+
+
+# ---------------------------------------------------------------- trtllm@v2 (KVCacheManagerV2)
+# Expected values: KVCacheManagerV2 (_torch/pyexecutor/kv_cache/kv_cache_manager_v2.py @
+# 38198e34) and the V2 runtime's storage sizing (runtime/kv_cache_manager_v2/
+# _storage_manager.py, _storage/_core.py; SOURCES.md), run by the fidelity harness on the
+# plan's emitted settings (harness_device_quota, impl.harness_pools()).
+
+
+def test_v2_quota_is_max_gpu_total_bytes_and_slots_hold_every_layer() -> None:
+    p = plan(
+        "meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="40GiB",
+        host_budget="64GiB",
+    )  # fmt: skip
+    s = p.engine.settings
+    assert s["kv_cache_config.use_kv_cache_manager_v2"] is True
+    assert s["kv_cache_config.max_gpu_total_bytes"] == 40 * GIB
+    assert "kv_cache_config.max_tokens" not in s  # only a cap in V2; none emitted
+    assert s["kv_cache_config.host_cache_size"] == 64 * GIB
+    # one slot = one 32-token block of all 32 layers: 32 x 4,096 B x 32 = 4,194,304 B;
+    # cache_tier_granularity(GPU, 40 GiB) = 2 MiB << min(4, int(log2(40))) = 32 MiB
+    assert p.engine.detail["granularity"] == 32 << 20
+    gpu, host = p.engine.pools
+    assert (gpu.tier, gpu.blocks, gpu.bytes) == ("gpu", 10_240, 42_949_672_960)  # 40 GiB / 4 MiB
+    assert (host.tier, host.blocks, host.bytes) == ("host", 16_384, 68_719_476_736)
+    assert p.capacity.tokens == 327_680 and p.capacity.host_tokens == 524_288
+    assert p.capacity.max_concurrency == 10  # 10,240 // (32,768 / 32)
+
+
+def test_v2_host_cache_size_zero_builds_no_host_tier() -> None:
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="8GiB", tp=8)
+    assert p.engine.settings["kv_cache_config.host_cache_size"] == 0
+    (gpu,) = p.engine.pools  # harness: only GPU_MEM with host_cache_size 0
+    # 32 layers x 1 KV head x 128 x 2 x 2 B x 32 tokens = 524,288 B slots in 8 GiB
+    assert (gpu.blocks, gpu.bytes) == (16_384, 8_589_934_592)
+
+
+def test_v2_pp_stages_take_the_min_of_resumable_tokens() -> None:
+    p = plan(
+        "deepseek-ai/DeepSeek-V3", engine="trtllm@v2", kv_budget="8GiB", tp=4, pp=2,
+        kv_dtype="fp8",
+    )  # fmt: skip
+    # 61 layers: stage 0 holds 31 (17,856 B/token at fp8), stage 1 30 (17,280). Stage 0's
+    # int(8 GiB x 0.95) / 17,856 tokens is the MIN; stage 1's quota becomes
+    # ceil(int(tokens x 17,280) / 0.95) = 8,312,839,927 (harness_device_quota, both stages)
+    stages = p.engine.detail["stages"]
+    assert [x["device_quota"] for x in stages] == [8_589_934_592, 8_312_839_927]
+    assert [x["bytes_per_token"] for x in stages] == [17_856, 17_280]
+    (gpu,) = p.engine.pools
+    # FlashMLA: 64-token blocks; granularity 8 MiB (log2(7.74) -> 2); the pool is the
+    # slots' bytes rounded up to it: 7,516 x 1,105,920 B -> 8,313,110,528 B
+    assert (gpu.tokens_per_block, gpu.blocks, gpu.bytes) == (64, 7_516, 8_313_110_528)
+    assert [x["pools"][0]["slots"] for x in stages] == [7_516, 7_516]
+    assert v2.slots(8_312_839_927, 8 << 20, 1_105_920) == (7_516, 8_313_110_528)
+
+
+def test_v2_windows_of_one_slot_size_share_one_pool_group() -> None:
+    p = plan("openai/gpt-oss-20b", engine="trtllm@v2", kv_budget="8GiB")
+    assert p.engine.settings["kv_cache_config.max_attention_window"] == [128, 33_792]
+    # 24 layers of 8 KV heads x 64 x 2 x 2 B = 2,048 B/token: 12 sliding (128) and 12
+    # full; each life cycle's slot is 12 x 2,048 x 32 = 786,432 B, equal, so one pool
+    # group (harness: gpt-oss-20b none bf16 tp1 host0 kv8GiB V2, slot_bytes 786432)
+    (gpu,) = p.engine.pools
+    assert (gpu.blocks, gpu.bytes) == (10_922, 8_589_934_592)  # 8 GiB // 786,432
+    # a sequence: 1,024 full-length blocks + ceil((128 - 1) / 32) + 1 = 5 sliding ones
+    assert p.engine.detail["blocks_per_sequence"] == 1_029
+    assert p.capacity.max_concurrency == 10
+
+
+def test_v2_refuses_what_it_does_not_model() -> None:
+    with pytest.raises(InvalidArgumentError, match="several pool groups"):
+        # PP2 splits Gemma-2's 42 layers 21/21: stage 0 has 11 sliding and 10 full layers
+        plan("google/gemma-2-9b-it", engine="trtllm@v2", kv_budget="8GiB", max_seq_len=8192,
+             tp=4, pp=2)  # fmt: skip
+    with pytest.raises(InvalidArgumentError, match="speculation"):
+        plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="8GiB",
+             spec="ngram")  # fmt: skip
+
+
+# ---------------------------------------------------------------- which manager "auto" picks
+# llm_utils._resolve_kv_cache_manager_v2_auto (SOURCES.md): the model class's default; V1
+# where it has none. V2 figures as in the trtllm@v2 tests above (the harness's V2 cases).
+
+
+def test_default_trtllm_plans_v2_for_llama_and_says_what_v1_would_hold() -> None:
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB")
+    s = p.engine.settings
+    assert p.engine.version == trt.VERSION and p.engine.detail["kv_cache_manager"] == "V2"
+    assert s["kv_cache_config.use_kv_cache_manager_v2"] is True
+    assert s["kv_cache_config.host_cache_size"] == 0  # no host tier, pinned nothing
+    (gpu,) = p.engine.pools
+    assert gpu.blocks == 2_048  # 8 GiB / 4 MiB slots (Llama-3.1-8B-Instruct ... kv8GiB V2)
+    assert p.engine.notes[0] == (
+        "# manager: V2, TensorRT-LLM's auto pick (LlamaForCausalLM defaults to V2 (PR #19004)); "
+        "V1 on the same budget would hold 65536 tokens (2 sequences)"
+    )  # V1: 8 GiB // 131,072 B/token = 65,536 = 2 x 32,768
+    (warning,) = [w for w in p.engine.warnings if "host_cache_size" in w]
+    assert "up to 8589934592 B per rank (the device quota), 8589934592 B per node" in warning
+
+
+def test_default_trtllm_plans_v1_for_qwen3_and_says_what_v2_would_hold() -> None:
+    p = plan("Qwen/Qwen3-8B", kv_budget="8GiB")
+    assert p.engine.detail["kv_cache_manager"] == "V1"
+    assert p.engine.settings["kv_cache_config.use_kv_cache_manager_v2"] is False
+    # 36 layers x 8 heads x 128 x 2 x 2 B = 147,456 B/token: V1 58,240 tokens; V2's
+    # 4,718,592 B slots: 8 GiB // it = 1,820 slots = 58,240 tokens (Qwen3-8B ... kv8GiB V2)
+    assert p.engine.settings["kv_cache_config.max_tokens"] == 58_240
+    assert p.engine.notes[0] == (
+        "# manager: V1, TensorRT-LLM's auto pick (Qwen3ForCausalLM sets no V2 default); V2 on "
+        "the same max_gpu_total_bytes would hold 58240 tokens (1 sequence)"
+    )
+
+
+def test_v1_stays_available_and_uncovered_v2_defaults_pin_v1() -> None:
+    v1_plan = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB", engine="trtllm@v1")
+    assert v1_plan.engine.detail["kv_cache_manager"] == "V1"
+    assert v1_plan.engine.settings["kv_cache_config.max_tokens"] == 65_536
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB", spec="eagle3")
+    assert p.engine.settings["kv_cache_config.use_kv_cache_manager_v2"] is False
+    assert p.engine.notes[0].endswith(
+        "kvbudget's V2 model does not cover --spec eagle3 yet, so the plan pins V1 "
+        "(use_kv_cache_manager_v2 false)"
+    )
+
+
+def test_default_trtllm_plans_v2_for_gpt_oss_and_warns_what_an_unset_host_tier_pins() -> None:
+    p = plan("openai/gpt-oss-20b", kv_budget="8GiB", host_memory="16GiB", gpus_per_node=8)
+    assert p.engine.detail["kv_cache_manager"] == "V2"
+    assert p.engine.pools[0].blocks == 10_922  # as trtllm@v2 above
+    assert p.engine.notes[0].startswith(
+        "# manager: V2, TensorRT-LLM's auto pick (GptOssForCausalLM defaults to V2 (PR #16942))"
+    )
+    # _compute_auto_host_tier_quota: min(8 GiB quota, 0.5 x MemAvailable / 8 ranks, ...):
+    # MemAvailable is at most the node's 16 GiB, so at most 1 GiB per rank, 8 GiB per node
+    (warning,) = [w for w in p.engine.warnings if "host_cache_size" in w]
+    assert warning.endswith(
+        "up to 1073741824 B per rank (half the node's memory per rank), 8589934592 B per node"
+    )

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fidelity harness: kvbudget's TensorRT-LLM V1 plan against TensorRT-LLM's own sizing code.
+"""Fidelity harness: kvbudget's TensorRT-LLM plans (V1, and V2 via ``trtllm@v2``) against
+TensorRT-LLM's own sizing code.
 
 Run it with a Python that has CPU torch, pydantic and strenum (README.md here)::
 
@@ -11,16 +12,20 @@ Run it with a Python that has CPU torch, pydantic and strenum (README.md here)::
 commits). Nothing of it is copied here: the folder goes on ``sys.path`` and its modules are
 imported and run.
 
-For every case, kvbudget plans the deployment with ``engine="trtllm"``; its emitted
+For every case, kvbudget plans the deployment with ``engine="trtllm@v1"`` (the V1
+manager whatever the model's default; ``trtllm@v2`` for the V2 cases); its emitted
 settings (``plan.engine.settings``: ``kv_cache_config.*``, ``speculative_config.*``, the
 parallel sizes, ``env.TRTLLM_WINDOW_SIZE_SHARES``) are then handed to TensorRT-LLM's
 ``KvCacheCreator`` (``_torch/pyexecutor/_util.py``) as ``trtllm-serve`` would hand them:
 ``try_prepare_estimation``, ``build_managers`` (estimation), ``configure_kv_cache_capacity``
 (with an executor stub whose dummy run allocates nothing), ``teardown_managers`` and
 ``build_managers`` again. The V1 ``KVCacheManager`` (``resource_manager.py``) sizes its
-pools; the recording fake of the C++ manager keeps ``blocks_per_window``. Each PP stage is
-one simulated rank; the ranks' ``allreduce(MIN)`` is reproduced by a second pass that
-feeds each stage the smallest value any stage recorded (the transcription's allreduce hook).
+pools; the recording fake of the C++ manager keeps ``blocks_per_window``. For the V2 cases
+(``use_kv_cache_manager_v2: true``) ``KVCacheManagerV2`` (``kv_cache_manager_v2.py``) and
+the transcribed V2 runtime size its pool groups per tier (``impl.harness_pools()``).
+Each PP stage is one simulated rank; the ranks' ``allreduce(MIN)`` is reproduced by a
+second pass that feeds each stage the smallest value any stage recorded (the
+transcription's allreduce hook).
 
 What a CPU process cannot ask TensorRT-LLM is stood in for here, each stand-in named where
 it is written: the model engine and its ``ModelConfig`` (``_model_config``), the parts of
@@ -65,6 +70,7 @@ LAYOUTS: dict[str, dict[str, Any]] = {
 }
 BUDGETS = {"8GiB": 8 * GIB, "40GiB": 40 * GIB}
 HOSTS = {"host0": 0, "host64GiB": 64 * GIB}
+V2_ENGINE = "trtllm@v2"  # kvbudget's KVCacheManagerV2 model (full attention, no speculation)
 
 
 # ----------------------------------------------------------------------------- cases
@@ -79,13 +85,15 @@ class Case:
     host: str
     layout: str
     budget: str
+    engine: str = "trtllm@v1"  # "trtllm@v2": the V2 manager's model
 
     @property
     def id(self) -> str:
         draft = f"+{self.draft.split('/')[-1]}" if self.draft else ""
+        manager = " V2" if self.engine == V2_ENGINE else ""
         return (
             f"{self.target.split('/')[-1]}{draft} {self.spec} {self.kv_dtype} {self.layout} "
-            f"{self.host} kv{self.budget}"
+            f"{self.host} kv{self.budget}{manager}"
         )
 
     def plan_args(self) -> dict[str, Any]:
@@ -94,7 +102,7 @@ class Case:
             "target": self.target,
             "draft": self.draft,
             "spec": self.spec,
-            "engine": "trtllm",
+            "engine": self.engine,
             "kv_budget": BUDGETS[self.budget],
             "host_budget": HOSTS[self.host],
             "kv_dtype": self.kv_dtype,
@@ -133,14 +141,17 @@ def _specs(name: str) -> list[tuple[str, str | None]]:
 
 
 def all_cases() -> list[Case]:
-    """Every preset the V1 model plans x spec x dtype x host x layout x budget."""
+    """Every preset the V1 model plans x spec x dtype x host x layout x budget; then every
+    preset the V2 model plans, without speculation."""
     cases = []
     for name in list_presets():
         model = load_model(name)
         if model.is_head:
             continue
         try:
-            kvbudget.plan(name, spec="none", engine="trtllm", kv_budget="40GiB", max_seq_len=4096)
+            kvbudget.plan(
+                name, spec="none", engine="trtllm@v1", kv_budget="40GiB", max_seq_len=4096
+            )
         except InvalidArgumentError:
             continue  # hybrids (V2 manager), sparse indexers: not the V1 model's
         layouts = [k for k in LAYOUTS if k != "dp8attn" or _is_moe(_raw(name))]
@@ -150,6 +161,26 @@ def all_cases() -> list[Case]:
                     for layout in layouts:
                         for budget in BUDGETS:
                             cases.append(Case(name, draft, spec, dtype, host, layout, budget))
+    return cases + _v2_cases()
+
+
+def _v2_cases() -> list[Case]:
+    """The presets ``trtllm@v2`` plans, spec none, x dtype x host x layout x budget."""
+    cases = []
+    for name in list_presets():
+        if load_model(name).is_head:
+            continue
+        try:
+            kvbudget.plan(name, spec="none", engine=V2_ENGINE, kv_budget="40GiB", max_seq_len=4096)
+        except InvalidArgumentError:
+            continue  # sliding windows, hybrids, sparse indexers: not the V2 model's yet
+        layouts = [k for k in LAYOUTS if k != "dp8attn" or _is_moe(_raw(name))]
+        for dtype in ("bf16", "fp8"):
+            for host in HOSTS:
+                for layout in layouts:
+                    for budget in BUDGETS:
+                        case = Case(name, None, "none", dtype, host, layout, budget, V2_ENGINE)
+                        cases.append(case)
     return cases
 
 
@@ -304,8 +335,8 @@ def _kv_cache_config(trt: Trt, settings: dict[str, Any]) -> Any:
         for key, value in settings.items()
         if key.startswith("kv_cache_config.")
     }
-    if not fields.get("host_cache_size"):
-        fields.pop("host_cache_size", None)
+    if not fields.get("host_cache_size") and not fields.get("use_kv_cache_manager_v2"):
+        fields.pop("host_cache_size", None)  # V1: 0 and unset are alike; V2: 0 is no tier
     return trt.args.KvCacheConfig(**fields)
 
 
@@ -517,7 +548,31 @@ def _trtllm_figures(
         out[f"pp{stage}.managers"] = "+".join(roles)
         for role in roles:
             mgr, cfg = run.managers[role], run.configs[role]
-            out.update(_manager_figures(mgr, cfg, f"pp{stage}.{role}", inputs))
+            prefix = f"pp{stage}.{role}"
+            if type(mgr).__name__ == "KVCacheManagerV2":
+                out.update(_v2_manager_figures(mgr, cfg, prefix))
+            else:
+                out.update(_manager_figures(mgr, cfg, prefix, inputs))
+    return out
+
+
+def _v2_manager_figures(mgr: Any, cfg: Any, prefix: str) -> dict[str, Any]:
+    """One KVCacheManagerV2: class, layers, bytes per token, the host_cache_size it was
+    given, its device quota (after the ranks' sync) and per pool group and tier its slots,
+    slot bytes and pool bytes (the runtime's ``harness_pools()``)."""
+    out: dict[str, Any] = {
+        f"{prefix}.manager_class": type(mgr).__name__,
+        f"{prefix}.layers": mgr.num_local_layers,
+        f"{prefix}.bytes_per_token": mgr.get_cache_bytes_per_token(),
+        f"{prefix}.host_cache_size": cfg.host_cache_size,
+        f"{prefix}.device_quota": mgr.harness_device_quota,
+    }
+    tiers = {"GPU_MEM": "gpu", "HOST_MEM": "host", "DISK": "disk"}
+    for pool in mgr.impl.harness_pools():
+        key = f"{prefix}.pg{pool['pool_group']}.{tiers[str(pool['tier']).split('.')[-1]]}"
+        out[f"{key}.slot_bytes"] = ",".join(str(b) for b in pool["slot_bytes"])
+        out[f"{key}.slots"] = pool["slots"]
+        out[f"{key}.bytes"] = pool["bytes"]
     return out
 
 
@@ -565,8 +620,10 @@ def kvbudget_figures(plan: Any) -> dict[str, Any]:
     detail = plan.engine.detail
     out: dict[str, Any] = {
         "tokens_per_block": plan.capacity.tokens_per_block,
-        "max_tokens": plan.engine.settings["kv_cache_config.max_tokens"],
+        "max_tokens": plan.engine.settings.get("kv_cache_config.max_tokens"),
     }
+    if detail.get("kv_cache_manager") == "V2":
+        return out | _v2_figures(plan)
     stages = detail.get("stages") or [{"pp_stage": plan.pp - 1, "managers": detail["managers"]}]
     cls = {"V1": "KVCacheManager"}.get(detail.get("kv_cache_manager"), "?")
     for stage in stages:
@@ -599,6 +656,26 @@ def kvbudget_figures(plan: Any) -> dict[str, Any]:
                 out[f"{key}.primary_bytes"] = w["primary_blocks"] * tpb * per_token
                 out[f"{key}.secondary_bytes"] = w["secondary_blocks"] * tpb * per_token
             out[f"{prefix}.windows"] = ",".join(labels)
+    return out
+
+
+def _v2_figures(plan: Any) -> dict[str, Any]:
+    """The V2 quantities from kvbudget's plan: per stage its one (target) manager."""
+    out: dict[str, Any] = {}
+    host = plan.engine.settings["kv_cache_config.host_cache_size"]
+    for stage in plan.engine.detail["stages"]:
+        prefix = f"pp{stage['pp_stage']}.target"
+        out[f"pp{stage['pp_stage']}.managers"] = "target"
+        out[f"{prefix}.manager_class"] = plan.engine.detail["manager_class"]
+        out[f"{prefix}.layers"] = stage["num_layers"]
+        out[f"{prefix}.bytes_per_token"] = stage["bytes_per_token"]
+        out[f"{prefix}.host_cache_size"] = host
+        out[f"{prefix}.device_quota"] = stage["device_quota"]
+        for pool in stage["pools"]:
+            key = f"{prefix}.pg0.{pool['tier']}"
+            out[f"{key}.slot_bytes"] = str(pool["slot_bytes"])
+            out[f"{key}.slots"] = pool["slots"]
+            out[f"{key}.bytes"] = pool["bytes"]
     return out
 
 

@@ -5,7 +5,11 @@
 ``vllm@0.33.0``        vLLM 0.33.0 (the default ``vllm``)
 ``vllm@0.29.0``        the newest 0.2x release, where its sizing differs
 ``sglang@main@...``    SGLang at the commit its facts were read
-``trtllm@main@...``    TensorRT-LLM's V1 manager at the commit its facts were read
+``trtllm@main@...``    TensorRT-LLM at the commit its facts were read: the manager
+                       its ``use_kv_cache_manager_v2: auto`` picks (V1 where
+                       kvbudget's V2 model does not cover the deployment)
+``trtllm@v1``          TensorRT-LLM's V1 manager, whatever the model
+``trtllm@v2``          TensorRT-LLM's V2 manager (non-hybrid, no speculation)
 ``trtllm@1.3.0rc18``   the last release that gave each V1 draft manager the whole
                        host budget (PR #14373 split it)
 =====================  =========================================================
@@ -17,7 +21,15 @@ version. Adding an engine version is one module that defines ``MODEL`` (an
 
 from __future__ import annotations
 
-from kvbudget.engines import kvbudget_cache, sglang, trtllm, trtllm_1_3_0rc18, vllm, vllm_0_29
+from kvbudget.engines import (
+    kvbudget_cache,
+    sglang,
+    trtllm,
+    trtllm_1_3_0rc18,
+    trtllm_v2,
+    vllm,
+    vllm_0_29,
+)
 from kvbudget.engines.base import EngineModel
 from kvbudget.errors import InvalidArgumentError
 
@@ -27,7 +39,9 @@ ENGINE_MODELS: tuple[EngineModel, ...] = (
     vllm_0_29.MODEL,
     sglang.MODEL,
     trtllm.MODEL,
+    trtllm.MODEL_V1,
     trtllm_1_3_0rc18.MODEL,
+    trtllm_v2.MODEL,
 )
 
 ENGINE_NAMES: tuple[str, ...] = tuple(dict.fromkeys(m.name for m in ENGINE_MODELS))

@@ -8,8 +8,11 @@ Facts from ``NVIDIA/TensorRT-LLM``: ``tensorrt_llm/_torch/pyexecutor/_util.py`` 
 (stored id 54702305068). ``benchmarks/fidelity/trtllm`` runs that code (as transcribed in
 ``shared/trtllm-src``, SOURCES.md) against these plans.
 
-* **Manager version** (``KvCacheConfig.use_kv_cache_manager_v2``): the plan sets it
-  false: the V1 ``KVCacheManager``, which this model covers (hybrid Mamba models need V2).
+* **Manager version** (``KvCacheConfig.use_kv_cache_manager_v2``): this module's plan
+  sets it false: the V1 ``KVCacheManager`` (hybrid Mamba models need V2). The default
+  ``trtllm`` (:func:`plan_auto`) plans the manager "auto" picks for the model class
+  (:func:`auto_manager`), through :mod:`kvbudget.engines.trtllm_v2` where that is V2 and
+  kvbudget models it; ``trtllm@v1`` is V1 whatever the model.
 * **Block size** (``create_py_executor``; ``ModelConfig.enable_flash_mla``): an MLA model
   whose latent is 576 values wide (``kv_lora_rank + qk_rope_head_dim``: DeepSeek-V3,
   Kimi-K2) runs FlashMLA on an SM 9.0 GPU under the TRTLLM attention backend (the
@@ -60,6 +63,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -1011,4 +1015,85 @@ def engine_model(release: TrtllmRelease, *, default: bool) -> EngineModel:
     )
 
 
-MODEL = engine_model(RELEASE, default=True)
+# --------------------------------------------------------------------- the manager "auto" picks
+
+# llm_utils._resolve_kv_cache_manager_v2_auto (stored id 54619642641; SOURCES.md): an explicit
+# bool wins; "auto" (the KvCacheConfig default) takes the model class's default, V1 where it
+# has none. Model classes with a V2 default, by the checkpoint's ``architectures`` name:
+# Llama / Llama-4 (PR #19004), GPT-OSS (#16942), DeepSeek-V3 (#16060, Kimi-K2 runs it),
+# Gemma-3 (#17396); the hybrid Mamba / Qwen3-Next models (docs/source/features/kvcache.md
+# @ 0076e939). Two-model speculation falls back to V1; every mode kvbudget plans on
+# TensorRT-LLM (EAGLE3, MTP, draft-target, ngram) runs one model.
+V2_DEFAULTS: dict[str, str] = {
+    "LlamaForCausalLM": "PR #19004",
+    "Llama4ForConditionalGeneration": "PR #19004",
+    "Llama4ForCausalLM": "PR #19004",
+    "GptOssForCausalLM": "PR #16942",
+    "DeepseekV3ForCausalLM": "PR #16060",
+    "Gemma3ForCausalLM": "PR #17396",
+    "Gemma3ForConditionalGeneration": "PR #17396",
+}
+
+
+def auto_manager(d: Deployment) -> tuple[str, str]:
+    """("V1" or "V2", why): the manager ``use_kv_cache_manager_v2: "auto"`` builds."""
+    archs = d.target.config.get("architectures") or ["?"]
+    arch = str(archs[0])
+    if arch in V2_DEFAULTS:
+        return "V2", f"{arch} defaults to V2 ({V2_DEFAULTS[arch]})"
+    return "V1", f"{arch} sets no V2 default"
+
+
+def plan_auto(d: Deployment, ledger: Ledger) -> EnginePlan:
+    """The default ``trtllm``: the manager TensorRT-LLM's "auto" picks where kvbudget
+    models it, else V1; either way the plan emits the choice explicitly and notes what the
+    other manager would hold on the same budget."""
+    from kvbudget.engines import trtllm_v2  # a sibling that builds on this module
+
+    choice, why = auto_manager(d)
+    gap = trtllm_v2.uncovered(d)
+    if gap is not None or choice == "V1":
+        v1_plan = plan(d, ledger, RELEASE)
+        if gap is not None:
+            note = f"# manager: V1. TensorRT-LLM's auto would pick {choice} ({why})" + (
+                ""
+                if choice == "V1"
+                else f"; kvbudget's V2 model does not cover {gap} yet, so the plan pins V1 "
+                "(use_kv_cache_manager_v2 false)"
+            )
+        else:
+            note = (
+                f"# manager: V1, TensorRT-LLM's auto pick ({why}); V2 on the same "
+                f"max_gpu_total_bytes would hold {_other_tokens(trtllm_v2.plan, d, ledger)}"
+            )
+        return replace(v1_plan, notes=(note, *v1_plan.notes))
+    v2_plan = trtllm_v2.plan(d, ledger)
+    note = (
+        f"# manager: V2, TensorRT-LLM's auto pick ({why}); V1 on the same budget would hold "
+        + _other_tokens(plan, d, ledger)
+    )
+    return replace(
+        v2_plan,
+        version=RELEASE.version,
+        source=source(RELEASE),
+        notes=(note, *v2_plan.notes),
+    )
+
+
+def _other_tokens(other: Callable[[Deployment, Ledger], EnginePlan], d: Deployment,
+                  ledger: Ledger) -> str:  # fmt: skip
+    """The tokens the manager not planned would hold, in words (or why it holds none)."""
+    try:
+        p = other(d, ledger)
+    except InfeasibleBudgetError:
+        return "no block (it would not start)"
+    return f"{p.capacity.tokens} tokens ({count_of(p.capacity.max_concurrency, 'sequence')})"
+
+
+V1_RELEASE = replace(RELEASE, version="v1")  # trtllm@v1: the V1 manager whatever the model
+MODEL = replace(
+    engine_model(RELEASE, default=True),
+    plan=plan_auto,
+    summary=f"TensorRT-LLM {RELEASE.version}",  # the manager its "auto" picks (plan_auto)
+)
+MODEL_V1 = engine_model(V1_RELEASE, default=False)
