@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvbudget.engines.facts import EngineFacts
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.plan_types import Plan
+from kvbudget.plan_types import Capacity, Plan
 
 if TYPE_CHECKING:
     from kvbudget.deployment import Deployment
@@ -134,3 +134,33 @@ def log_comments(lines: tuple[str, ...]) -> list[str]:
     if not lines:
         return []
     return ["# predicted start-up lines:"] + [f"#   {line}" for line in lines]
+
+
+def engine_capacity(
+    d: Deployment,
+    *,
+    tokens_per_block: int,
+    gpu_blocks: int,
+    host_blocks: int,
+    max_concurrency: int,
+    tokens: int | None = None,
+    host_tokens: int | None = None,
+    disk_blocks: int = 0,
+) -> Capacity:
+    """An engine's :class:`~kvbudget.plan_types.Capacity`: its own block counts, tokens
+    (default: whole blocks) and sequences at once, with the deployment's lengths,
+    lookahead, batch and DP groups, which are the same for every engine."""
+    return Capacity(
+        tokens=gpu_blocks * tokens_per_block if tokens is None else tokens,
+        tokens_per_block=tokens_per_block,
+        gpu_blocks=gpu_blocks,
+        host_blocks=host_blocks,
+        disk_blocks=disk_blocks,
+        host_tokens=host_blocks * tokens_per_block if host_tokens is None else host_tokens,
+        disk_tokens=disk_blocks * tokens_per_block,
+        max_seq_len=d.max_seq_len,
+        lookahead_tokens=d.lookahead_tokens,
+        max_batch_size=d.max_batch_size,
+        max_concurrency=max_concurrency,
+        kv_groups=d.parallel.kv_groups,
+    )

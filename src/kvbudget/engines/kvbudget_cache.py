@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from kvbudget._version import __version__
 from kvbudget.engines.base import EngineModel, no_check
-from kvbudget.engines.common import cdiv
+from kvbudget.engines.common import cdiv, engine_capacity
 from kvbudget.errors import InfeasibleBudgetError
 from kvbudget.plan_types import Capacity, EnginePlan, EngineSource, ManagerPlan, PoolPlan
 from kvbudget.units import count_of, format_bytes
@@ -134,20 +134,16 @@ def _capacity(d: Deployment, ledger: Ledger) -> tuple[Capacity, list[str]]:
     """
     bs, lookahead, batch = d.tokens_per_block, d.lookahead_tokens, d.max_batch_size
     blocks = ledger.gpu_blocks
-    base = Capacity(
-        tokens=blocks * bs,
-        tokens_per_block=bs,
-        gpu_blocks=blocks,
-        host_blocks=ledger.host_blocks,
-        disk_blocks=ledger.disk_blocks,
-        host_tokens=ledger.host_blocks * bs,
-        disk_tokens=ledger.disk_blocks * bs,
-        max_seq_len=d.max_seq_len,
-        lookahead_tokens=lookahead,
-        max_batch_size=batch,
-        max_concurrency=batch,
+    base = replace(
+        engine_capacity(
+            d,
+            tokens_per_block=bs,
+            gpu_blocks=blocks,
+            host_blocks=ledger.host_blocks,
+            disk_blocks=ledger.disk_blocks,
+            max_concurrency=batch,
+        ),
         max_seq_len_at_batch=d.max_seq_len,
-        kv_groups=d.parallel.kv_groups,
     )
     if not ledger.growing:
         return base, [

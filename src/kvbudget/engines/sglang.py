@@ -49,6 +49,7 @@ from kvbudget.engines.common import (
     check_block,
     command_line,
     comment_lines,
+    engine_capacity,
     kv_dtype_name,
     refuse_unmodelled,
 )
@@ -56,7 +57,6 @@ from kvbudget.engines.facts import ENGINES
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.layers import AttentionLayer, Layer
 from kvbudget.plan_types import (
-    Capacity,
     EnginePlan,
     EngineSource,
     Plan,
@@ -331,19 +331,14 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
     profiled = max(st.budget_bytes for st in stages)
     fraction = _mem_fraction(d, ledger.max_weights_bytes, profiled)
     sequences = min(full // (d.max_seq_len + d.lookahead_tokens), d.max_batch_size)
-    capacity = Capacity(
+    capacity = engine_capacity(
+        d,
         tokens=full,
         tokens_per_block=page,
         gpu_blocks=full // page,
         host_blocks=host.host_full_tokens // page if host else 0,
-        disk_blocks=0,
         host_tokens=host.host_full_tokens if host else 0,
-        disk_tokens=0,
-        max_seq_len=d.max_seq_len,
-        lookahead_tokens=d.lookahead_tokens,
-        max_batch_size=d.max_batch_size,
         max_concurrency=sequences,
-        kv_groups=d.parallel.kv_groups,
     )
     warnings = []
     if sequences < d.max_batch_size:

@@ -74,6 +74,7 @@ from kvbudget.engines.common import (
     cdiv,
     check_block,
     comment_lines,
+    engine_capacity,
     kv_dtype_name,
     refuse_unmodelled,
 )
@@ -674,19 +675,12 @@ def _capacity(d: Deployment, pools: TrtllmPools) -> Capacity:
         for w in p.manager.windows:
             if w != FULL and len(p.manager.windows) > 1:
                 sequences = min(sequences, p.blocks[w][0] // (cdiv(w + lookahead, tpb) + 1))
-    return Capacity(
-        tokens=gpu_blocks * tpb,
+    return engine_capacity(
+        d,
         tokens_per_block=tpb,
         gpu_blocks=gpu_blocks,
         host_blocks=host_blocks,
-        disk_blocks=0,
-        host_tokens=host_blocks * tpb,
-        disk_tokens=0,
-        max_seq_len=d.max_seq_len,
-        lookahead_tokens=d.lookahead_tokens,
-        max_batch_size=d.max_batch_size,
         max_concurrency=sequences,
-        kv_groups=d.parallel.kv_groups,
     )
 
 

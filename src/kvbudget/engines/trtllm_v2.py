@@ -44,7 +44,14 @@ from typing import TYPE_CHECKING, Any
 
 from kvbudget.engines import trtllm as v1
 from kvbudget.engines.base import EngineModel
-from kvbudget.engines.common import GIB, auto_note, cdiv, check_block, kv_dtype_name
+from kvbudget.engines.common import (
+    GIB,
+    auto_note,
+    cdiv,
+    check_block,
+    engine_capacity,
+    kv_dtype_name,
+)
 from kvbudget.engines.facts import ENGINES
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.plan_types import Capacity, EnginePlan, EngineSource, PoolPlan
@@ -237,19 +244,12 @@ def _capacity(d: Deployment, pools: tuple[PoolPlan, ...], gpu: int) -> Capacity:
     tpb = v1.block_tokens(d)
     host = sum(p.blocks for p in pools if p.tier == "host")
     per_seq = _seq_slots(d)
-    return Capacity(
-        tokens=gpu * tpb,
+    return engine_capacity(
+        d,
         tokens_per_block=tpb,
         gpu_blocks=gpu,
         host_blocks=host,
-        disk_blocks=0,
-        host_tokens=host * tpb,
-        disk_tokens=0,
-        max_seq_len=d.max_seq_len,
-        lookahead_tokens=d.lookahead_tokens,
-        max_batch_size=d.max_batch_size,
         max_concurrency=min(gpu // per_seq, d.max_batch_size),
-        kv_groups=d.parallel.kv_groups,
     )
 
 

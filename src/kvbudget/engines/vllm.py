@@ -60,6 +60,7 @@ from kvbudget.engines.common import (
     cdiv,
     command_line,
     comment_lines,
+    engine_capacity,
     gib_text,
     kv_dtype_name,
     refuse_unmodelled,
@@ -68,7 +69,7 @@ from kvbudget.engines.common import (
 from kvbudget.engines.facts import ENGINES
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.layers import AttentionLayer, Layer, MLALayer
-from kvbudget.plan_types import Capacity, EnginePlan, EngineSource, Plan, PoolPlan
+from kvbudget.plan_types import EnginePlan, EngineSource, Plan, PoolPlan
 
 if TYPE_CHECKING:
     from kvbudget.deployment import Deployment
@@ -569,19 +570,14 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
     pools = _pools(d, pool, size, ranks)
     host = next((p for p in pools if p.tier == "host"), None)
     sequences = min(int(pool.max_concurrency), d.max_batch_size)
-    capacity = Capacity(
+    capacity = engine_capacity(
+        d,
         tokens=pool.gpu_kv_cache_tokens,
         tokens_per_block=pool.block_size,
         gpu_blocks=pool.num_gpu_blocks,
         host_blocks=host.blocks if host else 0,
-        disk_blocks=0,
         host_tokens=host.tokens if host else 0,
-        disk_tokens=0,
-        max_seq_len=d.max_seq_len,
-        lookahead_tokens=d.lookahead_tokens,
-        max_batch_size=d.max_batch_size,
         max_concurrency=sequences,
-        kv_groups=d.parallel.kv_groups,
     )
     warnings = []
     if sequences < d.max_batch_size:
