@@ -94,6 +94,8 @@ def _check_one_figure(p: Plan) -> None:
     assert data["engine"]["pools"] == [pool.to_dict() for pool in e.pools]
     assert data["engine"]["settings"] == json.loads(json.dumps(dict(e.settings)))
     assert data["engine"]["log"] == list(e.log)
+    # what the emitted comments say about the settings is in the JSON too
+    assert data["engine"]["notes"] == [n.removeprefix("# ") for n in e.notes]
     # the table: the capacity's figures and one row per pool, with its own figures
     table = _table(p)
     assert _row(table, "tokens on GPU (").split()[-2] == f"{e.capacity.tokens:,}"
@@ -111,6 +113,8 @@ def _check_one_figure(p: Plan) -> None:
     text = emit(p)
     for line in e.log:
         assert f"#   {line}" in text
+    for note in data["engine"]["notes"]:
+        assert f"# {note}" in text
     body = " ".join(line for line in text.splitlines() if not line.startswith("#"))
     for key, value in e.settings.items():
         if key.startswith("env."):  # an environment variable: in the comments

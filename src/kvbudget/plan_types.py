@@ -276,6 +276,7 @@ class EnginePlan:
             "capacity": self.capacity.to_dict(),
             "settings": _plain(dict(self.settings)),
             "log": list(self.log),
+            "notes": [note.removeprefix("# ") for note in self.notes],
             "warnings": list(self.warnings),
             "refusals": list(self.refusals),
             "detail": _plain(self.detail),
@@ -361,7 +362,7 @@ class Plan:
         """The plan as plain data (schema 3); every size an integer.
 
         Schema 2 added the top-level ``"engine"`` object; schema 3 made it the whole
-        engine plan (:meth:`EnginePlan.to_dict`: pools, capacity, settings, log,
+        engine plan (:meth:`EnginePlan.to_dict`: pools, capacity, settings, log, notes,
         warnings, refusals, detail), and ``"capacity"`` is the engine's. Schema 3 also
         carries ``"target_revision"``/``"draft_revision"`` (the Hub commit sha a Hub id
         resolved to, else null) and ``"weights_source"`` (role -> where its weights

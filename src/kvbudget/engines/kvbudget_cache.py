@@ -17,7 +17,14 @@ from kvbudget._version import __version__
 from kvbudget.engines.base import EngineModel, no_check
 from kvbudget.engines.common import cdiv, engine_capacity
 from kvbudget.errors import InfeasibleBudgetError
-from kvbudget.plan_types import Capacity, EnginePlan, EngineSource, ManagerPlan, PoolPlan
+from kvbudget.plan_types import (
+    Capacity,
+    EnginePlan,
+    EngineSource,
+    ManagerPlan,
+    PoolKind,
+    PoolPlan,
+)
 from kvbudget.units import count_of, format_bytes
 
 if TYPE_CHECKING:
@@ -65,44 +72,27 @@ def _pools(m: ManagerPlan) -> list[PoolPlan]:
         for t in (m.gpu, m.host, m.disk)
         if t.tier == "gpu" or t.bytes
     ]
-    for g in m.window_groups:
-        blocks = g.blocks_per_seq * m.max_batch_size
-        pools.append(
-            PoolPlan(
-                role=m.role,
-                kind="window",
-                tier="gpu",
-                tokens_per_block=bs,
-                blocks=blocks,
-                bytes=blocks * bs * g.bytes_per_token,
-                tokens=blocks * bs,
-                window_tokens=g.window_tokens,
-            )
+    # GPU fixed pools: (kind, blocks or slots, bytes of each, tokens each holds, window)
+    fixed: list[tuple[PoolKind, int, int, int, int | None]] = [
+        ("window", g.blocks_per_seq * m.max_batch_size, bs * g.bytes_per_token, bs, g.window_tokens)
+        for g in m.window_groups
+    ]
+    fixed.append(("state", m.max_batch_size, m.state_bytes_per_seq, 0, None))
+    fixed.append(("checkpoint", m.cached_states, m.state_bytes_per_checkpoint, 0, None))
+    pools += [
+        PoolPlan(
+            role=m.role,
+            kind=kind,
+            tier="gpu",
+            tokens_per_block=bs,
+            blocks=count,
+            bytes=count * each,
+            tokens=count * tokens,
+            window_tokens=window,
         )
-    if m.state_bytes_per_seq:
-        pools.append(
-            PoolPlan(
-                role=m.role,
-                kind="state",
-                tier="gpu",
-                tokens_per_block=bs,
-                blocks=m.max_batch_size,
-                bytes=m.state_bytes_per_seq * m.max_batch_size,
-                tokens=0,
-            )
-        )
-    if m.cached_states:
-        pools.append(
-            PoolPlan(
-                role=m.role,
-                kind="checkpoint",
-                tier="gpu",
-                tokens_per_block=bs,
-                blocks=m.cached_states,
-                bytes=m.state_bytes_per_checkpoint * m.cached_states,
-                tokens=0,
-            )
-        )
+        for kind, count, each, tokens, window in fixed
+        if count * each
+    ]
     return pools
 
 
