@@ -101,6 +101,9 @@ def _check_one_figure(p: Plan) -> None:
     assert _row(table, "tokens on GPU (").split()[-2] == f"{e.capacity.tokens:,}"
     assert _row(table, "tokens on host").split()[-2] == f"{e.capacity.host_tokens:,}"
     assert f"{e.capacity.max_concurrency:,} of {e.capacity.max_batch_size:,}" in table
+    flat = " ".join(table.split())  # notes wrap at the console's width
+    for note in data["engine"]["notes"]:
+        assert f"note: {' '.join(note.split())}" in flat
     rows = [line.split("│")[1:-1] for line in table.splitlines() if line.startswith("│")]
     pool_rows = [[c.strip() for c in r] for r in rows if len(r) == 7]
     expected = [[pool.role, pool.tier, f"{pool.blocks:,}", f"{pool.tokens:,}"] for pool in e.pools]

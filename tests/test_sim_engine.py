@@ -16,7 +16,7 @@ from kvbudget import InvalidArgumentError, SpecDecodeCache
 from kvbudget.cli import app
 from kvbudget.deployment import resolve_deployment
 from kvbudget.sim.engine_cache import cache_plan
-from kvbudget.sim.policies import POLICIES, POLICY_VARIANTS
+from kvbudget.sim.policies import POLICY_VARIANTS, policy_plans
 from kvbudget.sim.simulation import engine_flags_for
 
 ARGS = {"kv_budget": "8GiB", "host_budget": "16GiB", "max_seq_len": 8192, "tokens_per_block": 16}
@@ -88,6 +88,12 @@ def test_engine_flags_come_from_the_one_deployment(monkeypatch: pytest.MonkeyPat
     assert flags["vllm"]["--kv-cache-memory-bytes"] == 8 * 1024**3
 
 
-def test_policies_are_a_registry() -> None:
-    assert tuple(POLICY_VARIANTS) == POLICIES
-    assert POLICIES[0] == "kvbudget"  # the plan as made comes first
+def test_policies_are_a_registry_of_plan_variants() -> None:
+    """Each registered policy is a variant of the one plan; the first is the plan as made."""
+    base = kvbudget.plan(engine="vllm", **ARGS)  # type: ignore[arg-type]
+    variants = {v.name: v.plan for v in policy_plans(cache_plan(base))}
+    assert list(variants) == list(POLICY_VARIANTS)
+    assert variants["kvbudget"] == cache_plan(base)
+    assert variants["no-host"].capacity.host_blocks == 0 < base.capacity.host_blocks
+    # doubled-host: both roles handed the whole 16 GiB: 2 x the pinned bytes
+    assert sum(m.host.bytes for m in variants["doubled-host"].managers) == 2 * 16 * 1024**3

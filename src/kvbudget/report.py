@@ -131,6 +131,8 @@ def render_plan(plan: Plan) -> Group:
         )
         for line in engine.log:
             parts.append(Text(f"  {line}"))
+    for note in engine.notes:  # what the settings do there, as --emit and --json say it
+        parts.append(Text(f"  note: {printable(note.removeprefix('# '))}", style="dim"))
     if engine.settings:
         parts.append(Text(f"  settings: kvbudget plan ... --emit {engine.name}", style="dim"))
     for w in plan.warnings:
