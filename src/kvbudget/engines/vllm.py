@@ -567,7 +567,8 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
     refusals = _refusals(d, pool, release)
     ranks = d.parallel.tp * d.parallel.pp
     size = gib_text(ledger.host_bytes * ranks)
-    pools = _pools(d, pool, size, ranks)
+    offload = host_offload(d, pool, size, ranks) if size != "0" else None
+    pools = _pools(pool, offload, ranks)
     host = next((p for p in pools if p.tier == "host"), None)
     sequences = min(int(pool.max_concurrency), d.max_batch_size)
     capacity = engine_capacity(
@@ -599,7 +600,7 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
         settings=_settings(d, budget, dtype, size, release),
         log=log,
         notes=tuple(
-            _notes(d, ledger, pool, size, ranks, release) + auto_note(d.kv_dtype, facts, dtype)
+            _notes(d, ledger, pool, offload, ranks, release) + auto_note(d.kv_dtype, facts, dtype)
         ),
         warnings=tuple(warnings),
         refusals=refusals,
@@ -684,11 +685,6 @@ class HostOffload:
     copies: int
     groups: int
 
-    @property
-    def tokens_per_block_held(self) -> int:
-        """Blocks of every group one token block takes."""
-        return self.groups
-
 
 def host_offload(d: Deployment, pool: VllmPool, size: str, ranks: int) -> HostOffload:
     """The host region ``--kv-offloading-size size`` makes for ``pool`` (:class:`HostOffload`)."""
@@ -711,7 +707,7 @@ def host_offload(d: Deployment, pool: VllmPool, size: str, ranks: int) -> HostOf
     )
 
 
-def _pools(d: Deployment, pool: VllmPool, size: str, ranks: int) -> tuple[PoolPlan, ...]:
+def _pools(pool: VllmPool, host: HostOffload | None, ranks: int) -> tuple[PoolPlan, ...]:
     """The one GPU block pool (every layer of target and draft) and the host region
     (:class:`HostOffload`), whose bytes per rank are the rank's share of it."""
     role: Literal["target", "target+draft"] = (
@@ -733,8 +729,7 @@ def _pools(d: Deployment, pool: VllmPool, size: str, ranks: int) -> tuple[PoolPl
             f"{'s' if len(pool.groups) != 1 else ''})",
         )
     ]
-    if size != "0":
-        host = host_offload(d, pool, size, ranks)
+    if host is not None:
         share = host.region_bytes // ranks
         used = host.cpu_blocks * pool.bytes_per_block * host.copies // ranks
         pools.append(
@@ -827,7 +822,12 @@ def _settings(
 
 
 def _notes(
-    d: Deployment, ledger: Ledger, pool: VllmPool, size: str, ranks: int, release: VllmRelease
+    d: Deployment,
+    ledger: Ledger,
+    pool: VllmPool,
+    offload: HostOffload | None,
+    ranks: int,
+    release: VllmRelease,
 ) -> list[str]:
     """What each setting does in vLLM, for the emitted comments."""
     facts = ENGINES["vllm"]
@@ -863,12 +863,11 @@ def _notes(
             f"{off.max_concurrency:.2f} requests, but no prefix reuse"
         )
     host, layout = ledger.host_bytes, d.parallel
-    if size != "0":
+    if offload is not None:
         notes.append(
             f"# {facts.host_knob} is GiB summed over all {ranks} rank(s) "
             f"(TP {layout.tp} x PP {layout.pp}): {host} B per rank x {ranks}, rounded down"
         )
-        offload = host_offload(d, pool, size, ranks)
         layout_words = (
             "one copy shared by the TP ranks (replicated MLA layout)"
             if offload.copies == 1
