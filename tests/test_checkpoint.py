@@ -86,6 +86,28 @@ def test_tensor_parallel_shards_each_stored_tensor_by_its_inventory_tensor(
     assert weights_bytes(model, tp=8).total_bytes == 4_096 + 2 * layer8 + 256 + 4_096
 
 
+def test_a_text_model_nested_in_a_multimodal_wrapper_is_matched(tmp_path: Path) -> None:
+    # transformers' newer multimodal wrappers store the text model as
+    # model.language_model.layers.N... (the tiny Llama renamed so): every tensor still
+    # matches its model.layers.N... inventory tensor, so TP 2 shards it as before
+    from hub_server import sharded
+
+    nested = {
+        shard: {name.replace("model.", "model.language_model.", 1): t for name, t in spec.items()}
+        for shard, spec in tiny_shards().items()
+    }
+    assert (
+        "model.language_model.layers.1.mlp.down_proj.weight"
+        in nested["model-00002-of-00002.safetensors"]
+    )
+    files = {"config.json": json.dumps(TINY_CONFIG).encode(), **sharded(nested)}
+    model = load_model(write(tmp_path / "nested", files))
+    at_tp2 = weights_bytes(model, tp=2)
+    assert at_tp2.total_bytes == 107_776  # the per-rank sum of the TP 2 test above
+    assert at_tp2.other_bytes == 0  # nothing fell through to "held whole"
+    assert weights_bytes(model, pp=2, pp_stage=0).total_bytes == 32_768 + 74_240
+
+
 def test_pipeline_stages_hold_their_layers_tensors(tmp_path: Path) -> None:
     model = load_model(write(tmp_path / "tiny", tiny_files()))
     first = weights_bytes(model, pp=2, pp_stage=0)

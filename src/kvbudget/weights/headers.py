@@ -24,6 +24,10 @@ from kvbudget.inventory import Place, Weight
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _VISION = re.compile(r"(?:^|\.)(?:vision|visual|multi_modal_projector|mm_projector)")
 _EXPERT_INDEX = re.compile(r"(?<=\.experts)\.\d+(?=\.)")
+# a multimodal checkpoint's text model nested one level down: transformers' newer
+# wrappers (Gemma-3, Qwen3.5, Llama-4) store ``model.language_model.layers.N...`` for the
+# ``model.layers.N...`` of the text model's own naming
+_NESTED_TEXT_MODEL = re.compile(r"^model\.language_model\.")
 # suffixes a packed format appends to a weight's own name (gpt-oss's MXFP4 experts:
 # gate_up_proj_blocks, gate_up_proj_scales; their biases: gate_up_proj_bias)
 _PACKED_SUFFIXES = ("_blocks", "_scales", "_scale", "_bias", "_zeros", "_packed", "_shape")
@@ -37,10 +41,16 @@ def match(names: list[str], inventory: tuple[Weight, ...]) -> list[Weight | None
     dotted prefix; a last part less a packed format's suffix too: gpt-oss's
     ``gate_up_proj_blocks``);
     a name under a wrapper's prefix (``language_model.model.layers.0...``) to the
-    inventory name it ends with.
+    inventory name it ends with; a text model nested in the wrapper's own ``model``
+    (``model.language_model.layers.0...``) to the ``model.layers.0...`` it stands for.
     """
     by_name = {w.name: w for w in inventory}
-    return [_lookup(_EXPERT_INDEX.sub("", name), by_name) for name in names]
+    return [_lookup(_canonical(name), by_name) for name in names]
+
+
+def _canonical(name: str) -> str:
+    """``name`` with the expert index dropped and a nested text model's prefix undone."""
+    return _NESTED_TEXT_MODEL.sub("model.", _EXPERT_INDEX.sub("", name))
 
 
 def _lookup(name: str, by_name: dict[str, Weight]) -> Weight | None:
