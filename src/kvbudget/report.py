@@ -13,7 +13,24 @@ from kvbudget.units import format_bytes
 
 def render_plan(plan: Plan) -> Group:
     """A rich renderable of ``plan``: budget, managers per tier, capacity, warnings."""
-    b = plan.budget
+    parts: list[Table | Text] = [
+        _title(plan),
+        _budget_table(plan),
+        Text(f"GPU budget = {plan.budget.gpu_source}", style="dim"),
+        _managers_table(plan),
+        _pools_table(plan),
+        _capacity_table(plan),
+    ]
+    if (ranks := _ranks_table(plan)) is not None:
+        parts.append(ranks)
+    parts.extend(_engine_lines(plan))
+    for w in plan.warnings:
+        parts.append(Text(f"warning: {printable(w)}", style="yellow"))
+    return Group(*parts)
+
+
+def _title(plan: Plan) -> Text:
+    """The plan's heading: target, draft, layout, dtype, block size, provenance."""
     title = Text.assemble(
         ("kvbudget plan: ", "bold"),
         printable(plan.target),
@@ -26,6 +43,12 @@ def render_plan(plan: Plan) -> Group:
         title.append(f"\n  {plan.spec_reason}", style="dim")
     if (provenance := _provenance(plan)) is not None:
         title.append(f"\n  {provenance}", style="dim")
+    return title
+
+
+def _budget_table(plan: Plan) -> Table:
+    """GPU memory, weights, non-KV memory and the KV budget per tier, per rank and node."""
+    b = plan.budget
     budget = Table(title="Budget per rank", show_header=False, title_justify="left")
     budget.add_column("item")
     budget.add_column("value", justify="right")
@@ -50,8 +73,11 @@ def render_plan(plan: Plan) -> Group:
         budget.add_row(
             f"host pinned per node ({b.gpus_per_node} ranks)", format_bytes(b.node_host_bytes)
         )
-    source = Text(f"GPU budget = {b.gpu_source}", style="dim")
+    return budget
 
+
+def _managers_table(plan: Plan) -> Table:
+    """kvbudget's managers: role, model, layers, bytes per token, fixed bytes."""
     managers = Table(title="Managers (per rank)", title_justify="left")
     for col in ("role", "model", "layers", "bytes/token", "fixed"):
         managers.add_column(
@@ -67,7 +93,11 @@ def render_plan(plan: Plan) -> Group:
             f"{m.slope_bytes_per_token:,}",
             format_bytes(m.fixed_bytes),
         )
+    return managers
 
+
+def _pools_table(plan: Plan) -> Table:
+    """The engine's pools per role, kind and tier."""
     engine = plan.engine
     tiers = Table(title=f"Pools (per rank): {engine.name} {engine.version}", title_justify="left")
     for col in ("role", "pool", "tier", "bytes", "blocks", "tokens", "padding"):
@@ -85,12 +115,16 @@ def render_plan(plan: Plan) -> Group:
             f"{pool.tokens:,}",
             format_bytes(pool.padding_bytes),
         )
+    return tiers
 
+
+def _capacity_table(plan: Plan) -> Table:
+    """Tokens per tier and sequences at once, in the engine's count."""
     c = plan.capacity
     cap = Table(title="Capacity", show_header=False, title_justify="left")
     cap.add_column("item")
     cap.add_column("value", justify="right")
-    cap.add_row(f"tokens on GPU ({engine.name}'s count)", f"{c.tokens:,}")
+    cap.add_row(f"tokens on GPU ({plan.engine.name}'s count)", f"{c.tokens:,}")
     cap.add_row("tokens on host", f"{c.host_tokens:,}")
     if c.disk_tokens:
         cap.add_row("tokens on disk", f"{c.disk_tokens:,}")
@@ -106,38 +140,44 @@ def render_plan(plan: Plan) -> Group:
     if c.kv_groups > 1:
         cap.add_row(f"tokens on GPU, all {c.kv_groups} DP groups", f"{c.total_tokens:,}")
         cap.add_row(f"sequences at once, all {c.kv_groups} DP groups", f"{c.total_concurrency:,}")
-    ranks = [st for st in plan.stages if st.tp_ranks != "all"]
-    if ranks:
-        per_rank = Table(title="TP ranks of the last stage", title_justify="left")
-        for col in ("TP ranks", "weights", "KV budget", "blocks"):
-            per_rank.add_column(col, justify="left" if col == "TP ranks" else "right")
-        for st in ranks:
-            per_rank.add_row(
-                st.tp_ranks,
-                "-" if st.weights_bytes is None else format_bytes(st.weights_bytes),
-                format_bytes(st.gpu_bytes),
-                f"{st.blocks:,}",
-            )
+    return cap
 
-    parts: list[Table | Text] = [title, budget, source, managers, tiers, cap]
-    if ranks:
-        parts.append(per_rank)
+
+def _ranks_table(plan: Plan) -> Table | None:
+    """The last stage's TP ranks where they differ (None: every rank is the same)."""
+    ranks = [st for st in plan.stages if st.tp_ranks != "all"]
+    if not ranks:
+        return None
+    per_rank = Table(title="TP ranks of the last stage", title_justify="left")
+    for col in ("TP ranks", "weights", "KV budget", "blocks"):
+        per_rank.add_column(col, justify="left" if col == "TP ranks" else "right")
+    for st in ranks:
+        per_rank.add_row(
+            st.tp_ranks,
+            "-" if st.weights_bytes is None else format_bytes(st.weights_bytes),
+            format_bytes(st.gpu_bytes),
+            f"{st.blocks:,}",
+        )
+    return per_rank
+
+
+def _engine_lines(plan: Plan) -> list[Text]:
+    """The engine's predicted start-up lines, its notes and where its settings come from."""
+    engine = plan.engine
+    lines: list[Text] = []
     if engine.log:
-        parts.append(
+        lines.append(
             Text.assemble(
                 (f"{engine.name} {engine.version}", "bold"),
                 " will allocate (predicted start-up lines; capacity above is the engine's):",
             )
         )
-        for line in engine.log:
-            parts.append(Text(f"  {line}"))
+        lines.extend(Text(f"  {line}") for line in engine.log)
     for note in engine.notes:  # what the settings do there, as --emit and --json say it
-        parts.append(Text(f"  note: {printable(note.removeprefix('# '))}", style="dim"))
+        lines.append(Text(f"  note: {printable(note.removeprefix('# '))}", style="dim"))
     if engine.settings:
-        parts.append(Text(f"  settings: kvbudget plan ... --emit {engine.name}", style="dim"))
-    for w in plan.warnings:
-        parts.append(Text(f"warning: {printable(w)}", style="yellow"))
-    return Group(*parts)
+        lines.append(Text(f"  settings: kvbudget plan ... --emit {engine.name}", style="dim"))
+    return lines
 
 
 def _layout(plan: Plan) -> str:
