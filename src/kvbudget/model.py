@@ -52,6 +52,7 @@ from kvbudget.layers import AttentionLayer, Layer
 from kvbudget.model_spec import ModelSpec
 
 if TYPE_CHECKING:
+    from kvbudget.architectures.base import Architecture
     from kvbudget.checkpoint import Checkpoint
 
 # a multimodal checkpoint's note on its vision weights, with and without headers
@@ -249,48 +250,17 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         and architecture_for(inner_cfg["model_type"]) is not None
     ):
         return _wrapped(cfg, inner_cfg, model_type, source=source, name=name)
-    text_cfg: Mapping[str, Any] = cfg
-    prefix = ""
-    assumed: tuple[str, ...] = ()
-    if arch is not None and model_type in arch.nested_types:
-        if not isinstance(inner_cfg, dict):
-            raise outer.error("text_config", f"required for {model_type} but missing")
-        text_cfg = {**arch.text_defaults, **inner_cfg}
-        prefix = "text_config."
-        dtype_raw = dtype_raw or inner_cfg.get("torch_dtype", inner_cfg.get("dtype"))
-        if arch.text_only_note:
-            assumed = (
-                f"{name}: the text model of a vision-language checkpoint; the vision "
-                f"tower keeps no KV cache and {VISION_UNCOUNTED}",
-            )
-    elif arch is not None:
-        text_cfg = {**arch.text_defaults, **cfg}
+    if arch is not None and model_type in arch.nested_types and not isinstance(inner_cfg, dict):
+        raise outer.error("text_config", f"required for {model_type} but missing")
+    text_cfg, prefix, dtype_raw, assumed = _text_config(cfg, arch, model_type, dtype_raw, name)
     f = ConfigFields(text_cfg, source, prefix)
 
     if arch is not None:
         layers = arch.layers(f)
     else:
         layers, assumed = _generic_layers(f, model_type, source)
-    if arch is not None and arch.mtp_layers is not None:
-        mtp_layers = arch.mtp_layers(f, len(layers))
-    elif f.int("num_nextn_predict_layers", 0, minimum=0):
-        raise f.error(
-            "num_nextn_predict_layers",
-            f"MTP layers are modelled for DeepSeek, GLM and Qwen3-Next configs, not {model_type!r}",
-        )
-    else:
-        mtp_layers = ()
-
-    arch_text = " ".join(str(a) for a in architectures).lower()
-    is_eagle3 = (
-        "eagle3" in arch_text
-        or "draft_vocab_size" in cfg
-        or isinstance(cfg.get("eagle_config"), dict)
-    )
-    # EAGLE-1/2 heads: an Eagle architecture name (SGLang's LlamaForCausalLMEagle, vLLM's
-    # EagleLlamaForCausalLM) or, as vLLM's SpeculativeConfig detects them, "eagle-" in
-    # the model's name (yuhuili/EAGLE-LLaMA3-Instruct-8B ships LlamaForCausalLM)
-    is_eagle_head = not is_eagle3 and ("eagle" in arch_text or "eagle-" in name.lower())
+    mtp_layers = _mtp_layers(arch, f, len(layers), model_type)
+    is_eagle3, is_eagle_head = _eagle_kind(cfg, architectures, name)
     dtype = normalize_dtype_name(dtype_raw) if isinstance(dtype_raw, str) else None
     if isinstance(dtype_raw, str) and dtype is None:
         raise outer.error("torch_dtype", f"unknown dtype {dtype_raw!r}")
@@ -321,6 +291,64 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         config=MappingProxyType(dict(text_cfg)),
         raw_config=MappingProxyType(dict(cfg)),
     )
+
+
+def _text_config(
+    cfg: Mapping[str, Any],
+    arch: Architecture | None,
+    model_type: str,
+    dtype_raw: object,
+    name: str,
+) -> tuple[Mapping[str, Any], str, object, tuple[str, ...]]:
+    """The mapping the cache layers are read from, its field prefix for messages, the
+    dtype field (the text model's when the outer config has none) and the notes on what
+    was assumed. A nested type reads ``text_config`` (the caller checks it is present)
+    over the family's text defaults; a known family reads the config over its defaults.
+    """
+    inner_cfg = cfg.get("text_config")
+    if arch is not None and model_type in arch.nested_types and isinstance(inner_cfg, dict):
+        assumed: tuple[str, ...] = ()
+        if arch.text_only_note:
+            assumed = (
+                f"{name}: the text model of a vision-language checkpoint; the vision "
+                f"tower keeps no KV cache and {VISION_UNCOUNTED}",
+            )
+        dtype_raw = dtype_raw or inner_cfg.get("torch_dtype", inner_cfg.get("dtype"))
+        return {**arch.text_defaults, **inner_cfg}, "text_config.", dtype_raw, assumed
+    if arch is not None:
+        return {**arch.text_defaults, **cfg}, "", dtype_raw, ()
+    return cfg, "", dtype_raw, ()
+
+
+def _mtp_layers(
+    arch: Architecture | None, f: ConfigFields, start: int, model_type: str
+) -> tuple[Layer, ...]:
+    """The checkpoint's MTP layers, indexed from ``start``; a ``num_nextn_predict_layers``
+    of a family whose MTP layers are not modelled is a ConfigError."""
+    if arch is not None and arch.mtp_layers is not None:
+        return arch.mtp_layers(f, start)
+    if f.int("num_nextn_predict_layers", 0, minimum=0):
+        raise f.error(
+            "num_nextn_predict_layers",
+            f"MTP layers are modelled for DeepSeek, GLM and Qwen3-Next configs, not {model_type!r}",
+        )
+    return ()
+
+
+def _eagle_kind(cfg: Mapping[str, Any], architectures: list[Any], name: str) -> tuple[bool, bool]:
+    """``(is_eagle3, is_eagle_head)`` of a config.
+
+    EAGLE-1/2 heads: an Eagle architecture name (SGLang's LlamaForCausalLMEagle, vLLM's
+    EagleLlamaForCausalLM) or, as vLLM's SpeculativeConfig detects them, "eagle-" in
+    the model's name (yuhuili/EAGLE-LLaMA3-Instruct-8B ships LlamaForCausalLM).
+    """
+    arch_text = " ".join(str(a) for a in architectures).lower()
+    is_eagle3 = (
+        "eagle3" in arch_text
+        or "draft_vocab_size" in cfg
+        or isinstance(cfg.get("eagle_config"), dict)
+    )
+    return is_eagle3, not is_eagle3 and ("eagle" in arch_text or "eagle-" in name.lower())
 
 
 def _wrapped(
