@@ -179,6 +179,21 @@ def test_a_revision_and_the_table_say_where_the_figures_come_from(
     assert "weights from target: safetensors headers" in table.stdout
 
 
+def test_emitted_settings_pin_the_commits_the_plan_was_made_from(
+    tmp_path: Path, hub: FakeHub
+) -> None:
+    target = hub.add("acme/tiny-llama", tiny_files(), ref="v1")
+    draft = hub.add("acme/tiny-draft", tiny_files())
+    args = ("--target", "acme/tiny-llama@v1", "--draft", "acme/tiny-draft")
+    args += ("--spec", "draft-target", *PLAN)
+    done = kvbudget(env(tmp_path, hub), "plan", *args, "--emit", "vllm")
+    assert done.returncode == 0, done.stderr
+    # vLLM: EngineArgs.revision and SpeculativeConfig.revision (vllm 0.33.0,
+    # vllm/engine/arg_utils.py, vllm/config/speculative.py)
+    assert f"--revision {target}" in done.stdout
+    assert f'"revision": "{draft}"' in done.stdout
+
+
 def test_from_hub_reads_a_preset_id_from_the_hub(tmp_path: Path, hub: FakeHub) -> None:
     name = "meta-llama/Llama-3.2-1B"  # a preset; the Hub here serves the tiny Llama under it
     sha = hub.add(name, tiny_files())

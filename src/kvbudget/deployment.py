@@ -237,6 +237,17 @@ class Deployment:
         """What an engine loads the target from: its local folder, else its id."""
         return self.target.location or self.target.name
 
+    @property
+    def target_revision(self) -> str | None:
+        """The Hub commit the target was planned from (None: a preset or a local folder),
+        for the engine's own revision setting, so it loads what was planned."""
+        return self.target.revision
+
+    @property
+    def draft_revision(self) -> str | None:
+        """The Hub commit the draft was planned from (None: none, a preset or a folder)."""
+        return self.draft.revision if self.draft is not None else None
+
     def cost_detail(
         self,
         model: ModelSpec,

@@ -801,6 +801,8 @@ def _settings(
         facts.kv_dtype_knob: dtype,
         facts.gpu_knob: budget,
     }
+    if d.target_revision:  # EngineArgs.revision (vllm/engine/arg_utils.py)
+        settings["--revision"] = d.target_revision
     if layout.dp > 1:
         settings["--data-parallel-size"] = layout.dp
     if layout.ep > 1:
@@ -816,6 +818,8 @@ def _settings(
         }
         if d.draft_source:
             config[facts.draft_model_knob] = d.draft_source
+        if d.draft_revision:  # SpeculativeConfig.revision (vllm/config/speculative.py)
+            config["revision"] = d.draft_revision
         config.update(facts.spec_extra.get(spec, {}))
         settings["--speculative-config"] = config
     return settings
