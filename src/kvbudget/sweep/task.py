@@ -15,7 +15,7 @@ replicas (the simulator's DP routing): each shard then becomes its own task and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.errors import EngineRefusedError, InfeasibleBudgetError, KvBudgetError
@@ -71,6 +71,9 @@ def evaluate(settings: SweepSettings, config: SweepConfig) -> SweepRow:
     )
     if settings.objective == "traffic":
         return _with_traffic(row, plan, settings)
+    if plan.capacity.max_concurrency == 0:
+        held = f"holds no whole sequence of {plan.capacity.max_seq_len} tokens at once"
+        return replace(row, reason=held)
     return row
 
 
@@ -83,8 +86,6 @@ def _plan(config: SweepConfig, settings: SweepSettings) -> Plan:
 
 def _with_traffic(row: SweepRow, plan: Plan, settings: SweepSettings) -> SweepRow:
     """``row`` with its replay's metrics and SLO verdict."""
-    from dataclasses import replace
-
     (shard,) = shards(settings, row.config)
     try:
         result = simulate_plan(plan, settings, shard.rate_scale, settings.traffic.policies[:1])
