@@ -17,11 +17,19 @@ from typer.testing import CliRunner
 
 import kvbudget
 from kvbudget.cli import app
-from kvbudget.sweep import Slo, SweepConfig, SweepRow, SweepSettings, SweepSpace, sweep
-from kvbudget.sweep.prices import read_prices
-from kvbudget.sweep.rank import dimensions, pareto_front, ranked
-from kvbudget.sweep.space import enumerate_configs, layouts
-from kvbudget.sweep.task import evaluate
+from kvbudget.search import (
+    Slo,
+    SweepConfig,
+    SweepRow,
+    SweepSettings,
+    SweepSpace,
+    TrafficSettings,
+    sweep,
+)
+from kvbudget.search.prices import read_prices
+from kvbudget.search.rank import dimensions, pareto_front, ranked
+from kvbudget.search.space import enumerate_configs, layouts
+from kvbudget.search.task import evaluate
 
 RUNNER = CliRunner()
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
@@ -185,8 +193,6 @@ def test_no_front_row_is_dominated_and_every_other_row_is(points: list[tuple[int
 def test_one_process_and_two_give_the_same_rows() -> None:
     """The traffic objective (a seeded replay per configuration) over 1 and 2 processes."""
     space = SweepSpace(gpu_counts=(1, 2), max_seq_len=16384)
-    from kvbudget.sweep import TrafficSettings
-
     traffic = TrafficSettings(limit=60, rate_scale=4.0)
     one = sweep(space, objective="traffic", traffic=traffic, jobs=1)
     two = sweep(space, objective="traffic", traffic=traffic, jobs=2)
@@ -200,7 +206,7 @@ def test_traffic_rows_meet_or_miss_the_slo() -> None:
     result = sweep(
         SweepSpace(max_seq_len=16384),
         objective="traffic",
-        traffic=kvbudget.sweep.TrafficSettings(limit=30),
+        traffic=TrafficSettings(limit=30),
         slo=Slo(percentile="p90", ttft_s=1e-9),
     )
     (row,) = result.rows

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import kvbudget
-from kvbudget.sweep import SweepSpace, TrafficSettings, sweep
+from kvbudget.search import SweepSpace, TrafficSettings, sweep
 
 ray = pytest.importorskip("ray")
 

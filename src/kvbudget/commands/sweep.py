@@ -1,5 +1,5 @@
 """``kvbudget sweep``: search GPUs, layouts, KV dtypes, engines and batch sizes for the
-best deployment (:func:`kvbudget.sweep.sweep`).
+best deployment (:func:`kvbudget.sweep`, :mod:`kvbudget.search`).
 
 Axis flags take comma-separated lists, and integer ones ranges (``--gpu-count 1-8``,
 ``--tp 1,2,4``); the plan flags of the same names (``--gpu``, ``--engine``, ...) name
@@ -91,9 +91,7 @@ def sweep_command(
     prices: Annotated[
         str | None, _Opt(metavar="FILE", help="CSV gpu,price_per_gpu_hour (your prices).")
     ] = None,
-    jobs: Annotated[
-        int, _Opt(metavar="N", help="Worker processes (default: the CPU count).")
-    ] = 0,
+    jobs: Annotated[int, _Opt(metavar="N", help="Worker processes (default: the CPU count).")] = 0,
     ray: Annotated[bool, _Opt("--ray", help="Run the tasks on Ray (a local one).")] = False,
     ray_address: Annotated[
         str | None, _Opt(metavar="ADDR", help="Join the Ray cluster at ADDR (implies --ray).")
@@ -105,7 +103,7 @@ def sweep_command(
     ] = None,
 ) -> None:
     from kvbudget.cli import _run
-    from kvbudget.sweep import Slo, SweepSpace, TrafficSettings, sweep
+    from kvbudget.search import Slo, SweepSpace, TrafficSettings, sweep
 
     space = _run(
         lambda: SweepSpace(
@@ -174,11 +172,11 @@ def _report(
     else:
         from rich.console import Console
 
-        from kvbudget.sweep.render import print_sweep
+        from kvbudget.search.render import print_sweep
 
         print_sweep(result, Console(), top=top)
     if html is not None:
-        from kvbudget.sweep.html import write_html
+        from kvbudget.search.html import write_html
 
         out = guard(lambda: write_html(result, Path(html)))
         if not json_out:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.sweep.rank import score
-from kvbudget.sweep.search import COLUMN_NOTE, SweepResult
+from kvbudget.search.driver import COLUMN_NOTE, SweepResult
+from kvbudget.search.rank import score
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1300px; }
@@ -61,9 +62,7 @@ def pareto_png(result: SweepResult) -> bytes:
         if pts:
             label = "meets the SLO" if status == "ok" else "misses the SLO"
             ax.scatter(*zip(*pts, strict=True), c=colour, marker=marker, label=label)
-    front = sorted(
-        (r.gpus, score(r, s)) for r in result.rows if r.config.index in result.front
-    )
+    front = sorted((r.gpus, score(r, s)) for r in result.rows if r.config.index in result.front)
     if front:
         ax.plot(*zip(*front, strict=True), "o-", c="#d62728", label="Pareto front")
     ax.set_xlabel("GPUs")
@@ -81,8 +80,8 @@ def compare_policies(result: SweepResult) -> Any:
     None without a winner. Raises what planning or the simulator raises."""
     from kvbudget.deployment import resolve_deployment
     from kvbudget.planner import build_plan
+    from kvbudget.search.task import shards, simulate_plan
     from kvbudget.sim import POLICIES
-    from kvbudget.sweep.task import shards, simulate_plan
 
     winner = result.winner
     if winner is None:
@@ -95,7 +94,7 @@ def compare_policies(result: SweepResult) -> Any:
 
 def _policy_table(sim: Any) -> str:
     e = html.escape
-    rows = (
+    rows: tuple[tuple[str, Callable[[Any], str]], ...] = (
         ("output tokens/s (replica)", lambda m: f"{m.output_tokens_per_s:.1f}"),
         ("completed / requests", lambda m: f"{m.completed} / {m.requests}"),
         ("TTFT p50 / p99 s", lambda m: f"{m.ttft_s.p50 or 0:.4g} / {m.ttft_s.p99 or 0:.4g}"),

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kvbudget.sweep.space import SweepConfig
+from kvbudget.search.space import SweepConfig
 
 Status = Literal["ok", "slo", "infeasible", "invalid"]
 

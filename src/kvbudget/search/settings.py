@@ -18,10 +18,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.sweep.space import SweepSpace
+from kvbudget.search.space import SweepSpace
 
 Objective = Literal["capacity", "traffic"]
 OBJECTIVES: tuple[Objective, ...] = ("capacity", "traffic")
@@ -40,8 +40,7 @@ class Slo:
         """Raises InvalidArgumentError for an unknown percentile or a limit <= 0."""
         if self.percentile not in PERCENTILES:
             raise InvalidArgumentError(
-                f"--slo-percentile must be one of {', '.join(PERCENTILES)}, got "
-                f"{self.percentile!r}"
+                f"--slo-percentile must be one of {', '.join(PERCENTILES)}, got {self.percentile!r}"
             )
         for flag, value in (("--slo-ttft", self.ttft_s), ("--slo-tpot", self.tpot_s)):
             if value is not None and not (math.isfinite(value) and value > 0):
@@ -94,7 +93,7 @@ class SweepSettings:
 
         return replace(self, space=space, prices=MappingProxyType(dict(self.prices)))
 
-    def __reduce__(self) -> object:
+    def __reduce__(self) -> tuple[Any, ...]:
         # MappingProxyType does not pickle: a worker gets the prices as a dict
         return (_rebuild, (self.space, self.objective, self.traffic, self.slo, dict(self.prices)))
 

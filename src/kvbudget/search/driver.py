@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.sweep.prices import read_prices
-from kvbudget.sweep.rank import pareto_front, ranked, score
-from kvbudget.sweep.row import EXACT_COLUMNS, MODELLED_COLUMNS, SweepRow
-from kvbudget.sweep.run import Progress, run_local, run_ray
-from kvbudget.sweep.settings import Objective, Slo, SweepSettings, TrafficSettings
-from kvbudget.sweep.space import SweepConfig, SweepSpace, enumerate_configs
+from kvbudget.search.prices import read_prices
+from kvbudget.search.rank import pareto_front, ranked, score
+from kvbudget.search.row import EXACT_COLUMNS, MODELLED_COLUMNS, SweepRow
+from kvbudget.search.run import Progress, run_local, run_ray
+from kvbudget.search.settings import Objective, Slo, SweepSettings, TrafficSettings
+from kvbudget.search.space import SweepConfig, SweepSpace, enumerate_configs
 
 SWEEP_SCHEMA_VERSION = 1
 COLUMN_NOTE = (
@@ -102,7 +102,7 @@ def sweep(
     ``axes``: ``target=``, ``gpus=``, ``gpu_counts=``, ``engines=``, ...), replay the
     trace through each for the traffic objective, rank the rows and mark the front.
 
-    ``prices``: a CSV path (:func:`~kvbudget.sweep.prices.read_prices`) or a mapping of
+    ``prices``: a CSV path (:func:`~kvbudget.search.prices.read_prices`) or a mapping of
     GPU to price per GPU-hour. Runs in this process (``jobs`` 1), a pool of ``jobs``
     processes, or as Ray tasks (``ray``, or ``ray_address``); the rows are the same.
     ``progress(done)`` is called as configurations finish.
@@ -121,7 +121,7 @@ def sweep(
         objective=objective,
         traffic=traffic or TrafficSettings(),
         slo=slo or Slo(),
-        prices=table,  # type: ignore[arg-type]
+        prices=table,
     ).checked()
     if settings.objective == "traffic":
         check_traffic(settings.traffic)

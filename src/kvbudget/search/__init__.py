@@ -1,5 +1,5 @@
-"""``kvbudget sweep``: the best deployment for a model and a workload, searched over
-GPUs, layouts, KV dtypes, engines and batch sizes.
+"""``kvbudget sweep`` (:func:`kvbudget.sweep`): the best deployment for a model and a
+workload, searched over GPUs, layouts, KV dtypes, engines and batch sizes.
 
 Module map (data flows down; nothing here is imported by the planner or the simulator)::
 
@@ -10,15 +10,15 @@ Module map (data flows down; nothing here is imported by the planner or the simu
     row.py       SweepRow, TrafficMetrics; which columns are exact, which modelled
     run.py       where tasks run: this process, a process pool, Ray tasks
     rank.py      score, ranking, the Pareto front
-    search.py    sweep(): enumerate, run, rank; SweepResult and its JSON
+    driver.py    sweep(): enumerate, run, rank; SweepResult and its JSON
     render.py    the rich table
     html.py      one self-contained HTML report (matplotlib, the ``report`` extra)
 """
 
-from kvbudget.sweep.row import EXACT_COLUMNS, MODELLED_COLUMNS, SweepRow, TrafficMetrics
-from kvbudget.sweep.search import SWEEP_SCHEMA_VERSION, SweepResult, sweep
-from kvbudget.sweep.settings import Slo, SweepSettings, TrafficSettings
-from kvbudget.sweep.space import SweepConfig, SweepSpace, enumerate_configs
+from kvbudget.search.driver import SWEEP_SCHEMA_VERSION, SweepResult, sweep
+from kvbudget.search.row import EXACT_COLUMNS, MODELLED_COLUMNS, SweepRow, TrafficMetrics
+from kvbudget.search.settings import Slo, SweepSettings, TrafficSettings
+from kvbudget.search.space import SweepConfig, SweepSpace, enumerate_configs
 
 __all__ = [
     "EXACT_COLUMNS",

@@ -1,6 +1,6 @@
 """Where a sweep's tasks run: in this process, on a process pool, or as Ray tasks.
 
-Every backend runs the same pure task, :func:`kvbudget.sweep.task.evaluate`, once per
+Every backend runs the same pure task, :func:`kvbudget.search.task.evaluate`, once per
 configuration, and returns the rows in configuration order; results are equal whatever
 the backend (the tasks are seeded and independent). No scheduler of our own:
 ``concurrent.futures.ProcessPoolExecutor`` or Ray's own (``ray.remote`` tasks, the
@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.sweep.row import SweepRow
-from kvbudget.sweep.settings import SweepSettings
-from kvbudget.sweep.space import SweepConfig
-from kvbudget.sweep.task import evaluate
+from kvbudget.search.row import SweepRow
+from kvbudget.search.settings import SweepSettings
+from kvbudget.search.space import SweepConfig
+from kvbudget.search.task import evaluate
 
 Progress = Callable[[int], None]  # called with the number of configurations done
 _PROBE_TIMEOUT_S = 5.0

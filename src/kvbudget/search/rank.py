@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvbudget.sweep.row import SweepRow
-from kvbudget.sweep.settings import SweepSettings
+from kvbudget.search.row import SweepRow
+from kvbudget.search.settings import SweepSettings
 
 _STATUS_ORDER = {"ok": 0, "slo": 1, "infeasible": 2, "invalid": 3}
 

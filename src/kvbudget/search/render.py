@@ -12,8 +12,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from kvbudget.sweep.row import SweepRow
-from kvbudget.sweep.search import COLUMN_NOTE, SweepResult
+from kvbudget.search.driver import COLUMN_NOTE, SweepResult
+from kvbudget.search.row import SweepRow
 from kvbudget.units import format_bytes
 
 

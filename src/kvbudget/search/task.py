@@ -7,7 +7,7 @@ traffic objective, replays the trace through the simulator's public entry point
 exception: one bad configuration does not stop a sweep.
 
 Trace shards: a task is one configuration x the whole trace today (one DP replica
-replayed at ``1/dp`` of the rate, :class:`~kvbudget.sweep.row.TrafficMetrics`).
+replayed at ``1/dp`` of the rate, :class:`~kvbudget.search.row.TrafficMetrics`).
 :func:`shards` is the seam where a configuration's replay splits into independent
 replicas (the simulator's DP routing): each shard then becomes its own task and
 :func:`evaluate` the reduction of their metrics.
@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.errors import EngineRefusedError, InfeasibleBudgetError, KvBudgetError
-from kvbudget.sweep.row import SweepRow, TrafficMetrics
-from kvbudget.sweep.settings import SweepSettings
-from kvbudget.sweep.space import SweepConfig
+from kvbudget.search.row import Status, SweepRow, TrafficMetrics
+from kvbudget.search.settings import SweepSettings
+from kvbudget.search.space import SweepConfig
 
 if TYPE_CHECKING:
     from kvbudget.plan_types import Plan
@@ -46,28 +46,28 @@ def evaluate(settings: SweepSettings, config: SweepConfig) -> SweepRow:
     """The row of ``config`` under ``settings`` (checked). Pure: the same arguments give
     an equal row in any process. Never raises a :class:`KvBudgetError`: a refusal, an
     infeasible budget or a setting the engine does not take is the row's status."""
-    space = settings.space
-    base = {"config": config, "command": config.command(space), "gpus": config.gpus}
+    base = SweepRow(
+        config=config, command=config.command(settings.space), status="invalid", gpus=config.gpus
+    )
     if config.problem is not None:
-        return SweepRow(status="invalid", reason=config.problem, **base)
+        return replace(base, reason=config.problem)
     try:
         plan = _plan(config, settings)
     except EngineRefusedError as exc:
-        return SweepRow(status="infeasible", reason=f"{config.engine}: {exc}", **base)
+        return replace(base, status="infeasible", reason=f"{config.engine}: {exc}")
     except InfeasibleBudgetError as exc:
-        return SweepRow(status="infeasible", reason=str(exc), **base)
+        return replace(base, status="infeasible", reason=str(exc))
     except KvBudgetError as exc:
-        return SweepRow(status="invalid", reason=str(exc), **base)
-    price = settings.prices.get(config.gpu)
-    row = SweepRow(
+        return replace(base, reason=str(exc))
+    row = replace(
+        base,
         status="ok",
         capacity=plan.capacity.to_dict(),
         gpus_per_node=plan.budget.gpus_per_node,
         gpu_kv_bytes_per_rank=plan.budget.gpu_bytes,
         engine_settings=plan.engine.to_dict()["settings"],
         warnings=tuple(plan.warnings),
-        price_per_gpu_hour=price,
-        **base,
+        price_per_gpu_hour=settings.prices.get(config.gpu),
     )
     if settings.objective == "traffic":
         return _with_traffic(row, plan, settings)
@@ -103,7 +103,7 @@ def _with_traffic(row: SweepRow, plan: Plan, settings: SweepSettings) -> SweepRo
         tpot_s=_percentiles(m.tpot_s),
     )
     missed = slo_misses(traffic, settings)
-    status = "slo" if missed else "ok"
+    status: Status = "slo" if missed else "ok"
     return replace(row, traffic=traffic, status=status, reason="; ".join(missed) or None)
 
 
