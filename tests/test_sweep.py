@@ -66,13 +66,17 @@ def test_layouts_the_model_cannot_run_carry_the_reason() -> None:
 
 def test_an_engine_refusal_is_listed_with_the_engines_reason() -> None:
     """A10 (23,595,909,120 B): vLLM 0.33.0 refuses Llama-3.1-8B at 131,072 tokens, whose
-    one request needs 16 GiB of KV (tests/test_engine_plan.py has the arithmetic)."""
+    one request needs 16 GiB of KV (tests/test_engine_plan.py has the arithmetic); SGLang
+    starts with a pool that holds no such request."""
     result = sweep(gpus=("a10",), specs=("none",), engines=("vllm", "sglang"))
     by_engine = {r.config.engine: r for r in result.rows}
     refused = by_engine["vllm@0.33.0"]
     assert refused.status == "infeasible"
     assert refused.reason is not None and "vLLM 0.33.0 would refuse to start" in refused.reason
-    assert by_engine[kvbudget.get_engine_model("sglang").id].status == "ok"
+    # SGLang starts, but its pool holds no whole sequence of 131,072 tokens: listed too
+    empty = by_engine[kvbudget.get_engine_model("sglang").id]
+    assert empty.status == "infeasible" and empty.seqs_total == 0
+    assert empty.reason is not None and "no whole sequence of 131072 tokens" in empty.reason
 
 
 SAMPLE_SPACE = SweepSpace(
@@ -114,7 +118,8 @@ def test_sampled_rows_equal_the_plan_their_command_prints(capacity_doc: dict[str
         args = shlex.split(row["command"])
         assert args[:2] == ["kvbudget", "plan"]
         out = run(*args[1:], "--json")
-        if row["status"] != "ok":
+        if row["exact"]["capacity"] is None:  # refused: the plan says so, in one line
+            assert row["status"] in ("infeasible", "invalid")
             assert out.exit_code == 2 and out.stderr.startswith("error: ")
             continue
         assert out.exit_code == 0, out.output

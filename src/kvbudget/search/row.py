@@ -9,7 +9,8 @@ Columns are of two kinds, and say so (:data:`EXACT_COLUMNS`, :data:`MODELLED_COL
   time: tokens/s is an upper bound, TTFT and TPOT lower bounds).
 
 Statuses: ``ok``; ``slo`` (runs, misses a latency limit or leaves requests unfinished);
-``infeasible`` (the engine or the budget refuses: the engine's reason); ``invalid`` (the
+``infeasible`` (the engine or the budget refuses: the engine's reason; for the capacity
+objective also a plan that holds no whole sequence of ``max_seq_len``); ``invalid`` (the
 layout or a setting does not apply to the model or engine: the reason).
 """
 

@@ -72,8 +72,12 @@ def evaluate(settings: SweepSettings, config: SweepConfig) -> SweepRow:
     if settings.objective == "traffic":
         return _with_traffic(row, plan, settings)
     if plan.capacity.max_concurrency == 0:
-        held = f"holds no whole sequence of {plan.capacity.max_seq_len} tokens at once"
-        return replace(row, reason=held)
+        # the engine starts (and serves shorter sequences): not a capacity answer
+        held = (
+            f"holds no whole sequence of {plan.capacity.max_seq_len} tokens at once "
+            "(the engine starts; shorter sequences fit)"
+        )
+        return replace(row, status="infeasible", reason=held)
     return row
 
 
