@@ -311,3 +311,25 @@ def test_the_html_report_has_the_plot_the_front_and_the_winners_policies(
     assert 'id="front"' in page and "kvbudget plan --target" in page
     for policy in kvbudget.sim.POLICIES:
         assert f"<th>{policy}</th>" in page
+
+
+def test_drafts_pair_with_the_specs_that_take_one() -> None:
+    """--spec none,draft-target --draft Qwen3-0.6B: none runs without a draft, draft-target
+    with it; each is a plan of its own."""
+    space = SweepSpace(
+        target="Qwen/Qwen3-8B",
+        drafts=("Qwen/Qwen3-0.6B",),
+        specs=("none", "draft-target"),
+        max_seq_len=8192,
+    )
+    configs = enumerate_configs(space)
+    assert [(c.spec, c.draft) for c in configs] == [
+        ("none", None),
+        ("draft-target", "Qwen/Qwen3-0.6B"),
+    ]
+    rows = {r.config.spec: r for r in sweep(space).rows}
+    assert rows["draft-target"].status == "ok" and "--draft Qwen/Qwen3-0.6B" in (
+        rows["draft-target"].command
+    )
+    # the draft's KV shares the budget: fewer sequences than without speculation
+    assert (rows["draft-target"].seqs_total or 0) < (rows["none"].seqs_total or 0)

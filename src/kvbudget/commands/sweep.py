@@ -27,7 +27,7 @@ SWEEP_HELP = (
     "--prices FILE.csv (gpu,price_per_gpu_hour; yours, none shipped) ranks per price.\n\n"
     "Every row carries the `kvbudget plan ...` command that reproduces it (--json). Runs on "
     "a process pool (--jobs) or as Ray tasks (--ray, --ray-address; pip install "
-    "'kvbudget[ray]'): the rows are the same."
+    "'kvbudget\\[ray]'): the rows are the same."  # \[: not rich markup
 )
 
 _Opt = typer.Option

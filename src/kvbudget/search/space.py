@@ -28,7 +28,9 @@ from kvbudget.model import ModelSpec, load_model
 from kvbudget.spec_modes import SPEC_MODE_TABLE, SPEC_MODES
 
 # speculation modes that take a draft model (the others pair with no --draft)
-_DRAFT_SPECS = frozenset({"auto", *(n for n, m in SPEC_MODE_TABLE.items() if m.draft != "mtp")})
+_DRAFT_SPECS = frozenset(
+    {"auto", *(n for n, m in SPEC_MODE_TABLE.items() if m.draft in ("head", "model"))}
+)
 
 
 @dataclass(frozen=True, kw_only=True)
