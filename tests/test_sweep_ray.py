@@ -46,3 +46,20 @@ def test_ray_tasks_give_the_rows_of_one_process(local_ray: Any) -> None:
     assert on_ray.backend == "ray"
     assert on_ray.rows == one.rows and on_ray.front == one.front
     assert len(one.rows) == 2 * 2 * 3  # engines x dtypes x (1 GPU, tp2, dp2)
+
+
+def test_the_cli_with_ray_prints_the_rows_of_one_process(local_ray: Any) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from kvbudget.cli import app
+
+    args = ["sweep", "--gpu-count", "1,2", "--engine", "kvbudget,sglang", "--json"]
+    args += ["--max-seq-len", "32768"]
+    one = CliRunner().invoke(app, [*args, "--jobs", "1"])
+    on_ray = CliRunner().invoke(app, [*args, "--ray"])
+    assert one.exit_code == 0 and on_ray.exit_code == 0, on_ray.output
+    a, b = json.loads(one.stdout), json.loads(on_ray.stdout)
+    assert (a["backend"], b["backend"]) == ("local", "ray")
+    assert a["rows"] == b["rows"] and len(a["rows"]) == 2 * 3
