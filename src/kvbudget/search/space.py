@@ -190,10 +190,10 @@ def layouts(space: SweepSpace, count: int) -> Iterator[tuple[int, int, int, int]
 def layout_problem(target: ModelSpec, tp: int, pp: int, dp: int, ep: int) -> str | None:
     """Why ``target`` cannot run on this layout, or None.
 
-    * ``tp`` must divide the attention heads: every engine shards query heads evenly
-      (vLLM ``ModelConfig.verify_with_parallel_config``, vllm-project/vllm
-      ``vllm/config/model.py``, v0.33.0: "Total number of attention heads must be
-      divisible by tensor parallel size").
+    * ``tp`` must divide the attention heads: engines shard query heads evenly (vLLM
+      ``ModelConfig.verify_with_parallel_config``, vllm-project/vllm
+      ``vllm/config/model.py`` at 18ec6629: "Total number of attention heads (N) must be
+      divisible by tensor parallel size (T)").
     * ``pp`` at most the layer count: a stage with no layer is not a stage.
     * ``ep > 1`` only for a model with routed experts, and as
       :meth:`~kvbudget.deployment.Parallelism.checked` takes it (dividing ``tp x dp``).
