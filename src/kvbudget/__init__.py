@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         RequestId,
         SpecDecodeCache,
     )
+    from kvbudget.search import SweepResult, SweepRow, SweepSpace, sweep
     from kvbudget.sim import (
         AcceptanceModel,
         PolicyMetrics,
@@ -103,9 +104,13 @@ _SIM_NAMES = frozenset(
 )
 
 
+# The sweep likewise (``kvbudget.sweep``: search deployments; :mod:`kvbudget.search`).
+_SEARCH_NAMES = frozenset({"SweepResult", "SweepRow", "SweepSpace", "sweep"})
+
+
 def __getattr__(name: str) -> Any:
-    """``kvbudget.SpecDecodeCache``, ``kvbudget.simulate`` and the other cache and
-    simulator names, imported on first use."""
+    """``kvbudget.SpecDecodeCache``, ``kvbudget.simulate``, ``kvbudget.sweep`` and the
+    other cache, simulator and sweep names, imported on first use."""
     if name in _CACHE_NAMES:
         import kvbudget.cache
 
@@ -114,6 +119,10 @@ def __getattr__(name: str) -> Any:
         import kvbudget.sim
 
         return getattr(kvbudget.sim, name)
+    if name in _SEARCH_NAMES:
+        import kvbudget.search
+
+        return getattr(kvbudget.search, name)
     raise AttributeError(f"module 'kvbudget' has no attribute {name!r}")
 
 
@@ -169,6 +178,9 @@ __all__ = [
     "SimulationResult",
     "SpecDecodeCache",
     "SpecModeInfo",
+    "SweepResult",
+    "SweepRow",
+    "SweepSpace",
     "TierPlan",
     "UnknownModelError",
     "UnknownRequestError",
@@ -196,5 +208,6 @@ __all__ = [
     "resolve_deployment",
     "simulate",
     "split_budget",
+    "sweep",
     "weights_bytes",
 ]

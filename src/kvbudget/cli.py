@@ -1,5 +1,5 @@
-"""Command line: ``kvbudget plan`` (default), ``simulate``, ``models``, ``engines``, ``gpus``,
-``run``.
+"""Command line: ``kvbudget plan`` (default), ``simulate``, ``sweep``, ``models``, ``engines``,
+``gpus``, ``run``.
 
 User mistakes print one ``error:`` line on stderr and exit with status 2; they never
 print a traceback.
@@ -20,6 +20,7 @@ from typer.core import TyperGroup
 
 from kvbudget.commands.run import run_command
 from kvbudget.commands.simulate import SIMULATE_HELP, run_simulate, simulate_options
+from kvbudget.commands.sweep import sweep_command
 from kvbudget.commands.terminal import printable
 from kvbudget.deployment import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from kvbudget.engines import ENGINE_MODELS, EngineModel, emit, get_engine_model
@@ -419,6 +420,7 @@ def _simulate_command() -> Callable[..., None]:
 
 
 app.command("simulate")(_simulate_command())
+app.command("sweep")(sweep_command)
 
 
 @app.command("models")

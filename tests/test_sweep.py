@@ -1,0 +1,335 @@
+"""``kvbudget sweep``: the space and its valid layouts, rows equal to the plans their
+commands print, the Pareto front, identical results over 1 and N processes, one-line
+errors."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import kvbudget
+from kvbudget.cli import app
+from kvbudget.search import (
+    Slo,
+    SweepConfig,
+    SweepRow,
+    SweepSettings,
+    SweepSpace,
+    TrafficSettings,
+    sweep,
+)
+from kvbudget.search.prices import read_prices
+from kvbudget.search.rank import dimensions, pareto_front, ranked
+from kvbudget.search.space import enumerate_configs, layouts
+from kvbudget.search.task import evaluate
+
+RUNNER = CliRunner()
+ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
+
+
+def run(*args: str) -> Any:
+    return RUNNER.invoke(app, list(args), env=ENV)
+
+
+def test_layouts_are_every_factorisation_in_the_lists() -> None:
+    """4 GPUs, tp and dp any, pp 1: tp x dp = 4 -> (1,4), (2,2), (4,1); with pp 1,2 also
+    tp x pp x dp = 1x2x2 and 2x2x1 (pp 4 is not in the list)."""
+    space = SweepSpace(gpu_counts=(4,))
+    assert list(layouts(space, 4)) == [(1, 1, 4, 1), (2, 1, 2, 1), (4, 1, 1, 1)]
+    two = SweepSpace(gpu_counts=(4,), pp=(1, 2))
+    assert sorted(layouts(two, 4)) == [
+        (1, 1, 4, 1),
+        (1, 2, 2, 1),
+        (2, 1, 2, 1),
+        (2, 2, 1, 1),
+        (4, 1, 1, 1),
+    ]
+
+
+def test_layouts_the_model_cannot_run_carry_the_reason() -> None:
+    """Llama-3.1-8B has 32 attention heads (tp 3 does not divide them) and no routed
+    experts (ep 2 applies to none)."""
+    configs = enumerate_configs(SweepSpace(gpu_counts=(3,), ep=(1, 2), specs=("none",)))
+    problems = {(c.tp, c.dp, c.ep): c.problem for c in configs}
+    assert problems[(3, 1, 1)] == "tp=3 does not divide the target's 32 attention heads"
+    assert problems[(1, 3, 1)] is None
+    assert problems[(1, 3, 2)] == "ep=2: meta-llama/Llama-3.1-8B-Instruct has no routed experts"
+
+
+def test_an_engine_refusal_is_listed_with_the_engines_reason() -> None:
+    """A10 (23,595,909,120 B): vLLM 0.33.0 refuses Llama-3.1-8B at 131,072 tokens, whose
+    one request needs 16 GiB of KV (tests/test_engine_plan.py has the arithmetic); SGLang
+    starts with a pool that holds no such request."""
+    result = sweep(gpus=("a10",), specs=("none",), engines=("vllm", "sglang"))
+    by_engine = {r.config.engine: r for r in result.rows}
+    refused = by_engine["vllm@0.33.0"]
+    assert refused.status == "infeasible"
+    assert refused.reason is not None and "vLLM 0.33.0 would refuse to start" in refused.reason
+    # SGLang starts, but its pool holds no whole sequence of 131,072 tokens: listed too
+    empty = by_engine[kvbudget.get_engine_model("sglang").id]
+    assert empty.status == "infeasible" and empty.seqs_total == 0
+    assert empty.reason is not None and "no whole sequence of 131072 tokens" in empty.reason
+
+
+SAMPLE_SPACE = SweepSpace(
+    gpus=("h200", "a10"),
+    gpu_counts=(1, 2),
+    kv_dtypes=("auto", "fp8"),
+    engines=("kvbudget", "vllm", "sglang", "trtllm"),
+    max_seq_len=32768,
+)
+
+
+@pytest.fixture(scope="module")
+def capacity_doc() -> dict[str, Any]:
+    result = run(
+        "sweep",
+        "--gpu",
+        "h200,a10",
+        "--gpu-count",
+        "1,2",
+        "--kv-dtype",
+        "auto,fp8",
+        "--engine",
+        "kvbudget,vllm,sglang,trtllm",
+        "--max-seq-len",
+        "32768",
+        "--jobs",
+        "1",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def test_sampled_rows_equal_the_plan_their_command_prints(capacity_doc: dict[str, Any]) -> None:
+    rows = capacity_doc["rows"]
+    assert len(rows) == 2 * 2 * 2 * 4 + 2 * 2 * 4  # 1 GPU: one layout; 2 GPUs: tp2, dp2
+    for row in rows[::5]:
+        args = shlex.split(row["command"])
+        assert args[:2] == ["kvbudget", "plan"]
+        out = run(*args[1:], "--json")
+        if row["exact"]["capacity"] is None:  # refused: the plan says so, in one line
+            assert row["status"] in ("infeasible", "invalid")
+            assert out.exit_code == 2 and out.stderr.startswith("error: ")
+            continue
+        assert out.exit_code == 0, out.output
+        plan = json.loads(out.stdout)
+        assert plan["engine"]["capacity"] == row["exact"]["capacity"]
+        assert plan["budget"]["gpu_bytes"] == row["exact"]["gpu_kv_bytes_per_rank"]
+        assert f"{plan['engine']['name']}@{plan['engine']['version']}" == row["config"]["engine"]
+        total = plan["engine"]["capacity"]["total_concurrency"]
+        assert row["exact"]["seqs_total"] == total
+        assert row["exact"]["seqs_per_gpu"] == total / row["config"]["gpus"]
+
+
+def test_the_json_says_which_columns_are_exact(capacity_doc: dict[str, Any]) -> None:
+    assert capacity_doc["kind"] == "kvbudget-sweep"
+    assert "seqs_per_gpu" in capacity_doc["columns"]["exact"]
+    assert "ttft_s" in capacity_doc["columns"]["modelled"]
+    assert "lower bound" in capacity_doc["columns"]["note"]
+    ranks = [r["rank"] for r in capacity_doc["rows"]]
+    assert ranks == list(range(1, len(ranks) + 1))
+    assert any(r["front"] for r in capacity_doc["rows"])
+
+
+def _row(index: int, gpus: int, seqs: int, status: str = "ok") -> SweepRow:
+    config = SweepConfig(
+        index=index,
+        target="t",
+        draft=None,
+        spec="none",
+        gpu="h200",
+        tp=gpus,
+        pp=1,
+        dp=1,
+        ep=1,
+        kv_dtype="auto",
+        engine="kvbudget",
+        max_batch_size=256,
+    )
+    capacity = {"max_concurrency": seqs, "total_concurrency": seqs}
+    return SweepRow(config=config, command="", status=status, capacity=capacity, gpus=gpus)  # type: ignore[arg-type]
+
+
+CAPACITY = SweepSettings(space=SweepSpace())
+
+
+def test_the_front_by_hand() -> None:
+    """Sequences per GPU against GPUs: (1 GPU, 6/GPU) and (2 GPUs, 7/GPU) are on the
+    front; (2 GPUs, 6/GPU) is dominated by (1, 6); (4 GPUs, 7/GPU) by (2, 7); a refused
+    row is never on it."""
+    rows = [_row(0, 1, 6), _row(1, 2, 14), _row(2, 2, 12), _row(3, 4, 28), _row(4, 1, 99, "slo")]
+    assert pareto_front(rows, CAPACITY) == {0, 1}
+    order = [r.config.index for r in ranked(rows, CAPACITY)]
+    assert order == [1, 3, 0, 2, 4]  # 7/GPU (2 GPUs before 4), then 6/GPU, then the slo row
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 8), st.integers(0, 400)), min_size=1, max_size=12))
+def test_no_front_row_is_dominated_and_every_other_row_is(points: list[tuple[int, int]]) -> None:
+    rows = [_row(i, g, s) for i, (g, s) in enumerate(points)]
+    front = pareto_front(rows, CAPACITY)
+    dims = {r.config.index: dimensions(r, CAPACITY) for r in rows}
+
+    def dominated(i: int) -> bool:
+        a = dims[i]
+        assert a is not None
+        return any(
+            all(x >= y for x, y in zip(b, a, strict=True)) and b != a
+            for j, b in dims.items()
+            if j != i and b is not None
+        )
+
+    assert front
+    for i in dims:
+        assert (i in front) == (not dominated(i))
+
+
+def test_one_process_and_two_give_the_same_rows() -> None:
+    """The traffic objective (a seeded replay per configuration) over 1 and 2 processes."""
+    space = SweepSpace(gpu_counts=(1, 2), max_seq_len=16384)
+    traffic = TrafficSettings(limit=60, rate_scale=4.0)
+    one = sweep(space, objective="traffic", traffic=traffic, jobs=1)
+    two = sweep(space, objective="traffic", traffic=traffic, jobs=2)
+    assert one.rows == two.rows and one.front == two.front
+    assert all(r.traffic is not None and r.traffic.requests == 60 for r in one.rows)
+
+
+def test_traffic_rows_meet_or_miss_the_slo() -> None:
+    """A TTFT limit of 1 ns no replay meets: every row that runs is ``slo``, with the
+    percentile that missed."""
+    result = sweep(
+        SweepSpace(max_seq_len=16384),
+        objective="traffic",
+        traffic=TrafficSettings(limit=30),
+        slo=Slo(percentile="p90", ttft_s=1e-9),
+    )
+    (row,) = result.rows
+    assert row.status == "slo" and row.reason is not None and "p90 TTFT" in row.reason
+    assert result.winner is None and result.front == frozenset()
+
+
+def test_a_task_is_a_pure_function_of_its_settings() -> None:
+    settings_ = SweepSettings(space=SAMPLE_SPACE).checked()
+    config = enumerate_configs(settings_.space)[3]
+    assert evaluate(settings_, config) == evaluate(settings_, config)
+
+
+def test_prices_give_the_price_per_sequence_hour(tmp_path: Path) -> None:
+    """2.5 per GPU-hour x 2 GPUs = 5.0 an hour, over the row's sequences."""
+    path = tmp_path / "prices.csv"
+    path.write_text("gpu,price_per_gpu_hour\nH200,2.5\n# a comment\n\nA10,0.75\n")
+    assert read_prices(path) == {"h200": 2.5, "a10": 0.75}
+    result = sweep(gpu_counts=(2,), tp=(2,), max_seq_len=32768, prices=path)
+    (row,) = result.rows
+    assert row.price_per_hour == 5.0
+    assert row.seqs_total and row.price_per_seq_hour == 5.0 / row.seqs_total
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("gpu,price_per_gpu_hour\nH200,free\n", "line 2: price 'free' must be a number > 0"),
+        ("gpu,price_per_gpu_hour\nH200,-1\n", "line 2: price '-1' must be a number > 0"),
+        ("gpu,price_per_gpu_hour\nH9000,1\n", "line 2: unknown GPU"),
+        ("gpu,price_per_gpu_hour\nH200,1\nh200,2\n", "line 3: h200 has a price already"),
+        ("gpu,price_per_gpu_hour\nH200,1,2\n", "line 2: 3 fields, expected 2"),
+        ("gpu,cost\nH200,1\n", "line 1: header must be gpu,price_per_gpu_hour"),
+        ("gpu,price_per_gpu_hour\nA10,1\n", "no price for h200"),
+    ],
+)
+def test_a_bad_price_file_is_one_error_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "prices.csv"
+    path.write_text(text)
+    result = run("sweep", "--prices", str(path), "--max-seq-len", "4096")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed when the block ends: nothing listens
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpu-count", "3", "--tp", "2"], "the sweep space holds no configuration"),
+        (["--gpu-count", "3", "--dp", "1"], "no configuration the target can run: tp=3"),
+        (["--gpu", "H9000"], "unknown GPU"),
+        (["--engine", "vllm,nonsense"], "unknown engine 'nonsense'"),
+        (["--gpu-count", "0"], "--gpu-count: '0' is not a range"),
+        (["--tp", "two"], "--tp takes integers and ranges"),
+        (["--objective", "speed"], "--objective must be one of capacity, traffic"),
+        (["--objective", "traffic", "--policy", "nope"], "unknown policies"),
+        (["--slo-ttft", "-1"], "--slo-ttft must be a number of seconds > 0"),
+        (["--target", "no/such-model-anywhere"], ""),
+    ],
+)
+def test_bad_input_is_one_error_line(args: list[str], message: str) -> None:
+    env = {**ENV, "HF_HUB_OFFLINE": "1"}
+    result = RUNNER.invoke(app, ["sweep", "--max-seq-len", "4096", *args], env=env)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+def test_a_ray_address_that_does_not_answer_is_one_error_line() -> None:
+    pytest.importorskip("ray")
+    address = f"127.0.0.1:{_closed_port()}"
+    result = run("sweep", "--ray-address", address, "--max-seq-len", "4096")
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: --ray-address {address}: nothing")
+
+
+def test_the_html_report_has_the_plot_the_front_and_the_winners_policies(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "sweep.html"
+    result = run(
+        "sweep", "--gpu-count", "1,2", "--max-seq-len", "16384", "--objective", "traffic",
+        "--limit", "40", "--jobs", "1", "--html", str(out), "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    json.loads(result.stdout)  # --json keeps stdout to the document
+    page = out.read_text()
+    assert 'id="pareto"' in page and "data:image/png;base64," in page
+    assert 'id="front"' in page and "kvbudget plan --target" in page
+    for policy in kvbudget.sim.POLICIES:
+        assert f"<th>{policy}</th>" in page
+
+
+def test_drafts_pair_with_the_specs_that_take_one() -> None:
+    """--spec none,draft-target --draft Qwen3-0.6B: none runs without a draft, draft-target
+    with it; each is a plan of its own."""
+    space = SweepSpace(
+        target="Qwen/Qwen3-8B",
+        drafts=("Qwen/Qwen3-0.6B",),
+        specs=("none", "draft-target"),
+        max_seq_len=8192,
+    )
+    configs = enumerate_configs(space)
+    assert [(c.spec, c.draft) for c in configs] == [
+        ("none", None),
+        ("draft-target", "Qwen/Qwen3-0.6B"),
+    ]
+    rows = {r.config.spec: r for r in sweep(space).rows}
+    assert rows["draft-target"].status == "ok" and "--draft Qwen/Qwen3-0.6B" in (
+        rows["draft-target"].command
+    )
+    # the draft's KV shares the budget: fewer sequences than without speculation
+    assert (rows["draft-target"].seqs_total or 0) < (rows["none"].seqs_total or 0)
