@@ -331,7 +331,7 @@ def test_sglang_mistral_keeps_every_layer_at_full_length() -> None:
 
 
 def test_trtllm_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
-    p = make("trtllm", GPT_OSS, host_budget="64GiB", tokens_per_block=32)
+    p = make("trtllm@v1", GPT_OSS, host_budget="64GiB", tokens_per_block=32)
     assert p.engine is not None
     s = p.engine.settings
     inputs = deployment_of(p)
@@ -363,8 +363,8 @@ def test_trtllm_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
 
 
 def test_trtllm_full_attention_emits_max_tokens() -> None:
-    p = make("trtllm", LLAMA8B, tokens_per_block=32)
-    out = emit(p, "trtllm")
+    p = make("trtllm@v1", LLAMA8B, tokens_per_block=32)
+    out = emit(p, "trtllm@v1")
     # 40 GiB // (131,072 + 4,096) = 317,750 -> 317,728 (whole blocks of 32)
     assert "  max_tokens: 317728\n" in out
     assert "max_attention_window" not in out

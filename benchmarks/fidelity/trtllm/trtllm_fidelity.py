@@ -165,7 +165,7 @@ def all_cases() -> list[Case]:
 
 
 def _v2_cases() -> list[Case]:
-    """The presets ``trtllm@v2`` plans, spec none, x dtype x host x layout x budget."""
+    """The presets ``trtllm@v2`` plans x spec x dtype x host x layout x budget."""
     cases = []
     for name in list_presets():
         if load_model(name).is_head:
@@ -173,14 +173,16 @@ def _v2_cases() -> list[Case]:
         try:
             kvbudget.plan(name, spec="none", engine=V2_ENGINE, kv_budget="40GiB", max_seq_len=4096)
         except InvalidArgumentError:
-            continue  # sliding windows, hybrids, sparse indexers: not the V2 model's yet
+            continue  # hybrids, sparse indexers: not the V2 model's yet
         layouts = [k for k in LAYOUTS if k != "dp8attn" or _is_moe(_raw(name))]
-        for dtype in ("bf16", "fp8"):
-            for host in HOSTS:
-                for layout in layouts:
-                    for budget in BUDGETS:
-                        case = Case(name, None, "none", dtype, host, layout, budget, V2_ENGINE)
-                        cases.append(case)
+        for spec, draft in _specs(name):
+            for dtype in ("bf16", "fp8"):
+                for host in HOSTS:
+                    for layout in layouts:
+                        for budget in BUDGETS:
+                            cases.append(
+                                Case(name, draft, spec, dtype, host, layout, budget, V2_ENGINE)
+                            )
     return cases
 
 
@@ -564,6 +566,8 @@ def _v2_manager_figures(mgr: Any, cfg: Any, prefix: str) -> dict[str, Any]:
         f"{prefix}.manager_class": type(mgr).__name__,
         f"{prefix}.layers": mgr.num_local_layers,
         f"{prefix}.bytes_per_token": mgr.get_cache_bytes_per_token(),
+        f"{prefix}.max_gpu_total_bytes": cfg.max_gpu_total_bytes,
+        f"{prefix}.max_tokens": cfg.max_tokens,
         f"{prefix}.host_cache_size": cfg.host_cache_size,
         f"{prefix}.device_quota": mgr.harness_device_quota,
     }
@@ -660,22 +664,25 @@ def kvbudget_figures(plan: Any) -> dict[str, Any]:
 
 
 def _v2_figures(plan: Any) -> dict[str, Any]:
-    """The V2 quantities from kvbudget's plan: per stage its one (target) manager."""
+    """The V2 quantities from kvbudget's plan: per stage each manager (target, draft)."""
     out: dict[str, Any] = {}
-    host = plan.engine.settings["kv_cache_config.host_cache_size"]
     for stage in plan.engine.detail["stages"]:
-        prefix = f"pp{stage['pp_stage']}.target"
-        out[f"pp{stage['pp_stage']}.managers"] = "target"
-        out[f"{prefix}.manager_class"] = plan.engine.detail["manager_class"]
-        out[f"{prefix}.layers"] = stage["num_layers"]
-        out[f"{prefix}.bytes_per_token"] = stage["bytes_per_token"]
-        out[f"{prefix}.host_cache_size"] = host
-        out[f"{prefix}.device_quota"] = stage["device_quota"]
-        for pool in stage["pools"]:
-            key = f"{prefix}.pg0.{pool['tier']}"
-            out[f"{key}.slot_bytes"] = str(pool["slot_bytes"])
-            out[f"{key}.slots"] = pool["slots"]
-            out[f"{key}.bytes"] = pool["bytes"]
+        s = stage["pp_stage"]
+        out[f"pp{s}.managers"] = "+".join(m["role"] for m in stage["managers"])
+        for m in stage["managers"]:
+            prefix = f"pp{s}.{m['role']}"
+            out[f"{prefix}.manager_class"] = plan.engine.detail["manager_class"]
+            out[f"{prefix}.layers"] = m["num_layers"]
+            out[f"{prefix}.bytes_per_token"] = m["bytes_per_token"]
+            out[f"{prefix}.max_gpu_total_bytes"] = m["max_gpu_total_bytes"]
+            out[f"{prefix}.max_tokens"] = m["max_tokens"]
+            out[f"{prefix}.host_cache_size"] = m["host_cache_size"]
+            out[f"{prefix}.device_quota"] = m["device_quota"]
+            for pool in m["pools"]:
+                key = f"{prefix}.pg{pool['pool_group']}.{pool['tier']}"
+                out[f"{key}.slot_bytes"] = ",".join(str(b) for b in pool["slot_bytes"])
+                out[f"{key}.slots"] = pool["slots"]
+                out[f"{key}.bytes"] = pool["bytes"]
     return out
 
 
