@@ -526,6 +526,9 @@ def test_default_trtllm_plans_v2_for_llama_and_says_what_v1_would_hold() -> None
     )  # V1: 8 GiB // 131,072 B/token = 65,536 = 2 x 32,768
     (warning,) = [w for w in p.engine.warnings if "host_cache_size" in w]
     assert "up to 8589934592 B per rank (the device quota), 8589934592 B per node" in warning
+    # the harness checks that figure against KVCacheManagerV2 with host_cache_size unset
+    # (host0 V2 cases, auto_host_quota)
+    assert p.engine.detail["auto_host_quotas"] == [8 * GIB]
 
 
 def test_default_trtllm_plans_v1_for_qwen3_and_says_what_v2_would_hold() -> None:
@@ -571,9 +574,16 @@ def test_default_trtllm_plans_v2_for_gpt_oss_and_warns_what_an_unset_host_tier_p
     assert p.engine.notes[0].startswith(
         "# manager: V2, TensorRT-LLM's auto pick (GptOssForCausalLM defaults to V2 (PR #16942))"
     )
-    # _compute_auto_host_tier_quota: min(8 GiB quota, 0.5 x MemAvailable / 8 ranks, ...):
-    # MemAvailable is at most the node's 16 GiB, so at most 1 GiB per rank, 8 GiB per node
+    # _compute_auto_host_tier_quota: min(8 GiB quota, 0.5 x MemAvailable / local ranks,
+    # ...): one TP1 rank per instance (local_world_size 1), so MemAvailable (at most the
+    # node's 16 GiB) / 1 x 0.5 = 8 GiB: the device quota binds; 8 such ranks on the node
+    # would pin 64 GiB, 4x its memory
     (warning,) = [w for w in p.engine.warnings if "host_cache_size" in w]
     assert warning.endswith(
-        "up to 1073741824 B per rank (half the node's memory per rank), 8589934592 B per node"
+        "up to 8589934592 B per rank (the device quota), 68719476736 B per node of 8 such ranks"
     )
+    # at TP8 the 8 local ranks share it: 16 GiB / 8 x 0.5 = 1 GiB per rank
+    tp8 = plan("openai/gpt-oss-20b", kv_budget="8GiB", host_memory="16GiB", tp=8)
+    assert tp8.engine.detail["auto_host_quotas"] == [GIB]
+    (warning,) = [w for w in tp8.engine.warnings if "host_cache_size" in w]
+    assert "up to 1073741824 B per rank (half the node's memory per local rank)" in warning

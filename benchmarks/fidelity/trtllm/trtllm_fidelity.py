@@ -70,7 +70,9 @@ LAYOUTS: dict[str, dict[str, Any]] = {
 }
 BUDGETS = {"8GiB": 8 * GIB, "40GiB": 40 * GIB}
 HOSTS = {"host0": 0, "host64GiB": 64 * GIB}
-V2_ENGINE = "trtllm@v2"  # kvbudget's KVCacheManagerV2 model (full attention, no speculation)
+V2_ENGINE = "trtllm@v2"  # kvbudget's KVCacheManagerV2 model
+NODE_MEMORY = 160 * GIB  # the node V2's automatic host tier is checked on (host0 V2 cases)
+NODE_GPUS = 8
 
 
 # ----------------------------------------------------------------------------- cases
@@ -108,7 +110,13 @@ class Case:
             "kv_dtype": self.kv_dtype,
             "max_seq_len": seq,
             **LAYOUTS[self.layout],
+            **({"host_memory": NODE_MEMORY} if self.auto_host else {}),
         }
+
+    @property
+    def auto_host(self) -> bool:
+        """A V2 case without a host budget: V2's automatic host tier is checked too."""
+        return self.engine == V2_ENGINE and HOSTS[self.host] == 0
 
 
 def _raw(name: str) -> dict[str, Any]:
@@ -571,6 +579,9 @@ def _v2_manager_figures(mgr: Any, cfg: Any, prefix: str) -> dict[str, Any]:
         f"{prefix}.host_cache_size": cfg.host_cache_size,
         f"{prefix}.device_quota": mgr.harness_device_quota,
     }
+    if getattr(mgr, "harness_host_source", None) == "auto":
+        tiers_config = mgr.kv_cache_manager_py_config.cache_tiers
+        out[f"{prefix}.auto_host_quota"] = tiers_config[1].quota if len(tiers_config) > 1 else 0
     tiers = {"GPU_MEM": "gpu", "HOST_MEM": "host", "DISK": "disk"}
     for pool in mgr.impl.harness_pools():
         key = f"{prefix}.pg{pool['pool_group']}.{tiers[str(pool['tier']).split('.')[-1]]}"
@@ -708,8 +719,42 @@ def run_case(trt: Trt, case: Case) -> dict[str, Any]:
         return {"id": case.id, "skipped": f"kvbudget refuses: {' '.join(str(exc).split())}"}
     settings = dict(plan.engine.settings)
     theirs = run_trtllm(trt, case, settings)
-    rows = list(compare(kvbudget_figures(plan), theirs))
+    ours = kvbudget_figures(plan)
+    if case.auto_host:
+        ours |= _auto_host_figures(plan)
+        theirs |= run_auto_host(trt, case, settings)
+    rows = list(compare(ours, theirs))
     return {"id": case.id, "rows": rows}
+
+
+def run_auto_host(trt: Trt, case: Case, settings: dict[str, Any]) -> dict[str, Any]:
+    """The host tier V2 builds by itself with ``host_cache_size`` unset, per stage and
+    manager: the same settings without the key, on a node of ``NODE_MEMORY`` bytes
+    (MemAvailable) shared by the deployment's ranks on it (``local_world_size``:
+    ``min(tp x pp, NODE_GPUS)``), RLIMIT_MEMLOCK unlimited (``HARNESS_HOST``)."""
+    from tensorrt_llm._torch.pyexecutor.kv_cache import kv_cache_manager_v2 as kv2
+
+    unset = {k: v for k, v in settings.items() if k != "kv_cache_config.host_cache_size"}
+    world = settings["tensor_parallel_size"] * settings["pipeline_parallel_size"]
+    saved = dict(kv2.HARNESS_HOST)
+    kv2.HARNESS_HOST.update(mem_available=NODE_MEMORY, local_ranks=min(world, NODE_GPUS))
+    try:
+        figures = run_trtllm(trt, case, unset)
+    finally:
+        kv2.HARNESS_HOST.clear()
+        kv2.HARNESS_HOST.update(saved)
+    return {k: v for k, v in figures.items() if k.endswith(".auto_host_quota")}
+
+
+def _auto_host_figures(plan: Any) -> dict[str, Any]:
+    """kvbudget's figure for that tier: ``detail["auto_host_quotas"]`` per manager, on
+    every stage (the ranks' MIN makes them equal)."""
+    quotas = plan.engine.detail["auto_host_quotas"]
+    out: dict[str, Any] = {}
+    for stage in plan.engine.detail["stages"]:
+        for m, q in zip(stage["managers"], quotas, strict=True):
+            out[f"pp{stage['pp_stage']}.{m['role']}.auto_host_quota"] = q
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -563,9 +563,9 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
         warnings=tuple(
             _warnings(d, capacity)
             + _pinned_warnings(stages, host)
-            + _host_warnings(ledger, last[0].quota, host)
+            + _host_warnings(d, ledger, stages, host)
         ),
-        detail=_detail(d, stages),
+        detail=_detail(d, stages, auto_host_quotas(d, ledger, stages)),
     )
 
 
@@ -714,25 +714,52 @@ def _pinned_warnings(stages: list[list[ManagerPools]], host: int) -> list[str]:
     return out
 
 
-def _host_warnings(ledger: Ledger, quota: int, host: int) -> list[str]:
-    """What an unset host_cache_size would pin (``_compute_auto_host_tier_quota``: min of
-    the device quota, 0.5 x MemAvailable / local ranks, 0.8 x RLIMIT_MEMLOCK)."""
+def auto_host_quotas(d: Deployment, ledger: Ledger, stages: list[list[ManagerPools]]) -> list[int]:
+    """Per manager (target, draft) the host tier V2 builds by itself per rank when
+    ``host_cache_size`` is unset (``_compute_auto_host_tier_quota``: min of the device
+    quota, ``0.5 x MemAvailable / local ranks`` and ``0.8 x RLIMIT_MEMLOCK``, the
+    device quota where that is not positive; ``_sync_host_tier_quota``: the MIN over
+    the ranks). MemAvailable is taken as the node's memory (``--host-memory``; unknown:
+    no bound), local ranks as this deployment's ranks on one node, RLIMIT_MEMLOCK as
+    unlimited; with no host budget nothing is split, each manager builds its own."""
+    node_memory = ledger.budget.host_memory_bytes
+    local = max(1, min(d.parallel.tp * d.parallel.pp, ledger.budget.gpus_per_node))
+    out = []
+    for i in range(len(stages[0])):
+        per_stage = []
+        for row in stages:
+            quota = row[i].quota
+            auto = quota if node_memory is None else min(quota, int(node_memory / local * 0.5))
+            per_stage.append(auto if auto > 0 else quota)
+        out.append(min(per_stage))
+    return out
+
+
+def _host_warnings(
+    d: Deployment, ledger: Ledger, stages: list[list[ManagerPools]], host: int
+) -> list[str]:
+    """What an unset host_cache_size would pin, per rank and per node."""
     if host:
         return []
-    ranks = max(1, ledger.budget.gpus_per_node)
-    per_rank, bound = quota, "the device quota"
-    node_memory = ledger.budget.host_memory_bytes
-    if node_memory is not None and node_memory // 2 // ranks < quota:
-        per_rank, bound = node_memory // 2 // ranks, "half the node's memory per rank"
+    quotas = auto_host_quotas(d, ledger, stages)
+    per_rank, ranks = sum(quotas), ledger.budget.gpus_per_node
+    bound = "the device quota"
+    if ledger.budget.host_memory_bytes is not None and per_rank < sum(
+        row.quota for row in stages[-1]
+    ):
+        bound = "half the node's memory per local rank"
+    managers = "" if len(quotas) == 1 else " + ".join(str(q) for q in quotas) + " = "
     return [
         f"keep host_cache_size: 0: left unset, TensorRT-LLM's V2 pins an automatic host tier "
-        f"of min(device quota {quota} B, 0.5 x MemAvailable / {ranks} local ranks, 0.8 x "
-        f"RLIMIT_MEMLOCK) per rank: up to {per_rank} B per rank ({bound}), "
-        f"{per_rank * ranks} B per node"
+        f"per manager of min(device quota, 0.5 x MemAvailable / local ranks, 0.8 x "
+        f"RLIMIT_MEMLOCK) per rank: up to {managers}{per_rank} B per rank ({bound}), "
+        f"{per_rank * ranks} B per node of {count_of(ranks, 'such rank')}"
     ]
 
 
-def _detail(d: Deployment, stages: list[list[ManagerPools]]) -> dict[str, Any]:
+def _detail(
+    d: Deployment, stages: list[list[ManagerPools]], auto_host: list[int]
+) -> dict[str, Any]:
     """The V2 figures the fidelity comparison reads: per stage and manager its layers,
     bytes per token, what it was handed, its quota and pools (slots, bytes, slot bytes
     per tier and pool group)."""
@@ -755,6 +782,7 @@ def _detail(d: Deployment, stages: list[list[ManagerPools]]) -> dict[str, Any]:
             for s, row in enumerate(stages)
         ],
         "granularity": gpu_granularity(stages[-1][0].quota),
+        "auto_host_quotas": auto_host,
         "blocks_per_sequence": _seq_slots(d, _growing(stages[-1][0].storage.gpu), False),
     }
 
