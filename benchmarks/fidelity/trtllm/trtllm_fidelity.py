@@ -235,6 +235,13 @@ def _pretrained(name: str) -> SimpleNamespace:
     raw = _raw(name)
     text = dict(raw.get("text_config") or raw)
     text.setdefault("architectures", raw.get("architectures"))
+    # Qwen3.5's vision-language checkpoint: TensorRT-LLM builds its language model as the
+    # text architecture (Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM, the names
+    # config_utils.is_qwen3_5 checks), whose config is this text_config
+    text["architectures"] = [
+        a.replace("ForConditionalGeneration", "ForCausalLM") if a.startswith("Qwen3_5") else a
+        for a in text.get("architectures") or []
+    ] or None
     # Gemma-3's text_config names no vocab_size (transformers' default 262,208; only the
     # estimation's dummy prompts read it, as token ids)
     text.setdefault("vocab_size", raw.get("vocab_size", 262_208))
@@ -306,11 +313,25 @@ class _ModelConfig:
 
         return self.pretrained_config.torch_dtype or torch.bfloat16
 
+    def _hybrid_masks(self) -> tuple[list[bool], list[bool]] | None:
+        """(attention, recurrent) layer masks of a hybrid Mamba / Gated-DeltaNet config
+        (``config_utils.extract_mamba_kv_cache_params``), None for other models."""
+        from tensorrt_llm._torch.pyexecutor import config_utils
+
+        if not config_utils.is_hybrid_linear(self.pretrained_config):
+            return None
+        params = config_utils.extract_mamba_kv_cache_params(self.pretrained_config)
+        return params.target_full_attention_layer_mask, params.mamba_layer_mask
+
     def get_num_attention_layers(self) -> int:
+        masks = self._hybrid_masks()
+        if masks is not None:  # model_config.py: the hybrid's attention layers
+            return sum(masks[0])
         return int(self.pretrained_config.num_hidden_layers)
 
     def get_num_mamba_layers(self) -> int:
-        return 0
+        masks = self._hybrid_masks()
+        return 0 if masks is None else sum(masks[1])
 
     def get_bindings_model_config(self, **kwargs: Any) -> None:
         return None  # the V1 VSWA path passes it to the C++ manager only
@@ -526,12 +547,21 @@ def run_trtllm(trt: Trt, case: Case, settings: dict[str, Any]) -> dict[str, Any]
     if shares is not None:
         os.environ["TRTLLM_WINDOW_SIZE_SHARES"] = shares
     try:
-        first = [_run_stage(trt, case, settings, s, [])[0] for s in range(pp)]
-        lengths = {len(r.recorded) for r in first}
-        if len(lengths) != 1:
-            raise RuntimeError(f"stages made different allreduce calls: {lengths}")
-        mins = [min(values) for values in zip(*(r.recorded for r in first), strict=True)]
-        runs = [_run_stage(trt, case, settings, s, mins) for s in range(pp)]
+        # a collective's inputs can depend on an earlier one's result (the auto host tier
+        # on the synced device quota): pass again with the previous pass's MINs until
+        # they stop changing, the fixed point where every call returns the ranks' MIN
+        mins: list[Any] = []
+        for _ in range(8):
+            runs = [_run_stage(trt, case, settings, s, mins) for s in range(pp)]
+            lengths = {len(r.recorded) for r, _ in runs}
+            if len(lengths) != 1:
+                raise RuntimeError(f"stages made different allreduce calls: {lengths}")
+            new = [min(values) for values in zip(*(r.recorded for r, _ in runs), strict=True)]
+            if new == mins:
+                break
+            mins = new
+        else:
+            raise RuntimeError("the ranks' allreduce(MIN) values did not settle")
     finally:
         os.environ.pop("TRTLLM_WINDOW_SIZE_SHARES", None)
         if old is not None:
@@ -559,7 +589,7 @@ def _trtllm_figures(
         for role in roles:
             mgr, cfg = run.managers[role], run.configs[role]
             prefix = f"pp{stage}.{role}"
-            if type(mgr).__name__ == "KVCacheManagerV2":
+            if type(mgr).__name__ in ("KVCacheManagerV2", "MambaHybridCacheManagerV2"):
                 out.update(_v2_manager_figures(mgr, cfg, prefix))
             else:
                 out.update(_manager_figures(mgr, cfg, prefix, inputs))
@@ -579,6 +609,9 @@ def _v2_manager_figures(mgr: Any, cfg: Any, prefix: str) -> dict[str, Any]:
         f"{prefix}.host_cache_size": cfg.host_cache_size,
         f"{prefix}.device_quota": mgr.harness_device_quota,
     }
+    if type(mgr).__name__ == "MambaHybridCacheManagerV2":  # its recurrent-state slots
+        out[f"{prefix}.ssm_slots"] = mgr.harness_num_ssm_slots
+        out[f"{prefix}.intermediate_state_bytes"] = mgr.harness_intermediate_state_bytes
     if getattr(mgr, "harness_host_source", None) == "auto":
         tiers_config = mgr.kv_cache_manager_py_config.cache_tiers
         out[f"{prefix}.auto_host_quota"] = tiers_config[1].quota if len(tiers_config) > 1 else 0
