@@ -376,9 +376,50 @@ def test_v2_refuses_what_it_does_not_model() -> None:
     with pytest.raises(InvalidArgumentError, match="speculation"):
         plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="8GiB",
              spec="ngram")  # fmt: skip
-    with pytest.raises(InvalidArgumentError, match="MambaHybridCacheManagerV2"):
-        plan("nvidia/Nemotron-H-8B-Base-8K", engine="trtllm@v2", kv_budget="8GiB",
-             max_seq_len=8192)  # fmt: skip
+    with pytest.raises(InvalidArgumentError, match="MambaHybridCacheManagerV2 without spec"):
+        plan("Qwen/Qwen3-Next-80B-A3B-Instruct", engine="trtllm@v2", kv_budget="40GiB",
+             spec="mtp")  # fmt: skip
+    with pytest.raises(InvalidArgumentError, match="mamba_ssm_cache_dtype"):
+        plan("nvidia/Nemotron-H-8B-Base-8K", engine="trtllm@v2", kv_budget="40GiB",
+             max_seq_len=8192, state_dtype="fp32")  # fmt: skip
+
+
+# ---------------------------------------------------------------- trtllm@v2 hybrids
+# MambaHybridCacheManagerV2 (_torch/pyexecutor/kv_cache/mamba_cache_manager.py @ 38198e34):
+# the SSM and conv states are one more life cycle of the V2 pools; the harness's
+# "Qwen3-Next-80B-A3B-Instruct none bf16 ... V2" cases, 0 differ.
+
+
+def test_v2_hybrid_states_are_a_pool_group_floored_at_the_live_sequences() -> None:
+    p = plan("Qwen/Qwen3-Next-80B-A3B-Instruct", engine="trtllm@v2", kv_budget="40GiB")
+    (m,) = p.engine.detail["stages"][0]["managers"]
+    assert m["manager_class"] == "MambaHybridCacheManagerV2"
+    states, attention = m["pools"]
+    # 36 Gated-DeltaNet layers: SSM 32 x 128 x 128 x 2 B, conv (4,096 + 2 x 16 x 128) x 3 x
+    # 2 B each; coalesced by size, largest first
+    assert states["slot_bytes"] == [36 * 32 * 128 * 128 * 2, 36 * 8_192 * 3 * 2]
+    # the SSM floor: 256 resident + 1 CUDA-graph dummy state-only requests, / 0.95:
+    # ceil(257 / 0.95) = 271 slots, which the typical batch's ratio falls under
+    assert m["ssm_slots"] == states["slots"] == 271
+    # in 32 MiB grains: 305 + 15 for the states, the other 960 for 12 attention layers'
+    # 12 x 2 x 256 x 2 x 2 x 32 = 786,432 B slots
+    assert states["bytes"] == 320 * (32 << 20)
+    assert (attention["slot_bytes"], attention["slots"]) == ([786_432], 40_960)
+    assert [x.kind for x in p.engine.pools] == ["state", "kv"]
+
+
+def test_v2_hybrid_refuses_a_quota_under_its_live_states() -> None:
+    # _build_cache_config raises "The V2 Mamba GPU cache quota is too small for live
+    # recurrent states and attention pages": 257 x 39,518,208 B + one 786,432 B page
+    with pytest.raises(InfeasibleBudgetError, match="need at least 10156965888 bytes"):
+        plan("Qwen/Qwen3-Next-80B-A3B-Instruct", engine="trtllm@v2", kv_budget="8GiB")
+
+
+def test_default_trtllm_plans_v2_for_hybrids() -> None:
+    p = plan("nvidia/Nemotron-H-8B-Base-8K", kv_budget="40GiB", max_seq_len=8192)
+    assert p.engine.settings["kv_cache_config.use_kv_cache_manager_v2"] is True
+    assert p.engine.detail["manager_class"] == "MambaHybridCacheManagerV2"
+    assert "its V1 hybrid manager is not transcribed" in p.engine.notes[0]
 
 
 # ---------------------------------------------------------------- trtllm@v2 with a draft

@@ -1026,6 +1026,13 @@ V2_DEFAULTS: dict[str, str] = {
     "DeepseekV3ForCausalLM": "PR #16060",
     "Gemma3ForCausalLM": "PR #17396",
     "Gemma3ForConditionalGeneration": "PR #17396",
+    # hybrid Mamba / Gated-DeltaNet models: is_hybrid_linear routes them to
+    # MambaHybridCacheManagerV2 under V2 (kvcache.md @ 0076e939: the hybrid Mamba models and
+    # Qwen3-Next default to V2; Qwen3.5 is a Gated-DeltaNet hybrid of the same route)
+    "NemotronHForCausalLM": "kvcache.md: hybrid Mamba",
+    "Qwen3NextForCausalLM": "kvcache.md: Qwen3-Next",
+    "Qwen3_5ForConditionalGeneration": "kvcache.md: hybrid, as Qwen3-Next",
+    "Qwen3_5MoeForConditionalGeneration": "kvcache.md: hybrid, as Qwen3-Next",
 }
 
 
@@ -1081,6 +1088,8 @@ def _other_tokens(other: Callable[[Deployment, Ledger], EnginePlan], d: Deployme
         p = other(d, ledger)
     except InfeasibleBudgetError:
         return "no block (it would not start)"
+    except InvalidArgumentError:  # V1's hybrid managers (CppMambaHybridCacheManager)
+        return "what kvbudget does not model (its V1 hybrid manager is not transcribed)"
     return f"{p.capacity.tokens} tokens ({count_of(p.capacity.max_concurrency, 'sequence')})"
 
 

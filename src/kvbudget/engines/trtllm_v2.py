@@ -58,6 +58,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kvbudget.dtypes import parse_dtype
 from kvbudget.engines import trtllm as v1
 from kvbudget.engines import trtllm_v2_storage as st
 from kvbudget.engines.base import EngineModel
@@ -71,8 +72,15 @@ from kvbudget.engines.common import (
 )
 from kvbudget.engines.facts import ENGINES
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
-from kvbudget.layers import Layer, MLALayer
-from kvbudget.plan_types import Capacity, EnginePlan, EngineSource, PoolPlan, PoolRole
+from kvbudget.layers import GatedDeltaNetLayer, Layer, Mamba2Layer, MLALayer
+from kvbudget.plan_types import (
+    Capacity,
+    EnginePlan,
+    EngineSource,
+    PoolKind,
+    PoolPlan,
+    PoolRole,
+)
 from kvbudget.units import count_of
 
 if TYPE_CHECKING:
@@ -101,10 +109,8 @@ def uncovered(d: Deployment) -> str | None:
     except InvalidArgumentError:
         if d.spec.name not in ("none", *SPEC_MODES):
             return f"--spec {d.spec.name}"
-        if any(
-            x.state_bytes(d.state_dtype_value, d.parallel.attention_tp) for x in d.target.layers
-        ):
-            return "recurrent-state layers"
+        if hybrid(d):
+            return "recurrent-state layers with speculation"
         return "this model"
     return None
 
@@ -118,14 +124,66 @@ def check(d: Deployment) -> None:
             f"draft-target speculation; --spec {d.spec.name} is not modelled there yet: plan "
             f"it with --engine trtllm@v1 (the V1 manager)"
         )
-    for layer in d.target.layers:
-        if layer.state_bytes(d.state_dtype_value, d.parallel.attention_tp):
-            raise InvalidArgumentError(
-                f"--engine trtllm@v2 does not model hybrid models' MambaHybridCacheManagerV2; "
-                f"{d.target.name} has {layer.kind} layers"
-            )
+    if hybrid(d):
+        _check_hybrid(d)
     if v1.separate_draft(d):
         v1._draft_window(d)  # refuses drafts of several window sizes
+
+
+def hybrid(d: Deployment) -> bool:
+    """The target has recurrent-state layers (Mamba2, Gated DeltaNet): TensorRT-LLM runs
+    it on ``MambaHybridCacheManagerV2``."""
+    return any(isinstance(x, (Mamba2Layer, GatedDeltaNetLayer)) for x in d.target.layers)
+
+
+def _check_hybrid(d: Deployment) -> None:
+    """What of a hybrid this model does not cover: speculation (the MTP intermediate
+    state buffers and replay sit outside the pools), a state dtype other than the
+    checkpoint's (``kv_cache_config.mamba_ssm_cache_dtype``, not emitted)."""
+    if d.spec.name != "none":
+        raise InvalidArgumentError(
+            f"--engine trtllm@v2 models MambaHybridCacheManagerV2 without speculation; "
+            f"--spec {d.spec.name} with {d.target.name}'s recurrent-state layers is not "
+            "modelled (its intermediate state buffers sit outside the pools): use --spec none"
+        )
+    model = parse_dtype("auto", auto=d.target.dtype or "bf16", what="state_dtype")
+    if d.state_dtype_value != model:
+        raise InvalidArgumentError(
+            f"TensorRT-LLM keeps {d.target.name}'s SSM and conv states in the checkpoint's "
+            f"{model.name} (mamba_ssm_cache_dtype auto; the config's mamba_ssm_dtype is a "
+            f"compute dtype); --state-dtype {d.state_dtype} is not modelled for --engine "
+            "trtllm@v2: leave it auto"
+        )
+
+
+def dummy_slots(d: Deployment) -> int:
+    """``_num_reserved_dummy_slots``: one CUDA-graph padding slot (no speculation), one
+    more under attention DP."""
+    return 1 + int(d.parallel.dp_attention)
+
+
+def live_states(d: Deployment) -> int:
+    """State slots a hybrid manager must hold: ``max_batch_size x pp`` resident
+    sequences and the dummy slots."""
+    return d.max_batch_size * d.parallel.pp + dummy_slots(d)
+
+
+def _states(d: Deployment, layer: Layer) -> tuple[int, int]:
+    """(SSM, conv) state bytes of one recurrent layer on one rank, as
+    MambaHybridCacheManagerV2 sizes them: ``nheads / tp x head_dim x d_state`` and
+    ``conv_dim / tp x (d_conv - 1)``, both in the checkpoint's dtype, no draft rows."""
+    dtype, tp = d.state_dtype_value, d.parallel.attention_tp
+    if isinstance(layer, GatedDeltaNetLayer):
+        hv, hk = -(-layer.num_v_heads // tp), -(-layer.num_k_heads // tp)
+        ssm = hv * layer.v_head_dim * layer.k_head_dim
+        conv = (hv * layer.v_head_dim + 2 * hk * layer.k_head_dim) * (layer.conv_kernel - 1)
+    elif isinstance(layer, Mamba2Layer):
+        h, g = -(-layer.num_heads // tp), -(-layer.n_groups // tp)
+        ssm = h * layer.head_dim * layer.ssm_state_size
+        conv = (h * layer.head_dim + 2 * g * layer.ssm_state_size) * (layer.conv_kernel - 1)
+    else:
+        return 0, 0
+    return dtype.bytes_for(ssm), dtype.bytes_for(conv)
 
 
 # ---------------------------------------------------------------- the managers' layers
@@ -172,10 +230,16 @@ class Manager:
     windows: tuple[int | None, ...]
     static: tuple[tuple[int, int | None], ...] | None
     placeholder: bool = False
+    states: tuple[tuple[int, int], ...] = ()  # per layer (SSM, conv) bytes; (0, 0): none
 
     @property
     def bytes_per_token(self) -> int:
         return sum(self.sizes)
+
+    @property
+    def state_bytes(self) -> int:
+        """One state slot: every recurrent layer's SSM and conv state."""
+        return sum(a + b for a, b in self.states)
 
 
 def _manager(
@@ -183,7 +247,7 @@ def _manager(
     static: tuple[tuple[int, int | None], ...] | None, placeholder: bool = False,
 ) -> Manager:  # fmt: skip
     dtype, tp = d.kv_dtype_value, d.parallel.attention_tp
-    kept = [(x, w) for x, w in layers if x.bytes_per_token(dtype, tp)]
+    kept = [(x, w) for x, w in layers if x.bytes_per_token(dtype, tp) or any(_states(d, x))]
     return Manager(
         role=role,
         layers=tuple(kept),
@@ -191,6 +255,7 @@ def _manager(
         windows=tuple(_norm(d, w) for _, w in kept),
         static=static,
         placeholder=placeholder,
+        states=tuple(_states(d, x) for x, _ in kept),
     )
 
 
@@ -408,12 +473,35 @@ class ManagerPools:
     storage: st.Storage
 
 
+def quota_for_tokens(d: Deployment, m: Manager, tokens: float) -> int:
+    """``_get_quota_from_max_tokens``; a hybrid manager adds its live state slots."""
+    attention = _quota_from_tokens(d, components(d, m.sizes, m.windows), tokens)
+    return attention + (live_states(d) * m.state_bytes if m.state_bytes else 0)
+
+
+def tokens_for_quota(d: Deployment, m: Manager, quota: int) -> float:
+    """``_get_max_tokens_from_quota``: the float formula; a hybrid manager's is the
+    largest whole count whose quota fits (``MambaHybridCacheManagerV2``'s search)."""
+    if not m.state_bytes:
+        return _tokens_from_quota(d, components(d, m.sizes, m.windows), quota)
+    if quota_for_tokens(d, m, 0) > quota:
+        return 0
+    low, high = 0, 1
+    while quota_for_tokens(d, m, high) <= quota:
+        low, high = high, high * 2
+        if high >= 1 << 62:
+            return math.inf
+    while low + 1 < high:
+        mid = (low + high) // 2
+        low, high = (mid, high) if quota_for_tokens(d, m, mid) <= quota else (low, mid)
+    return low
+
+
 def _own_quota(d: Deployment, m: Manager, b: Budget) -> int:
     """The quota before the ranks' sync: the GPU budget, capped by ``max_tokens``."""
     if b.max_tokens is None:
         return b.gpu
-    c = components(d, m.sizes, m.windows)
-    return min(b.gpu, math.ceil(_quota_from_tokens(d, c, b.max_tokens) / MAX_UTIL_FOR_RESUME))
+    return min(b.gpu, math.ceil(quota_for_tokens(d, m, b.max_tokens) / MAX_UTIL_FOR_RESUME))
 
 
 def allocate(d: Deployment, gpu: int, host: int) -> list[list[ManagerPools]]:
@@ -432,12 +520,17 @@ def allocate(d: Deployment, gpu: int, host: int) -> list[list[ManagerPools]]:
     for mgrs, bs, qs in zip(stages, handed, quotas, strict=True):
         row = []
         for m, b, q in zip(mgrs, bs, qs, strict=True):
+            _check_live(d, m, q)
             layers = [
-                st.Layer(buffer_bytes=_buffers(x, size, tpb), window=w)
-                for (x, _), size, w in zip(m.layers, m.sizes, m.windows, strict=True)
+                st.Layer(buffer_bytes=state, window=None, ssm=True)
+                if any(state)
+                else st.Layer(buffer_bytes=_buffers(x, size, tpb), window=w)
+                for (x, _), size, w, state in zip(
+                    m.layers, m.sizes, m.windows, m.states, strict=True
+                )
             ]
             try:
-                pools = st.storage(layers, tpb, gpu_quota=q, host_quota=b.host)
+                pools = st.storage(layers, tpb, gpu_quota=q, host_quota=b.host, **_typical(d, m))
             except ValueError as exc:
                 raise InfeasibleBudgetError(
                     f"TensorRT-LLM's V2 {m.role} manager gets a {q} B quota per rank, less "
@@ -446,6 +539,41 @@ def allocate(d: Deployment, gpu: int, host: int) -> list[list[ManagerPools]]:
             row.append(ManagerPools(manager=m, budget=b, quota=q, storage=pools))
         out.append(row)
     return out
+
+
+def _typical(d: Deployment, m: Manager) -> dict[str, Any]:
+    """A hybrid manager's initial-ratio batch and state floor (``_build_cache_config``:
+    no avg_seq_len, so ``max_seq_len // 2`` tokens per request, ``max_batch_size x pp``
+    requests and the dummy slots; the SSM floor is the live states)."""
+    if not m.state_bytes:
+        return {}
+    capacity = max(1, v1.engine_max_seq_len(d) // 2)
+    batch = st.Batch(
+        requests=d.max_batch_size * d.parallel.pp,
+        capacity=capacity,
+        history=max(0, capacity - 1),
+        idle=dummy_slots(d),
+    )
+    return {"batch": batch, "ssm_floor": live_states(d)}
+
+
+def _check_live(d: Deployment, m: Manager, quota: int) -> None:
+    """``_minimum_live_gpu_quota``: a hybrid manager refuses a quota under its live
+    states and one attention page (or its quota for no token)."""
+    if not m.state_bytes:
+        return
+    need = max(
+        quota_for_tokens(d, m, 0),
+        live_states(d) * m.state_bytes + m.bytes_per_token * v1.block_tokens(d),
+    )
+    if need > quota:
+        raise InfeasibleBudgetError(
+            f"TensorRT-LLM refuses to start: the V2 Mamba GPU cache quota is too small for "
+            f"live recurrent states and attention pages: got {quota} bytes, need at least "
+            f"{need} bytes ({live_states(d)} state slots of {m.state_bytes} B: max_batch_size "
+            f"{d.max_batch_size} x pp {d.parallel.pp} + {dummy_slots(d)} dummy): raise "
+            "--kv-budget or lower --max-batch-size"
+        )
 
 
 def _buffers(layer: Layer, per_token: int, tpb: int) -> tuple[int, ...]:
@@ -462,15 +590,15 @@ def _synced(
     manager of every stage syncs with the i-th of the others)."""
     out = [list(q) for q in quotas]
     for i in range(len(stages[0])):
-        comps = [components(d, mgrs[i].sizes, mgrs[i].windows) for mgrs in stages]
+        mgrs = [row[i] for row in stages]
         tokens = min(
-            _tokens_from_quota(d, c, int(q[i] * MAX_UTIL_FOR_RESUME))
-            for c, q in zip(comps, quotas, strict=True)
+            tokens_for_quota(d, m, int(q[i] * MAX_UTIL_FOR_RESUME))
+            for m, q in zip(mgrs, quotas, strict=True)
         )
         if math.isinf(tokens):
             continue
-        for s, c in enumerate(comps):
-            synced = math.ceil(_quota_from_tokens(d, c, tokens) / MAX_UTIL_FOR_RESUME)
+        for s, m in enumerate(mgrs):
+            synced = math.ceil(quota_for_tokens(d, m, tokens) / MAX_UTIL_FOR_RESUME)
             out[s][i] = min(out[s][i], synced)
     return out
 
@@ -493,6 +621,8 @@ def _seq_slots(d: Deployment, group: st.PoolGroup, draft: bool) -> int:
     blocks and, per window, the window's live blocks."""
     tpb, h = v1.block_tokens(d), headroom(d)
     full = cdiv(v1.per_seq_tokens(d), tpb)
+    if group.ssm:
+        return 1 + len(group.windows)  # one state slot per sequence
     return sum(
         full if w is None else min(full, math.ceil((w + h - 2) / tpb) + 1) for w in group.windows
     )
@@ -577,22 +707,39 @@ def _pools(d: Deployment, row: list[ManagerPools]) -> tuple[PoolPlan, ...]:
         for tier, groups in (("gpu", p.storage.gpu), ("host", p.storage.host)):
             for i, g in enumerate(groups):
                 full = None in g.windows
+                kind: PoolKind = "state" if g.ssm and not g.windows else _kind(g)
                 out.append(
                     PoolPlan(
                         role=role,
-                        kind="kv" if full else "window",
+                        kind=kind,
                         tier="gpu" if tier == "gpu" else "host",
                         tokens_per_block=tpb,
                         blocks=g.slots,
                         bytes=g.bytes,
-                        tokens=g.slots * tpb,
-                        window_tokens=None if full else min(w or 0 for w in g.windows),
+                        tokens=0 if kind == "state" else g.slots * tpb,
+                        window_tokens=None if full or kind == "state" else _window_of(g),
                         padding_bytes=g.bytes - g.slots * sum(g.slot_bytes),
                         name=f"{p.manager.role} V2 pool group {i} "
                         f"({'GPU_MEM' if tier == 'gpu' else 'HOST_MEM'})",
                     )
                 )
     return tuple(out)
+
+
+def _kind(g: st.PoolGroup) -> PoolKind:
+    if g.ssm:
+        return "hybrid"  # states and attention blocks in one group (equal slot bytes)
+    return "kv" if None in g.windows else "window"
+
+
+def _window_of(g: st.PoolGroup) -> int:
+    return min(w for w in g.windows if w is not None)
+
+
+def _group_text(g: st.PoolGroup) -> str:
+    if g.ssm and not g.windows:
+        return "states"
+    return "full" if None in g.windows else f"window {_window_of(g)}"
 
 
 def _settings(d: Deployment, gpu_total: int, host: int, dtype: str) -> dict[str, Any]:
@@ -641,14 +788,16 @@ def _notes(d: Deployment, stages: list[list[ManagerPools]]) -> list[str]:
     ]
     groups = last[0].storage.gpu
     if len(groups) > 1:
-        shares = ", ".join(
-            f"{'full' if None in g.windows else 'window ' + str(min(w or 0 for w in g.windows))}"
-            f": {g.slots} slots, {g.bytes} B"
-            for g in groups
+        shares = ", ".join(f"{_group_text(g)}: {g.slots} slots, {g.bytes} B" for g in groups)
+        how = (
+            f"{live_states(d) - dummy_slots(d)} requests of max_seq_len / 2 tokens (no "
+            f"avg_seq_len), the states' group at least {live_states(d)} / 0.95 slots"
+            if hybrid(d)
+            else "one 2,049-token request's bytes"
         )
         notes.append(
             f"# {len(groups)} pool groups (slots of different sizes); with no pool_ratio or "
-            f"avg_seq_len V2 shares the quota by one 2,049-token request's bytes: {shares}"
+            f"avg_seq_len V2 shares the quota by {how}: {shares}"
         )
     if len(last) > 1:
         draft = last[1]
@@ -765,7 +914,7 @@ def _detail(
     per tier and pool group)."""
     return {
         "kv_cache_manager": "V2",
-        "manager_class": "KVCacheManagerV2",
+        "manager_class": "MambaHybridCacheManagerV2" if hybrid(d) else "KVCacheManagerV2",
         "tokens_per_block": v1.block_tokens(d),
         "flash_mla": v1.flash_mla(d),
         "engine_max_seq_len": v1.engine_max_seq_len(d),
@@ -791,6 +940,7 @@ def _manager_detail(d: Deployment, p: ManagerPools) -> dict[str, Any]:
     c = cost(d, p.manager)
     return {
         "role": p.manager.role,
+        "manager_class": "MambaHybridCacheManagerV2" if hybrid(d) else "KVCacheManagerV2",
         "placeholder": p.manager.placeholder,
         "num_layers": len(p.manager.sizes),
         "bytes_per_token": p.manager.bytes_per_token,
@@ -799,6 +949,7 @@ def _manager_detail(d: Deployment, p: ManagerPools) -> dict[str, Any]:
         "max_tokens": p.budget.max_tokens,
         "cost": None if c is None else _cost_detail(c),
         "device_quota": p.quota,
+        **_state_detail(p),
         "pools": [
             {
                 "tier": tier,
@@ -812,6 +963,15 @@ def _manager_detail(d: Deployment, p: ManagerPools) -> dict[str, Any]:
             for i, g in enumerate(groups)
         ],
     }
+
+
+def _state_detail(p: ManagerPools) -> dict[str, int]:
+    """A hybrid manager's state slots and the MTP intermediate state bytes outside its
+    pools (none without speculation)."""
+    if not p.manager.state_bytes:
+        return {}
+    (slots,) = [g.slots for g in p.storage.gpu if g.ssm]
+    return {"ssm_slots": slots, "intermediate_state_bytes": 0}
 
 
 def _cost_detail(c: Cost) -> dict[str, int | None]:

@@ -59,6 +59,7 @@ class Layer:
 
     buffer_bytes: tuple[int, ...]
     window: int | None
+    ssm: bool = False  # a recurrent-state layer (SSM and conv state buffers, one slot each)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +71,7 @@ class PoolGroup:
     slot_bytes: tuple[int, ...]
     slots: int
     bytes: int
+    ssm: bool = False  # the recurrent-state life cycle's group
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,19 +84,26 @@ class Storage:
     min_slots: tuple[int, ...]  # the GPU pool groups' floors
 
 
-def life_cycles(layers: Sequence[Layer]) -> tuple[list[int | None], list[tuple[int, ...]]]:
-    """The windows of the life cycles in order, and each one's slot size list."""
-    windows: list[int | None] = []
+Key = int | str | None  # a life cycle: its window, None (full length) or SSM
+
+
+SSM = "ssm"
+
+
+def life_cycles(layers: Sequence[Layer]) -> tuple[list[Key], list[tuple[int, ...]]]:
+    """The life cycles in order (window, None or SSM), and each one's slot size list."""
+    keys: list[Key] = []
     sizes: list[dict[int, int]] = []
     for layer in layers:
-        if layer.window not in windows:
-            windows.append(layer.window)
+        key: Key = SSM if layer.ssm else layer.window
+        if key not in keys:
+            keys.append(key)
             sizes.append({})
-        counts = sizes[windows.index(layer.window)]
+        counts = sizes[keys.index(key)]
         for b in layer.buffer_bytes:
             counts[b] = counts.get(b, 0) + 1
     lists = [tuple(sorted((b * n for b, n in c.items()), reverse=True)) for c in sizes]
-    return windows, lists
+    return keys, lists
 
 
 def _grains_for(slots: int, sizes: Sequence[int], g: int) -> int:
@@ -151,32 +160,59 @@ def slot_counts(
     return counts
 
 
-def _floors(windows: Sequence[int | None], tpb: int) -> list[int]:
+def _floors(keys: Sequence[Key], tpb: int, ssm_floor: int) -> list[int]:
     """Slot floor per life cycle: a window's live blocks while it slides; full-length
-    life cycles the largest of those (at least 1)."""
-    swa = [(w + tpb - 2) // tpb + 1 for w in windows if w is not None]
+    life cycles the largest of those (at least 1); the SSM one 1, or with the hybrid
+    manager's constraint of ``ssm_floor`` state-only requests ceil(ssm_floor / 0.95)."""
+    swa = [(k + tpb - 2) // tpb + 1 for k in keys if isinstance(k, int)]
     top = max([1, *swa])
-    return [top if w is None else (w + tpb - 2) // tpb + 1 for w in windows]
+    out = []
+    for k in keys:
+        if k == SSM:
+            out.append(max(1, math.ceil(float(ssm_floor) / float(MAX_UTIL)) if ssm_floor else 1))
+        else:
+            out.append(top if k is None else (int(k) + tpb - 2) // tpb + 1)
+    return out
 
 
-def _fallback_ratio(
-    windows: Sequence[int | None], grouping: Sequence[int], sizes: Sequence[Sequence[int]],
-    tpb: int, g: int,
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    """A batch the initial ratio is taken from: ``requests`` of ``capacity`` tokens with
+    ``history`` of them in history, and ``idle`` state-only requests (capacity 0)."""
+
+    requests: int
+    capacity: int
+    history: int
+    idle: int = 0
+
+
+FALLBACK = Batch(requests=1, capacity=FALLBACK_CAPACITY, history=FALLBACK_HISTORY)
+MAX_UTIL = 0.95  # KvCacheConfig.max_util_for_resume
+
+
+def _ratio(
+    keys: Sequence[Key], grouping: Sequence[int], sizes: Sequence[Sequence[int]],
+    tpb: int, g: int, batch: Batch,
 ) -> list[float]:  # fmt: skip
-    """Bytes per pool group of one request of 2,049 tokens, 2,048 of them history."""
+    """Bytes per pool group of ``batch`` (``ratio_from_batch``), normalised: a request
+    holds its blocks outside its window's stale range, one SSM slot each."""
     slots = [0] * len(sizes)
-    for w, pg in zip(windows, grouping, strict=True):
-        stale = 0 if w is None else max(0, (FALLBACK_HISTORY + 1 - w) // tpb)
-        slots[pg] += -(-FALLBACK_CAPACITY // tpb) - stale
+    for k, pg in zip(keys, grouping, strict=True):
+        if k == SSM:
+            slots[pg] += batch.requests + batch.idle
+            continue
+        stale = 0 if k is None else max(0, (batch.history + 1 - int(k)) // tpb)
+        slots[pg] += batch.requests * (-(-batch.capacity // tpb) - stale)
     per_group = [sum(round_up(n * s, g) for s in ss) for n, ss in zip(slots, sizes, strict=True)]
     return [x / sum(per_group) for x in per_group]
 
 
 def storage(
     layers: Sequence[Layer], tpb: int, *, gpu_quota: int, host_quota: int = 0,
-    disk_quota: int = 0,
+    disk_quota: int = 0, batch: Batch = FALLBACK, ssm_floor: int = 0,
 ) -> Storage:  # fmt: skip
-    """The pool groups a V2 manager of ``layers`` builds on each level."""
+    """The pool groups a V2 manager of ``layers`` builds on each level; ``batch`` is the
+    one its initial ratio comes from, ``ssm_floor`` the hybrid manager's state floor."""
     windows, lists = life_cycles(layers)
     group_lists: list[tuple[int, ...]] = []
     grouping = []
@@ -184,17 +220,14 @@ def storage(
         if sizes not in group_lists:
             group_lists.append(sizes)
         grouping.append(group_lists.index(sizes))
-    lc_floors = _floors(windows, tpb)
+    lc_floors = _floors(windows, tpb, ssm_floor)
     floors = [0] * len(group_lists)
     for pg, f in zip(grouping, lc_floors, strict=True):
         floors[pg] += f
     g = gpu_granularity(gpu_quota)
-    ratio = (
-        [1.0] if len(group_lists) == 1 else _fallback_ratio(windows, grouping, group_lists, tpb, g)
-    )
-    gpu = _level(
-        windows, grouping, group_lists, slot_counts(gpu_quota, group_lists, ratio, g, floors), g
-    )
+    ratio = _ratio(windows, grouping, group_lists, tpb, g, batch)
+    counts = slot_counts(gpu_quota, group_lists, ratio, g, floors)
+    gpu = _level(windows, grouping, group_lists, counts, g)
     cold_bytes = [sum(group_lists[pg]) for pg in grouping]
     cold_sizes = list(dict.fromkeys(cold_bytes))
     cold_grouping = [cold_sizes.index(b) for b in cold_bytes]
@@ -222,18 +255,28 @@ def storage(
 
 
 def _level(
-    windows: Sequence[int | None], grouping: Sequence[int], lists: Sequence[tuple[int, ...]],
+    keys: Sequence[Key], grouping: Sequence[int], lists: Sequence[tuple[int, ...]],
     counts: Sequence[int], g: int,
 ) -> tuple[PoolGroup, ...]:  # fmt: skip
     return tuple(
         PoolGroup(
-            windows=tuple(w for w, p in zip(windows, grouping, strict=True) if p == pg),
+            windows=tuple(k for k, p in zip(keys, grouping, strict=True) if p == pg and k != SSM),  # type: ignore[misc]
             slot_bytes=sizes,
             slots=n,
             bytes=sum(round_up(n * s, g) for s in sizes),
+            ssm=any(k == SSM for k, p in zip(keys, grouping, strict=True) if p == pg),
         )
         for pg, (sizes, n) in enumerate(zip(lists, counts, strict=True))
     )
 
 
-__all__ = ["Layer", "PoolGroup", "Storage", "gpu_granularity", "slot_counts", "storage"]
+__all__ = [
+    "SSM",
+    "Batch",
+    "Layer",
+    "PoolGroup",
+    "Storage",
+    "gpu_granularity",
+    "slot_counts",
+    "storage",
+]
