@@ -347,13 +347,18 @@ def test_trtllm_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
         host_cache_size=s["kv_cache_config.host_cache_size"],
         shares_text=s["env.TRTLLM_WINDOW_SIZE_SHARES"],
     )
-    # max_tokens = 40 GiB // 75,776 // 32 x 32 = 566,784; the draft holds that many
-    assert s["kv_cache_config.max_tokens"] == 566_784
-    assert pools.blocks("draft")[trt.FULL][0] * 32 == 566_784
+    # the draft holds max_tokens // 32 blocks whatever its split, so the budget goes to the
+    # draft's and the target's full-length tokens (36,864 + 2,048 B) and the 128-token
+    # windows of the sequences that fit: 40 GiB // (1,025 x 32 x 38,912 + 6 x 32 x 36,864)
+    # = 33 of them, (40 GiB - 33 x 7,077,888) // 38,912 -> 1,097,760 tokens (566,784 when
+    # both managers were priced at full length and the windows got half the target's part)
+    assert s["kv_cache_config.max_tokens"] == 1_097_760
+    assert pools.blocks("draft")[trt.FULL][0] * 32 == 1_097_760
+    assert pools.blocks("target")[128][0] == 33 * 6  # what the 33 sequences' windows hold
     # the target's full-length window holds the plan's tokens within one block
     full_blocks = pools.blocks("target")[trt.FULL][0]
-    assert abs(full_blocks * 32 - p.capacity.tokens) <= 32
-    assert p.capacity.tokens == 566_784
+    assert abs(full_blocks * 32 - s["kv_cache_config.max_tokens"]) <= 32
+    assert p.capacity.tokens == full_blocks * 32 and p.capacity.max_concurrency == 33
     # primary bytes of both managers stay within the budget
     used = sum(b[0] * 32 * pm.manager.windows[w] for pm in pools.last for w, b in pm.blocks.items())
     assert used <= B40
