@@ -21,8 +21,11 @@ parallel sizes, ``env.TRTLLM_WINDOW_SIZE_SHARES``) are then handed to TensorRT-L
 (with an executor stub whose dummy run allocates nothing), ``teardown_managers`` and
 ``build_managers`` again. The V1 ``KVCacheManager`` (``resource_manager.py``) sizes its
 pools; the recording fake of the C++ manager keeps ``blocks_per_window``. For the V2 cases
-(``use_kv_cache_manager_v2: true``) ``KVCacheManagerV2`` (``kv_cache_manager_v2.py``) and
-the transcribed V2 runtime size its pool groups per tier (``impl.harness_pools()``).
+(``use_kv_cache_manager_v2: true``) ``KVCacheManagerV2`` (``kv_cache_manager_v2.py``; a
+hybrid's ``MambaHybridCacheManagerV2``, ``mamba_cache_manager.py``) and the transcribed V2
+runtime size each manager's pool groups per tier (``impl.harness_pools()``); a V2 case
+without a host budget runs again with ``host_cache_size`` unset, to compare the host tier
+V2 builds by itself.
 Each PP stage is one simulated rank; the ranks' ``allreduce(MIN)`` is reproduced by a
 second pass that feeds each stage the smallest value any stage recorded (the
 transcription's allreduce hook).
@@ -150,7 +153,7 @@ def _specs(name: str) -> list[tuple[str, str | None]]:
 
 def all_cases() -> list[Case]:
     """Every preset the V1 model plans x spec x dtype x host x layout x budget; then every
-    preset the V2 model plans, without speculation."""
+    preset the V2 model plans, likewise (hybrids included)."""
     cases = []
     for name in list_presets():
         model = load_model(name)

@@ -17,10 +17,14 @@ slot floors, the cold-tier regrouping).
   Life cycles whose lists are equal share one pool group (one pool per list entry).
 * **Floors** (no ``avg_seq_len``, so no constraints): a window ``w`` needs
   ``(w + block - 2) // block + 1`` slots, a full-length life cycle as many as the
-  largest window (at least 1); a pool group needs the sum of its life cycles'.
+  largest window (at least 1); a pool group needs the sum of its life cycles'. A hybrid
+  manager's recurrent-state life cycle (``MambaHybridCacheManagerV2``: one SSM and one
+  conv buffer per layer, one slot per request) needs ``ceil(live / 0.95)`` slots for its
+  constraint of ``live`` state-only requests.
 * **Initial ratio** (no ``pool_ratio``, no ``avg_seq_len``): the bytes one request of
   2,049 tokens with 2,048 in history holds per pool group (each pool rounded up to the
-  granularity), normalised.
+  granularity), normalised; a hybrid manager's typical batch instead (its requests of
+  ``max_seq_len // 2`` tokens and its dummy state-only requests).
 * **Slot counts** (``ratio_to_slot_count_list``): the level's quota (rounded up to its
   granularity, at least the floors' bytes) in grains, shared by ratio between the pool
   groups, smallest ratio first; a group at or below its floor gets its floor and the
