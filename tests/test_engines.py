@@ -331,7 +331,7 @@ def test_sglang_mistral_keeps_every_layer_at_full_length() -> None:
 
 
 def test_trtllm_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
-    p = make("trtllm", GPT_OSS, host_budget="64GiB", tokens_per_block=32)
+    p = make("trtllm@v1", GPT_OSS, host_budget="64GiB", tokens_per_block=32)
     assert p.engine is not None
     s = p.engine.settings
     inputs = deployment_of(p)
@@ -347,13 +347,18 @@ def test_trtllm_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
         host_cache_size=s["kv_cache_config.host_cache_size"],
         shares_text=s["env.TRTLLM_WINDOW_SIZE_SHARES"],
     )
-    # max_tokens = 40 GiB // 75,776 // 32 x 32 = 566,784; the draft holds that many
-    assert s["kv_cache_config.max_tokens"] == 566_784
-    assert pools.blocks("draft")[trt.FULL][0] * 32 == 566_784
+    # the draft holds max_tokens // 32 blocks whatever its split, so the budget goes to the
+    # draft's and the target's full-length tokens (36,864 + 2,048 B) and the 128-token
+    # windows of the sequences that fit: 40 GiB // (1,025 x 32 x 38,912 + 6 x 32 x 36,864)
+    # = 33 of them, (40 GiB - 33 x 7,077,888) // 38,912 -> 1,097,760 tokens (566,784 when
+    # both managers were priced at full length and the windows got half the target's part)
+    assert s["kv_cache_config.max_tokens"] == 1_097_760
+    assert pools.blocks("draft")[trt.FULL][0] * 32 == 1_097_760
+    assert pools.blocks("target")[128][0] == 33 * 6  # what the 33 sequences' windows hold
     # the target's full-length window holds the plan's tokens within one block
     full_blocks = pools.blocks("target")[trt.FULL][0]
-    assert abs(full_blocks * 32 - p.capacity.tokens) <= 32
-    assert p.capacity.tokens == 566_784
+    assert abs(full_blocks * 32 - s["kv_cache_config.max_tokens"]) <= 32
+    assert p.capacity.tokens == full_blocks * 32 and p.capacity.max_concurrency == 33
     # primary bytes of both managers stay within the budget
     used = sum(b[0] * 32 * pm.manager.windows[w] for pm in pools.last for w, b in pm.blocks.items())
     assert used <= B40
@@ -363,8 +368,8 @@ def test_trtllm_gpt_oss_eagle3_allocates_the_plans_tokens() -> None:
 
 
 def test_trtllm_full_attention_emits_max_tokens() -> None:
-    p = make("trtllm", LLAMA8B, tokens_per_block=32)
-    out = emit(p, "trtllm")
+    p = make("trtllm@v1", LLAMA8B, tokens_per_block=32)
+    out = emit(p, "trtllm@v1")
     # 40 GiB // (131,072 + 4,096) = 317,750 -> 317,728 (whole blocks of 32)
     assert "  max_tokens: 317728\n" in out
     assert "max_attention_window" not in out

@@ -43,8 +43,9 @@ def test_sglang_and_trtllm_pools_map_per_role() -> None:
     # SGLang: T = (8 GiB // 135,168 - 16) // 16 x 16 = (63,550 - 16) // 16 x 16 = 63,520
     # tokens = 3,970 pages per role (its padding page is not a block)
     assert [m.gpu.blocks for m in sgl.managers] == [3_970, 3_970]
-    trt = cache_plan(kvbudget.plan(engine="trtllm", **ARGS))  # type: ignore[arg-type]
-    # TensorRT-LLM V1: max_tokens = 8 GiB // 135,168 // 16 x 16 = 63,536 = 3,971 blocks
+    trt = cache_plan(kvbudget.plan(engine="trtllm@v1", **ARGS))  # type: ignore[arg-type]
+    # TensorRT-LLM V1 (the default plans V2 for Llama + EAGLE3 now):
+    # max_tokens = 8 GiB // 135,168 // 16 x 16 = 63,536 = 3,971 blocks
     assert [m.gpu.blocks for m in trt.managers] == [3_971, 3_971]
     own = kvbudget.plan(engine="kvbudget", **ARGS)  # type: ignore[arg-type]
     assert cache_plan(own) is own

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import kvbudget
-from kvbudget import InvalidArgumentError
+from kvbudget import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.engines import trtllm as trt
 from kvbudget.engines import trtllm_v2 as v2
 from kvbudget.plan_types import Plan
@@ -109,7 +109,7 @@ def test_mla_on_hopper_uses_flashmlas_64_token_blocks() -> None:
     # 64 for using FlashMLA" where ModelConfig.enable_flash_mla: TRTLLM backend, a
     # kv_lora_rank + qk_rope_head_dim = 512 + 64 = 576 latent, SM 9.0 (the H200 default)
     p = plan("deepseek-ai/DeepSeek-V3", spec="mtp", tp=8, kv_budget=52_714_052_640,
-             max_seq_len=163_840)  # fmt: skip
+             max_seq_len=163_840, engine="trtllm@v1")  # fmt: skip
     assert p.capacity.tokens_per_block == 64
     assert p.engine.settings["kv_cache_config.tokens_per_block"] == 64
     # 52,714,052,640 // (70,272 + 1,152) = 738,044 -> 737,984 in blocks of 64: 11,531
@@ -128,7 +128,7 @@ def test_flashmla_needs_sm90_and_the_576_wide_latent() -> None:
     # B200 is SM 10.0 (enable_flash_mla asks for (9, 0)): the given 32 stays,
     # 738,044 -> 738,016 tokens = 23,063 blocks
     b200 = plan("deepseek-ai/DeepSeek-V3", spec="mtp", tp=8, kv_budget=52_714_052_640,
-                max_seq_len=163_840, gpu="B200")  # fmt: skip
+                max_seq_len=163_840, gpu="B200", engine="trtllm@v1")  # fmt: skip
     assert b200.capacity.tokens_per_block == 32
     assert window(b200.engine.detail["managers"][0], None)["primary_blocks"] == 23_063
     # GLM-4.5 is not MLA: its block stays the given one on an H200
@@ -157,7 +157,7 @@ def test_attention_dp_puts_the_mtp_layer_in_the_target_manager() -> None:
     # DP is enabled, separate draft KV cache is not supported"; get_pp_layers
     # (resource_manager.py @ 1fe0b08f) then appends the spec layer to the target's
     p = plan("deepseek-ai/DeepSeek-V3", spec="mtp", tp=8, dp=8, dp_attention=True, ep=8,
-             kv_budget="40GiB")  # fmt: skip
+             kv_budget="40GiB", engine="trtllm@v1")  # fmt: skip
     (target,) = p.engine.detail["managers"]
     # 61 + 1 MLA layers x 1,152 B = 71,424 B/token (70,272 + a 1,152 B/token draft before)
     assert (target["role"], target["num_layers"]) == ("target", 62)
@@ -173,7 +173,7 @@ def test_attention_dp_gives_a_joined_eagle3_layer_the_patterns_window() -> None:
     # the head is layer 36 of the target manager; max_attention_window [128, 33792] repeats
     # cyclically (_get_window_size_to_layers): 36 % 2 = 0 -> the 128-token window
     p = plan("openai/gpt-oss-120b", spec="eagle3", tp=8, dp=8, dp_attention=True, ep=8,
-             kv_budget="8GiB")  # fmt: skip
+             kv_budget="8GiB", engine="trtllm@v1")  # fmt: skip
     (target,) = p.engine.detail["managers"]
     assert target["num_layers"] == 37
     # 19 sliding layers x 2,048 B (8 KV heads x 64 x 2 x 2 B, attention DP: 1 rank) and
@@ -202,7 +202,7 @@ def test_a_draft_model_under_pp_is_split_over_the_stages_like_the_target() -> No
     # True); get_pp_layers (resource_manager.py @ 1fe0b08f) splits it with
     # mapping.pp_layers: 16 Llama-3.2-1B layers -> 8 per stage
     p = plan("meta-llama/Llama-3.1-70B-Instruct", draft="meta-llama/Llama-3.2-1B-Instruct",
-             spec="draft-target", tp=4, pp=2, kv_budget="8GiB")  # fmt: skip
+             spec="draft-target", tp=4, pp=2, kv_budget="8GiB", engine="trtllm@v1")  # fmt: skip
     for index in (0, 1):
         draft = stage(p, index)["draft"]
         # 8 layers x 2 KV heads (8 / TP 4) x 64 x 2 x 2 B = 4,096 B/token (the last stage
@@ -222,7 +222,7 @@ def test_eagle3_off_the_last_stage_keeps_a_placeholder_draft_pool() -> None:
     # the EAGLE3 layer is layer 80 of the 81 in the draft's mask: mapping.pp_layers puts it
     # on stage 1; on stage 0 get_pp_layers finds none and "provide[s] at least 1 layer"
     p = plan("meta-llama/Llama-3.3-70B-Instruct", spec="eagle3", tp=4, pp=2,
-             kv_budget="8GiB", host_budget="64GiB")  # fmt: skip
+             kv_budget="8GiB", host_budget="64GiB", engine="trtllm@v1")  # fmt: skip
     host = 64 * GIB
     target0, draft0 = stage(p, 0)["target"], stage(p, 0)["draft"]
     # one layer of the head: 2 KV heads (8 / TP 4) x 128 x 2 x 2 B = 1,024 B/token
@@ -254,7 +254,8 @@ def test_a_draft_model_holds_the_extra_kv_tokens_too() -> None:
     # use_one_engine() mode, and DraftTargetDecodingConfig is one-model
     # (DRAFT_TARGET_ONE_MODEL, llm_args.py @ 00043967), an external drafter
     p = plan("meta-llama/Llama-3.1-8B-Instruct", draft="meta-llama/Llama-3.2-1B-Instruct",
-             spec="draft-target", kv_budget="8GiB", max_seq_len=32_765)  # fmt: skip
+             spec="draft-target", kv_budget="8GiB", max_seq_len=32_765,
+             engine="trtllm@v1")  # fmt: skip
     # a request of 32,765 tokens + 3 draft + 2 extra = 32,770 tokens: 1,025 blocks of 32
     # (32,768 = 1,024 without the extra)
     assert p.engine.detail["blocks_per_sequence"] == 1_025
@@ -269,10 +270,10 @@ def test_a_draft_model_holds_the_extra_kv_tokens_too() -> None:
 
 def test_the_release_before_pr_14373_pins_the_host_budget_per_manager() -> None:
     args: dict[str, Any] = {"spec": "eagle3", "kv_budget": "40GiB", "host_budget": "64GiB"}
-    main = plan("meta-llama/Llama-3.1-8B-Instruct", **args)
+    main = plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v1", **args)
     old = plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@1.3.0rc18", **args)
     host = 64 * GIB
-    assert (main.engine.version, old.engine.version) == ("main@38198e34", "1.3.0rc18")
+    assert (main.engine.version, old.engine.version) == ("v1", "1.3.0rc18")
     # main: build_managers splits host_cache_size by price (PR #14373): the EAGLE3 head
     # (8 KV heads x 128 x 2 x 2 B = 4,096 B/token) gets 64 GiB x 4,096 // 135,168
     assert main.engine.settings["kv_cache_config.host_cache_size"] == host
@@ -372,13 +373,179 @@ def test_v2_windows_of_one_slot_size_share_one_pool_group() -> None:
 
 
 def test_v2_refuses_what_it_does_not_model() -> None:
-    with pytest.raises(InvalidArgumentError, match="several pool groups"):
-        # PP2 splits Gemma-2's 42 layers 21/21: stage 0 has 11 sliding and 10 full layers
-        plan("google/gemma-2-9b-it", engine="trtllm@v2", kv_budget="8GiB", max_seq_len=8192,
-             tp=4, pp=2)  # fmt: skip
     with pytest.raises(InvalidArgumentError, match="speculation"):
         plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="8GiB",
              spec="ngram")  # fmt: skip
+    with pytest.raises(InvalidArgumentError, match="MambaHybridCacheManagerV2 without spec"):
+        plan("Qwen/Qwen3-Next-80B-A3B-Instruct", engine="trtllm@v2", kv_budget="40GiB",
+             spec="mtp")  # fmt: skip
+    with pytest.raises(InvalidArgumentError, match="mamba_ssm_cache_dtype"):
+        plan("nvidia/Nemotron-H-8B-Base-8K", engine="trtllm@v2", kv_budget="40GiB",
+             max_seq_len=8192, state_dtype="fp32")  # fmt: skip
+
+
+# ---------------------------------------------------------------- trtllm@v2 hybrids
+# MambaHybridCacheManagerV2 (_torch/pyexecutor/kv_cache/mamba_cache_manager.py @ 38198e34):
+# the SSM and conv states are one more life cycle of the V2 pools; the harness's
+# "Qwen3-Next-80B-A3B-Instruct none bf16 ... V2" cases, 0 differ.
+
+
+def test_v2_hybrid_states_are_a_pool_group_floored_at_the_live_sequences() -> None:
+    p = plan("Qwen/Qwen3-Next-80B-A3B-Instruct", engine="trtllm@v2", kv_budget="40GiB")
+    (m,) = p.engine.detail["stages"][0]["managers"]
+    assert m["manager_class"] == "MambaHybridCacheManagerV2"
+    states, attention = m["pools"]
+    # 36 Gated-DeltaNet layers: SSM 32 x 128 x 128 x 2 B, conv (4,096 + 2 x 16 x 128) x 3 x
+    # 2 B each; coalesced by size, largest first
+    assert states["slot_bytes"] == [36 * 32 * 128 * 128 * 2, 36 * 8_192 * 3 * 2]
+    # the SSM floor: 256 resident + 1 CUDA-graph dummy state-only requests, / 0.95:
+    # ceil(257 / 0.95) = 271 slots, which the typical batch's ratio falls under
+    assert m["ssm_slots"] == states["slots"] == 271
+    # in 32 MiB grains: 305 + 15 for the states, the other 960 for 12 attention layers'
+    # 12 x 2 x 256 x 2 x 2 x 32 = 786,432 B slots
+    assert states["bytes"] == 320 * (32 << 20)
+    assert (attention["slot_bytes"], attention["slots"]) == ([786_432], 40_960)
+    assert [x.kind for x in p.engine.pools] == ["state", "kv"]
+
+
+def test_v2_hybrid_refuses_a_quota_under_its_live_states() -> None:
+    # _build_cache_config raises "The V2 Mamba GPU cache quota is too small for live
+    # recurrent states and attention pages": 257 x 39,518,208 B + one 786,432 B page
+    with pytest.raises(InfeasibleBudgetError, match="need at least 10156965888 bytes"):
+        plan("Qwen/Qwen3-Next-80B-A3B-Instruct", engine="trtllm@v2", kv_budget="8GiB")
+
+
+def test_default_trtllm_plans_v2_for_hybrids() -> None:
+    p = plan("nvidia/Nemotron-H-8B-Base-8K", kv_budget="40GiB", max_seq_len=8192)
+    assert p.engine.settings["kv_cache_config.use_kv_cache_manager_v2"] is True
+    assert p.engine.detail["manager_class"] == "MambaHybridCacheManagerV2"
+    assert "its V1 hybrid manager is not transcribed" in p.engine.notes[0]
+
+
+# ---------------------------------------------------------------- trtllm@v2 with a draft
+# KvCacheCreator.build_managers -> _split_kv_cache_budget_for_draft ->
+# _compute_draft_budget_shares (_util.py @ 38198e34); the costs are KVCacheManagerV2's
+# get_cache_size_per_token / get_cache_bytes_per_request (kv_cache_manager_v2.py @
+# 38198e34). Each case is the harness's of the same name (0 differ).
+
+
+def test_v2_one_model_draft_gets_its_share_of_the_gpu_budget() -> None:
+    # "Llama-3.1-8B-Instruct+EAGLE3-LLaMA3.1-Instruct-8B eagle3 bf16 tp1 host0 kv8GiB V2"
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="8GiB",
+             spec="eagle3")  # fmt: skip
+    target, draft = stage(p, 0)["target"], stage(p, 0)["draft"]
+    # full attention: no fixed cost, and the target reports no bytes per request, so the
+    # split goes by bytes per token: 8 GiB x 4,096 // (131,072 + 4,096) to the head
+    assert (target["cost"]["intercept"], target["cost"]["bytes_per_request"]) == (0, None)
+    assert draft["max_gpu_total_bytes"] == 8 * GIB * 4_096 // 135_168 == 260_301_048
+    assert target["max_gpu_total_bytes"] == 8 * GIB - 260_301_048
+    # slots: the target's 8,329,633,544 B rounded up to 8 MiB (log2(7.76 GiB) -> 2) hold
+    # 1,986 of 32 x 131,072 B; the draft's 260,301,048 B rounded up to 2 MiB, 2,000 of
+    # 32 x 4,096 B
+    assert [(x["slots"], x["bytes"]) for x in target["pools"]] == [(1_986, 8_329_887_744)]
+    assert [(x["slots"], x["bytes"]) for x in draft["pools"]] == [(2_000, 262_144_000)]
+    assert "kv_cache_config.max_tokens" not in p.engine.settings
+    assert p.engine.settings["speculative_config.decoding_type"] == "Eagle3"
+
+
+def test_v2_windows_are_fixed_costs_before_the_draft_split() -> None:
+    # "gpt-oss-120b+gpt-oss-120b-Eagle3-long-context eagle3 bf16 tp1 host0 kv8GiB V2"
+    p = plan("openai/gpt-oss-120b", engine="trtllm@v2", kv_budget="8GiB", spec="eagle3")
+    target, draft = stage(p, 0)["target"], stage(p, 0)["draft"]
+    # 18 sliding layers x 2,048 B: the 128 window + 1 (block reuse: EAGLE3's prompt
+    # lookahead, _extend_swa_windows_for_reuse) holds ceil((129 + 6 - 2) / 32) + 1 = 6
+    # blocks per request (headroom 6 = 2 extra + 1 + 3 draft tokens); 256 requests and
+    # 8,192 context tokens: 256 x 192 x 36,864 + 8,192 x 36,864 = 2,113,929,216 B fixed
+    expected = {"slope": 36_864, "intercept": 2_113_929_216, "bytes_per_request": 1_209_139_200}
+    assert target["cost"] == expected
+    # per request (the full length 32,777 + 6 in blocks: 32,800 tokens): the target's full
+    # layers 36,864 x 32,800, the head's 2,048 x 32,800
+    assert draft["cost"]["bytes_per_request"] == 67_174_400
+    rest = 8 * GIB - 2_113_929_216
+    assert draft["max_gpu_total_bytes"] == rest * 67_174_400 // (1_209_139_200 + 67_174_400)
+    assert draft["max_gpu_total_bytes"] == 340_842_388  # V1's price split: 452,102,242
+    # the 129-token and full-length life cycles have equal slots (18 x 2 x 1,024 x 32 B):
+    # one pool group of 6,997 slots
+    ((windows, slots),) = [(x["windows"], x["slots"]) for x in target["pools"]]
+    assert (windows, slots) == ([129, None], 6_997)
+
+
+def test_v2_placeholder_draft_is_bounded_by_tokens_and_pins_the_host_twice() -> None:
+    # "Llama-3.3-70B-Instruct+EAGLE3-LLaMA3.3-Instruct-70B eagle3 bf16 tp4pp2 host64GiB
+    # kv8GiB V2"
+    p = plan("meta-llama/Llama-3.3-70B-Instruct", engine="trtllm@v2", kv_budget="8GiB",
+             spec="eagle3", tp=4, pp=2, host_budget="64GiB")  # fmt: skip
+    host = 64 * GIB
+    t0, d0, t1, d1 = (stage(p, s)[r] for s in (0, 1) for r in ("target", "draft"))
+    # stage 0: _get_draft_cache_cost is None off the last stage, so nothing is split;
+    # _bound_unsplit_v2_draft_by_tokens gives the placeholder max_tokens 8 GiB // 40,960
+    assert (d0["placeholder"], d0["max_gpu_total_bytes"], d0["max_tokens"]) == (
+        True, 8 * GIB, 209_715)  # fmt: skip
+    assert d0["host_cache_size"] == t0["host_cache_size"] == host
+    # stage 1 splits both budgets by bytes per token: the head 1,024 of 41,984
+    assert d1["max_gpu_total_bytes"] == 8 * GIB * 1_024 // 41_984 == 209_510_599
+    assert d1["host_cache_size"] == host * 1_024 // 41_984 == 1_676_084_798
+    # the ranks' MIN of resumable tokens: both drafts and both targets end equal
+    assert d0["device_quota"] == d1["device_quota"] == 209_510_599
+    assert t0["device_quota"] == t1["device_quota"] == 8 * GIB - 209_510_599
+    assert any("PP stage 0's ranks pin host_cache_size twice" in w and
+               f"{2 * host} B" in w for w in p.warnings)  # fmt: skip
+
+
+def test_v2_mtp_under_attention_dp_joins_the_target() -> None:
+    p = plan("deepseek-ai/DeepSeek-V3", engine="trtllm@v2", spec="mtp", tp=8, dp=8,
+             dp_attention=True, ep=8, kv_budget="40GiB")  # fmt: skip
+    (target,) = stage(p, 0).values()
+    # 61 + 1 MLA layers x 1,152 B (as V1's target manager under attention DP)
+    assert (target["num_layers"], target["bytes_per_token"]) == (62, 71_424)
+    # 40 GiB in 32 MiB grains: 1,280 x 32 MiB // (64 x 71,424 B) = 9,395 slots
+    assert [x["slots"] for x in target["pools"]] == [9_395]
+
+
+def test_v2_several_pool_groups_share_the_quota_by_one_fallback_request() -> None:
+    # "gemma-3-27b-it none bf16 tp1 host0 kv8GiB V2": 52 sliding (1,024) and 10 full
+    # layers of 8,192 B/token; slots 52 x 8,192 x 32 and 10 x 8,192 x 32 differ: two pool
+    # groups. No pool_ratio / avg_seq_len: the ratio is one request of 2,049 tokens with
+    # 2,048 in history (storageManager.cpp): the window holds 65 - (2,049 - 1,024) // 32
+    # = 33 blocks (27 grains of 16 MiB), the full layers 65 (11 grains): 0.71 / 0.29
+    p = plan("google/gemma-3-27b-it", engine="trtllm@v2", kv_budget="8GiB")
+    sliding, full = p.engine.detail["stages"][0]["managers"][0]["pools"]
+    assert (sliding["windows"], sliding["slot_bytes"]) == ([1_024], [13_631_488])
+    assert (full["windows"], full["slot_bytes"]) == ([None], [2_621_440])
+    # 512 grains: the full group first (smaller ratio), round(512 x 11 / 38) = 148 grains
+    # = 947 slots; the window the other 364 grains = 448 slots
+    assert (full["slots"], full["bytes"]) == (947, 148 * (16 << 20))
+    assert (sliding["slots"], sliding["bytes"]) == (448, 364 * (16 << 20))
+    # a sequence of 32,768 tokens needs 1,024 full-length slots: none fits
+    assert p.capacity.max_concurrency == 0
+    assert any("2 pool groups" in n for n in p.engine.notes)
+
+
+def test_v2_host_tier_regroups_by_slot_bytes() -> None:
+    # "gemma-3-27b-it none bf16 tp1 host64GiB kv8GiB V2": the host tier keeps one pool per
+    # slot size, each with its GPU group's ratio, in 4 KiB grains
+    p = plan("google/gemma-3-27b-it", engine="trtllm@v2", kv_budget="8GiB", host_budget="64GiB")
+    pools = p.engine.detail["stages"][0]["managers"][0]["pools"]
+    assert [(x["tier"], x["slots"]) for x in pools] == [
+        ("gpu", 448), ("gpu", 947), ("host", 3_582), ("host", 7_588)]  # fmt: skip
+
+
+def test_v2_gemma2_under_pp_has_two_pool_groups_per_stage() -> None:
+    # "gemma-2-9b-it none bf16 tp4pp2 host0 kv8GiB V2" (max_seq_len 8,192): stage 0 holds
+    # 11 sliding and 10 full layers, stage 1 10 and 11: their slots differ
+    p = plan("google/gemma-2-9b-it", engine="trtllm@v2", kv_budget="8GiB", max_seq_len=8192,
+             tp=4, pp=2)  # fmt: skip
+    for s, expected in ((0, [([4_096], 5_957), ([None], 6_553)]),
+                        (1, [([None], 5_957), ([4_096], 6_553)])):  # fmt: skip
+        pools = p.engine.detail["stages"][s]["managers"][0]["pools"]
+        assert [(x["windows"], x["slots"]) for x in pools] == expected
+
+
+def test_v2_budget_under_the_fixed_costs_is_refused_as_tensorrt_llm_does() -> None:
+    # _split_kv_cache_budget_for_draft raises "KV cache GPU budget ... is insufficient
+    # after the combined fixed cost": gpt-oss-120b's 2,113,929,216 B of windows > 1 GiB
+    with pytest.raises(InfeasibleBudgetError, match="insufficient after the combined fixed"):
+        plan("openai/gpt-oss-120b", engine="trtllm@v2", kv_budget="1GiB", spec="eagle3")
 
 
 # ---------------------------------------------------------------- which manager "auto" picks
@@ -400,6 +567,9 @@ def test_default_trtllm_plans_v2_for_llama_and_says_what_v1_would_hold() -> None
     )  # V1: 8 GiB // 131,072 B/token = 65,536 = 2 x 32,768
     (warning,) = [w for w in p.engine.warnings if "host_cache_size" in w]
     assert "up to 8589934592 B per rank (the device quota), 8589934592 B per node" in warning
+    # the harness checks that figure against KVCacheManagerV2 with host_cache_size unset
+    # (host0 V2 cases, auto_host_quota)
+    assert p.engine.detail["auto_host_quotas"] == [8 * GIB]
 
 
 def test_default_trtllm_plans_v1_for_qwen3_and_says_what_v2_would_hold() -> None:
@@ -419,12 +589,23 @@ def test_v1_stays_available_and_uncovered_v2_defaults_pin_v1() -> None:
     v1_plan = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB", engine="trtllm@v1")
     assert v1_plan.engine.detail["kv_cache_manager"] == "V1"
     assert v1_plan.engine.settings["kv_cache_config.max_tokens"] == 65_536
-    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB", spec="eagle3")
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB", spec="ngram")
     assert p.engine.settings["kv_cache_config.use_kv_cache_manager_v2"] is False
     assert p.engine.notes[0].endswith(
-        "kvbudget's V2 model does not cover --spec eagle3 yet, so the plan pins V1 "
+        "kvbudget's V2 model does not cover --spec ngram yet, so the plan pins V1 "
         "(use_kv_cache_manager_v2 false)"
     )
+
+
+def test_default_trtllm_plans_v2_with_a_one_model_draft() -> None:
+    # _resolve_kv_cache_manager_v2_auto: Llama defaults to V2 (PR #19004); EAGLE3 one-model
+    # keeps it (only two-model speculation falls back to V1)
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB", spec="eagle3")
+    assert p.engine.detail["kv_cache_manager"] == "V2"
+    assert p.engine.settings["kv_cache_config.use_kv_cache_manager_v2"] is True
+    assert [x.blocks for x in p.engine.pools] == [1_986, 2_000]  # as trtllm@v2 above
+    # V1: 8 GiB // 135,168 = 63,550 -> 63,520 tokens, one sequence of 32,768 + 5
+    assert p.engine.notes[0].endswith("V1 on the same budget would hold 63520 tokens (1 sequence)")
 
 
 def test_default_trtllm_plans_v2_for_gpt_oss_and_warns_what_an_unset_host_tier_pins() -> None:
@@ -434,9 +615,16 @@ def test_default_trtllm_plans_v2_for_gpt_oss_and_warns_what_an_unset_host_tier_p
     assert p.engine.notes[0].startswith(
         "# manager: V2, TensorRT-LLM's auto pick (GptOssForCausalLM defaults to V2 (PR #16942))"
     )
-    # _compute_auto_host_tier_quota: min(8 GiB quota, 0.5 x MemAvailable / 8 ranks, ...):
-    # MemAvailable is at most the node's 16 GiB, so at most 1 GiB per rank, 8 GiB per node
+    # _compute_auto_host_tier_quota: min(8 GiB quota, 0.5 x MemAvailable / local ranks,
+    # ...): one TP1 rank per instance (local_world_size 1), so MemAvailable (at most the
+    # node's 16 GiB) / 1 x 0.5 = 8 GiB: the device quota binds; 8 such ranks on the node
+    # would pin 64 GiB, 4x its memory
     (warning,) = [w for w in p.engine.warnings if "host_cache_size" in w]
     assert warning.endswith(
-        "up to 1073741824 B per rank (half the node's memory per rank), 8589934592 B per node"
+        "up to 8589934592 B per rank (the device quota), 68719476736 B per node of 8 such ranks"
     )
+    # at TP8 the 8 local ranks share it: 16 GiB / 8 x 0.5 = 1 GiB per rank
+    tp8 = plan("openai/gpt-oss-20b", kv_budget="8GiB", host_memory="16GiB", tp=8)
+    assert tp8.engine.detail["auto_host_quotas"] == [GIB]
+    (warning,) = [w for w in tp8.engine.warnings if "host_cache_size" in w]
+    assert "up to 1073741824 B per rank (half the node's memory per local rank)" in warning

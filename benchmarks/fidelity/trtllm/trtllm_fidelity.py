@@ -21,8 +21,11 @@ parallel sizes, ``env.TRTLLM_WINDOW_SIZE_SHARES``) are then handed to TensorRT-L
 (with an executor stub whose dummy run allocates nothing), ``teardown_managers`` and
 ``build_managers`` again. The V1 ``KVCacheManager`` (``resource_manager.py``) sizes its
 pools; the recording fake of the C++ manager keeps ``blocks_per_window``. For the V2 cases
-(``use_kv_cache_manager_v2: true``) ``KVCacheManagerV2`` (``kv_cache_manager_v2.py``) and
-the transcribed V2 runtime size its pool groups per tier (``impl.harness_pools()``).
+(``use_kv_cache_manager_v2: true``) ``KVCacheManagerV2`` (``kv_cache_manager_v2.py``; a
+hybrid's ``MambaHybridCacheManagerV2``, ``mamba_cache_manager.py``) and the transcribed V2
+runtime size each manager's pool groups per tier (``impl.harness_pools()``); a V2 case
+without a host budget runs again with ``host_cache_size`` unset, to compare the host tier
+V2 builds by itself.
 Each PP stage is one simulated rank; the ranks' ``allreduce(MIN)`` is reproduced by a
 second pass that feeds each stage the smallest value any stage recorded (the
 transcription's allreduce hook).
@@ -70,7 +73,9 @@ LAYOUTS: dict[str, dict[str, Any]] = {
 }
 BUDGETS = {"8GiB": 8 * GIB, "40GiB": 40 * GIB}
 HOSTS = {"host0": 0, "host64GiB": 64 * GIB}
-V2_ENGINE = "trtllm@v2"  # kvbudget's KVCacheManagerV2 model (full attention, no speculation)
+V2_ENGINE = "trtllm@v2"  # kvbudget's KVCacheManagerV2 model
+NODE_MEMORY = 160 * GIB  # the node V2's automatic host tier is checked on (host0 V2 cases)
+NODE_GPUS = 8
 
 
 # ----------------------------------------------------------------------------- cases
@@ -108,7 +113,13 @@ class Case:
             "kv_dtype": self.kv_dtype,
             "max_seq_len": seq,
             **LAYOUTS[self.layout],
+            **({"host_memory": NODE_MEMORY} if self.auto_host else {}),
         }
+
+    @property
+    def auto_host(self) -> bool:
+        """A V2 case without a host budget: V2's automatic host tier is checked too."""
+        return self.engine == V2_ENGINE and HOSTS[self.host] == 0
 
 
 def _raw(name: str) -> dict[str, Any]:
@@ -142,7 +153,7 @@ def _specs(name: str) -> list[tuple[str, str | None]]:
 
 def all_cases() -> list[Case]:
     """Every preset the V1 model plans x spec x dtype x host x layout x budget; then every
-    preset the V2 model plans, without speculation."""
+    preset the V2 model plans, likewise (hybrids included)."""
     cases = []
     for name in list_presets():
         model = load_model(name)
@@ -165,7 +176,7 @@ def all_cases() -> list[Case]:
 
 
 def _v2_cases() -> list[Case]:
-    """The presets ``trtllm@v2`` plans, spec none, x dtype x host x layout x budget."""
+    """The presets ``trtllm@v2`` plans x spec x dtype x host x layout x budget."""
     cases = []
     for name in list_presets():
         if load_model(name).is_head:
@@ -173,14 +184,18 @@ def _v2_cases() -> list[Case]:
         try:
             kvbudget.plan(name, spec="none", engine=V2_ENGINE, kv_budget="40GiB", max_seq_len=4096)
         except InvalidArgumentError:
-            continue  # sliding windows, hybrids, sparse indexers: not the V2 model's yet
+            continue  # sparse indexers: not the V2 model's yet
+        except InfeasibleBudgetError:
+            pass  # a hybrid whose states outgrow 40 GiB at TP1: its cases say so
         layouts = [k for k in LAYOUTS if k != "dp8attn" or _is_moe(_raw(name))]
-        for dtype in ("bf16", "fp8"):
-            for host in HOSTS:
-                for layout in layouts:
-                    for budget in BUDGETS:
-                        case = Case(name, None, "none", dtype, host, layout, budget, V2_ENGINE)
-                        cases.append(case)
+        for spec, draft in _specs(name):
+            for dtype in ("bf16", "fp8"):
+                for host in HOSTS:
+                    for layout in layouts:
+                        for budget in BUDGETS:
+                            cases.append(
+                                Case(name, draft, spec, dtype, host, layout, budget, V2_ENGINE)
+                            )
     return cases
 
 
@@ -225,6 +240,13 @@ def _pretrained(name: str) -> SimpleNamespace:
     raw = _raw(name)
     text = dict(raw.get("text_config") or raw)
     text.setdefault("architectures", raw.get("architectures"))
+    # Qwen3.5's vision-language checkpoint: TensorRT-LLM builds its language model as the
+    # text architecture (Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM, the names
+    # config_utils.is_qwen3_5 checks), whose config is this text_config
+    text["architectures"] = [
+        a.replace("ForConditionalGeneration", "ForCausalLM") if a.startswith("Qwen3_5") else a
+        for a in text.get("architectures") or []
+    ] or None
     # Gemma-3's text_config names no vocab_size (transformers' default 262,208; only the
     # estimation's dummy prompts read it, as token ids)
     text.setdefault("vocab_size", raw.get("vocab_size", 262_208))
@@ -296,11 +318,25 @@ class _ModelConfig:
 
         return self.pretrained_config.torch_dtype or torch.bfloat16
 
+    def _hybrid_masks(self) -> tuple[list[bool], list[bool]] | None:
+        """(attention, recurrent) layer masks of a hybrid Mamba / Gated-DeltaNet config
+        (``config_utils.extract_mamba_kv_cache_params``), None for other models."""
+        from tensorrt_llm._torch.pyexecutor import config_utils
+
+        if not config_utils.is_hybrid_linear(self.pretrained_config):
+            return None
+        params = config_utils.extract_mamba_kv_cache_params(self.pretrained_config)
+        return params.target_full_attention_layer_mask, params.mamba_layer_mask
+
     def get_num_attention_layers(self) -> int:
+        masks = self._hybrid_masks()
+        if masks is not None:  # model_config.py: the hybrid's attention layers
+            return sum(masks[0])
         return int(self.pretrained_config.num_hidden_layers)
 
     def get_num_mamba_layers(self) -> int:
-        return 0
+        masks = self._hybrid_masks()
+        return 0 if masks is None else sum(masks[1])
 
     def get_bindings_model_config(self, **kwargs: Any) -> None:
         return None  # the V1 VSWA path passes it to the C++ manager only
@@ -516,12 +552,21 @@ def run_trtllm(trt: Trt, case: Case, settings: dict[str, Any]) -> dict[str, Any]
     if shares is not None:
         os.environ["TRTLLM_WINDOW_SIZE_SHARES"] = shares
     try:
-        first = [_run_stage(trt, case, settings, s, [])[0] for s in range(pp)]
-        lengths = {len(r.recorded) for r in first}
-        if len(lengths) != 1:
-            raise RuntimeError(f"stages made different allreduce calls: {lengths}")
-        mins = [min(values) for values in zip(*(r.recorded for r in first), strict=True)]
-        runs = [_run_stage(trt, case, settings, s, mins) for s in range(pp)]
+        # a collective's inputs can depend on an earlier one's result (the auto host tier
+        # on the synced device quota): pass again with the previous pass's MINs until
+        # they stop changing, the fixed point where every call returns the ranks' MIN
+        mins: list[Any] = []
+        for _ in range(8):
+            runs = [_run_stage(trt, case, settings, s, mins) for s in range(pp)]
+            lengths = {len(r.recorded) for r, _ in runs}
+            if len(lengths) != 1:
+                raise RuntimeError(f"stages made different allreduce calls: {lengths}")
+            new = [min(values) for values in zip(*(r.recorded for r, _ in runs), strict=True)]
+            if new == mins:
+                break
+            mins = new
+        else:
+            raise RuntimeError("the ranks' allreduce(MIN) values did not settle")
     finally:
         os.environ.pop("TRTLLM_WINDOW_SIZE_SHARES", None)
         if old is not None:
@@ -549,7 +594,7 @@ def _trtllm_figures(
         for role in roles:
             mgr, cfg = run.managers[role], run.configs[role]
             prefix = f"pp{stage}.{role}"
-            if type(mgr).__name__ == "KVCacheManagerV2":
+            if type(mgr).__name__ in ("KVCacheManagerV2", "MambaHybridCacheManagerV2"):
                 out.update(_v2_manager_figures(mgr, cfg, prefix))
             else:
                 out.update(_manager_figures(mgr, cfg, prefix, inputs))
@@ -564,9 +609,17 @@ def _v2_manager_figures(mgr: Any, cfg: Any, prefix: str) -> dict[str, Any]:
         f"{prefix}.manager_class": type(mgr).__name__,
         f"{prefix}.layers": mgr.num_local_layers,
         f"{prefix}.bytes_per_token": mgr.get_cache_bytes_per_token(),
+        f"{prefix}.max_gpu_total_bytes": cfg.max_gpu_total_bytes,
+        f"{prefix}.max_tokens": cfg.max_tokens,
         f"{prefix}.host_cache_size": cfg.host_cache_size,
         f"{prefix}.device_quota": mgr.harness_device_quota,
     }
+    if type(mgr).__name__ == "MambaHybridCacheManagerV2":  # its recurrent-state slots
+        out[f"{prefix}.ssm_slots"] = mgr.harness_num_ssm_slots
+        out[f"{prefix}.intermediate_state_bytes"] = mgr.harness_intermediate_state_bytes
+    if getattr(mgr, "harness_host_source", None) == "auto":
+        tiers_config = mgr.kv_cache_manager_py_config.cache_tiers
+        out[f"{prefix}.auto_host_quota"] = tiers_config[1].quota if len(tiers_config) > 1 else 0
     tiers = {"GPU_MEM": "gpu", "HOST_MEM": "host", "DISK": "disk"}
     for pool in mgr.impl.harness_pools():
         key = f"{prefix}.pg{pool['pool_group']}.{tiers[str(pool['tier']).split('.')[-1]]}"
@@ -660,22 +713,28 @@ def kvbudget_figures(plan: Any) -> dict[str, Any]:
 
 
 def _v2_figures(plan: Any) -> dict[str, Any]:
-    """The V2 quantities from kvbudget's plan: per stage its one (target) manager."""
+    """The V2 quantities from kvbudget's plan: per stage each manager (target, draft)."""
     out: dict[str, Any] = {}
-    host = plan.engine.settings["kv_cache_config.host_cache_size"]
     for stage in plan.engine.detail["stages"]:
-        prefix = f"pp{stage['pp_stage']}.target"
-        out[f"pp{stage['pp_stage']}.managers"] = "target"
-        out[f"{prefix}.manager_class"] = plan.engine.detail["manager_class"]
-        out[f"{prefix}.layers"] = stage["num_layers"]
-        out[f"{prefix}.bytes_per_token"] = stage["bytes_per_token"]
-        out[f"{prefix}.host_cache_size"] = host
-        out[f"{prefix}.device_quota"] = stage["device_quota"]
-        for pool in stage["pools"]:
-            key = f"{prefix}.pg0.{pool['tier']}"
-            out[f"{key}.slot_bytes"] = str(pool["slot_bytes"])
-            out[f"{key}.slots"] = pool["slots"]
-            out[f"{key}.bytes"] = pool["bytes"]
+        s = stage["pp_stage"]
+        out[f"pp{s}.managers"] = "+".join(m["role"] for m in stage["managers"])
+        for m in stage["managers"]:
+            prefix = f"pp{s}.{m['role']}"
+            out[f"{prefix}.manager_class"] = m["manager_class"]
+            out[f"{prefix}.layers"] = m["num_layers"]
+            out[f"{prefix}.bytes_per_token"] = m["bytes_per_token"]
+            out[f"{prefix}.max_gpu_total_bytes"] = m["max_gpu_total_bytes"]
+            out[f"{prefix}.max_tokens"] = m["max_tokens"]
+            out[f"{prefix}.host_cache_size"] = m["host_cache_size"]
+            out[f"{prefix}.device_quota"] = m["device_quota"]
+            for key in ("ssm_slots", "intermediate_state_bytes"):
+                if key in m:
+                    out[f"{prefix}.{key}"] = m[key]
+            for pool in m["pools"]:
+                key = f"{prefix}.pg{pool['pool_group']}.{pool['tier']}"
+                out[f"{key}.slot_bytes"] = ",".join(str(b) for b in pool["slot_bytes"])
+                out[f"{key}.slots"] = pool["slots"]
+                out[f"{key}.bytes"] = pool["bytes"]
     return out
 
 
@@ -701,8 +760,42 @@ def run_case(trt: Trt, case: Case) -> dict[str, Any]:
         return {"id": case.id, "skipped": f"kvbudget refuses: {' '.join(str(exc).split())}"}
     settings = dict(plan.engine.settings)
     theirs = run_trtllm(trt, case, settings)
-    rows = list(compare(kvbudget_figures(plan), theirs))
+    ours = kvbudget_figures(plan)
+    if case.auto_host:
+        ours |= _auto_host_figures(plan)
+        theirs |= run_auto_host(trt, case, settings)
+    rows = list(compare(ours, theirs))
     return {"id": case.id, "rows": rows}
+
+
+def run_auto_host(trt: Trt, case: Case, settings: dict[str, Any]) -> dict[str, Any]:
+    """The host tier V2 builds by itself with ``host_cache_size`` unset, per stage and
+    manager: the same settings without the key, on a node of ``NODE_MEMORY`` bytes
+    (MemAvailable) shared by the deployment's ranks on it (``local_world_size``:
+    ``min(tp x pp, NODE_GPUS)``), RLIMIT_MEMLOCK unlimited (``HARNESS_HOST``)."""
+    from tensorrt_llm._torch.pyexecutor.kv_cache import kv_cache_manager_v2 as kv2
+
+    unset = {k: v for k, v in settings.items() if k != "kv_cache_config.host_cache_size"}
+    world = settings["tensor_parallel_size"] * settings["pipeline_parallel_size"]
+    saved = dict(kv2.HARNESS_HOST)
+    kv2.HARNESS_HOST.update(mem_available=NODE_MEMORY, local_ranks=min(world, NODE_GPUS))
+    try:
+        figures = run_trtllm(trt, case, unset)
+    finally:
+        kv2.HARNESS_HOST.clear()
+        kv2.HARNESS_HOST.update(saved)
+    return {k: v for k, v in figures.items() if k.endswith(".auto_host_quota")}
+
+
+def _auto_host_figures(plan: Any) -> dict[str, Any]:
+    """kvbudget's figure for that tier: ``detail["auto_host_quotas"]`` per manager, on
+    every stage (the ranks' MIN makes them equal)."""
+    quotas = plan.engine.detail["auto_host_quotas"]
+    out: dict[str, Any] = {}
+    for stage in plan.engine.detail["stages"]:
+        for m, q in zip(stage["managers"], quotas, strict=True):
+            out[f"pp{stage['pp_stage']}.{m['role']}.auto_host_quota"] = q
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

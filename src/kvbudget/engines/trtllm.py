@@ -583,7 +583,49 @@ def _choose(d: Deployment, stages: tuple[tuple[Manager, ...], ...], budget: int)
             f"TensorRT-LLM's managers need {max(slopes)} B per token; {budget} B per rank "
             "holds no block: raise --kv-budget"
         )
-    return tokens, max(slopes) * tokens
+    return _choose_with_windows(d, stages, budget) or (tokens, max(slopes) * tokens)
+
+
+def _choose_with_windows(
+    d: Deployment, stages: tuple[tuple[Manager, ...], ...], budget: int
+) -> tuple[int, int] | None:
+    """``max_tokens`` and ``max_gpu_total_bytes`` for one stage whose target has
+    sliding windows beside its full-length ones and a separate full-length draft: the
+    draft holds ``max_tokens // block`` blocks whatever its split, so the budget is the
+    draft's tokens + the target's full-length tokens + what the sliding windows of the
+    sequences that fit need (not both managers' full-length price, which gives the
+    windows bytes they never use). ``max_gpu_total_bytes`` P is the smallest whose
+    target part ``P - P x draft // (target + draft)`` covers that; None where this does
+    not apply (the price split then sizes both)."""
+    if len(stages) != 1 or len(stages[0]) != 2:
+        return None
+    target, draft = stages[0]
+    if FULL not in target.windows or len(target.windows) < 2 or set(draft.windows) != {FULL}:
+        return None
+    t, dp = target.price or 0, draft.price
+    if dp is None or not t:
+        return None
+    tpb, f, db = block_tokens(d), target.windows[FULL], draft.bytes_per_token
+    lookahead = per_seq_tokens(d) - d.max_seq_len
+    window_bytes = sum(
+        (cdiv(w + lookahead, tpb) + 1) * tpb * b for w, b in target.windows.items() if w != FULL
+    )
+    seq_blocks = cdiv(per_seq_tokens(d), tpb) * tpb
+    sequences = min(d.max_batch_size, budget // (seq_blocks * (f + db) + window_bytes))
+    if sequences == 0:
+        return None
+    tokens = (budget - sequences * window_bytes) // (f + db) // tpb * tpb
+    while tokens >= tpb:
+        need = tokens * f + sequences * window_bytes
+        gpu = need * (t + dp) // t
+        while gpu - gpu * dp // (t + dp) < need:
+            gpu += 1
+        if (t + dp) * tokens < gpu:  # the creator would cap P at the price of the tokens
+            return None
+        if gpu - gpu * dp // (t + dp) + tokens * db <= budget:
+            return tokens, gpu
+        tokens -= tpb
+    return None
 
 
 def plan(d: Deployment, ledger: Ledger, release: TrtllmRelease = RELEASE) -> EnginePlan:
@@ -889,11 +931,32 @@ def _notes(
             "environment: export TRTLLM_WINDOW_SIZE_SHARES=" + str(shares_text) + ")"
         )
         if len(mgrs) > 1:
-            notes.append(
-                "# with windows the draft manager still gets max_tokens = budget / (target + "
-                "draft bytes per token at full length): the draft binds capacity"
-            )
+            notes.append(_draft_window_note(d, pools))
     return notes
+
+
+def _draft_window_note(d: Deployment, pools: TrtllmPools) -> str:
+    """How max_tokens and max_gpu_total_bytes were chosen with windows and a draft."""
+    target = pools.last[0]
+    if pools.max_gpu_total_bytes >= (
+        sum(p.manager.bytes_per_token for p in pools.last) * pools.max_tokens
+    ):
+        return (
+            "# with windows the draft manager still gets max_tokens = budget / (target + "
+            "draft bytes per token at full length): the draft binds capacity"
+        )
+    sliding = sum(
+        b[0] * block_tokens(d) * target.manager.windows[w]
+        for w, b in target.blocks.items()
+        if w != FULL
+    )
+    return (
+        f"# max_tokens {pools.max_tokens} is what the draft manager holds (it takes "
+        f"max_tokens // block blocks whatever its split) and the target's full-length "
+        f"window; max_gpu_total_bytes {pools.max_gpu_total_bytes} gives the target's "
+        f"sliding windows {sliding} B, what the sequences that fit need, instead of an "
+        "even split by full-length price, which left those windows bytes they never use"
+    )
 
 
 def _block_notes(d: Deployment) -> list[str]:
@@ -1026,6 +1089,13 @@ V2_DEFAULTS: dict[str, str] = {
     "DeepseekV3ForCausalLM": "PR #16060",
     "Gemma3ForCausalLM": "PR #17396",
     "Gemma3ForConditionalGeneration": "PR #17396",
+    # hybrid Mamba / Gated-DeltaNet models: is_hybrid_linear routes them to
+    # MambaHybridCacheManagerV2 under V2 (kvcache.md @ 0076e939: the hybrid Mamba models and
+    # Qwen3-Next default to V2; Qwen3.5 is a Gated-DeltaNet hybrid of the same route)
+    "NemotronHForCausalLM": "kvcache.md: hybrid Mamba",
+    "Qwen3NextForCausalLM": "kvcache.md: Qwen3-Next",
+    "Qwen3_5ForConditionalGeneration": "kvcache.md: hybrid, as Qwen3-Next",
+    "Qwen3_5MoeForConditionalGeneration": "kvcache.md: hybrid, as Qwen3-Next",
 }
 
 
@@ -1081,6 +1151,8 @@ def _other_tokens(other: Callable[[Deployment, Ledger], EnginePlan], d: Deployme
         p = other(d, ledger)
     except InfeasibleBudgetError:
         return "no block (it would not start)"
+    except InvalidArgumentError:  # V1's hybrid managers (CppMambaHybridCacheManager)
+        return "what kvbudget does not model (its V1 hybrid manager is not transcribed)"
     return f"{p.capacity.tokens} tokens ({count_of(p.capacity.max_concurrency, 'sequence')})"
 
 
