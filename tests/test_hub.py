@@ -192,6 +192,13 @@ def test_emitted_settings_pin_the_commits_the_plan_was_made_from(
     # vllm/engine/arg_utils.py, vllm/config/speculative.py)
     assert f"--revision {target}" in done.stdout
     assert f'"revision": "{draft}"' in done.stdout
+    done = kvbudget(env(tmp_path, hub), "plan", *args, "--emit", "trtllm")
+    assert done.returncode == 0, done.stderr
+    # TensorRT-LLM: BaseLlmArgs.revision (tensorrt_llm/llmapi/llm_args.py); its
+    # speculative_config has no revision, so the draft's commit is a warning
+    assert f"revision: {target}" in done.stdout.splitlines()
+    (warning,) = [w for w in done.stderr.splitlines() if "no revision setting" in w]
+    assert f"--revision {draft}" in warning and "--draft DIR" in warning
 
 
 def test_from_hub_reads_a_preset_id_from_the_hub(tmp_path: Path, hub: FakeHub) -> None:

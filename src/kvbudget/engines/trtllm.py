@@ -649,7 +649,7 @@ def plan(d: Deployment, ledger: Ledger, release: TrtllmRelease = RELEASE) -> Eng
     )
     capacity = _capacity(d, pools)
     notes = _notes(d, pools, shares_text, release)
-    warnings = _warnings(d, pools, capacity, ledger.host_bytes)
+    warnings = _warnings(d, pools, capacity, ledger.host_bytes) + draft_revision_warnings(d)
     warnings += _host_warnings(ledger.host_bytes, host, release)
     return EnginePlan(
         name="trtllm",
@@ -840,6 +840,17 @@ def _settings(
         settings["kv_cache_config.max_attention_window"] = windows
     if shares_text is not None:
         settings["env.TRTLLM_WINDOW_SIZE_SHARES"] = shares_text
+    return settings | model_settings(d)
+
+
+def model_settings(d: Deployment) -> dict[str, Any]:
+    """The YAML keys naming what is loaded, for V1 and V2 alike: the target's Hub commit
+    (``revision``, BaseLlmArgs in tensorrt_llm/llmapi/llm_args.py) and the speculation
+    (decoding type, draft length, draft model)."""
+    facts = ENGINES["trtllm"]
+    settings: dict[str, Any] = {}
+    if d.target_revision:
+        settings["revision"] = d.target_revision
     spec = d.spec.name
     if spec in facts.spec_names:
         settings[facts.spec_knob] = facts.spec_names[spec]
@@ -847,6 +858,19 @@ def _settings(
         if d.draft_source:
             settings[f"speculative_config.{facts.draft_model_knob}"] = d.draft_source
     return settings
+
+
+def draft_revision_warnings(d: Deployment) -> list[str]:
+    """A Hub draft's commit, which TensorRT-LLM's speculative_config cannot pin."""
+    if not d.draft_revision or d.draft is None:
+        return []
+    return [
+        f"TensorRT-LLM's speculative_config has no revision setting: it loads "
+        f"{d.draft.name}'s default branch, not necessarily commit {d.draft_revision} this "
+        f"plan was made from; to pin it, download that commit (huggingface-cli download "
+        f"{d.draft.name} --revision {d.draft_revision} --local-dir DIR) and plan with "
+        "--draft DIR"
+    ]
 
 
 def _log(d: Deployment, pools: TrtllmPools) -> tuple[str, ...]:

@@ -692,6 +692,7 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
         notes=tuple(_notes(d, stages) + auto_note(d.kv_dtype, facts, dtype)),
         warnings=tuple(
             _warnings(d, capacity)
+            + v1.draft_revision_warnings(d)
             + _pinned_warnings(stages, host)
             + _host_warnings(d, ledger, stages, host)
         ),
@@ -767,13 +768,7 @@ def _settings(d: Deployment, gpu_total: int, host: int, dtype: str) -> dict[str,
     windows = v1.attention_windows(d)
     if windows is not None:
         settings["kv_cache_config.max_attention_window"] = windows
-    spec = d.spec.name
-    if spec in facts.spec_names:
-        settings[facts.spec_knob] = facts.spec_names[spec]
-        settings[f"speculative_config.{facts.draft_len_knob}"] = d.lookahead_tokens
-        if d.draft_source:
-            settings[f"speculative_config.{facts.draft_model_knob}"] = d.draft_source
-    return settings
+    return settings | v1.model_settings(d)
 
 
 def _notes(d: Deployment, stages: list[list[ManagerPools]]) -> list[str]:
