@@ -37,6 +37,7 @@ Outputs longer than ``max_seq_len - prompt`` tokens are cut there (``truncated_o
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -46,6 +47,7 @@ from typing import Literal
 from kvbudget.cache import RequestId, SpecDecodeCache
 from kvbudget.errors import InvalidArgumentError, InvalidCacheOperationError, OutOfBlocksError
 from kvbudget.sim.acceptance import AcceptanceDraw, AcceptanceModel
+from kvbudget.sim.fast_decode import run_steady
 from kvbudget.sim.metrics import LatencyRecorder, Percentiles, PolicyMetrics, Series
 from kvbudget.sim.policies import PolicyPlan
 from kvbudget.sim.roofline import Roofline
@@ -66,7 +68,9 @@ class ReplayConfig:
     ``max_num_batched_tokens``: tokens per step (decode slots plus prefill chunks);
     ``preempt``: ``"auto"`` swaps when the plan has host blocks, else recomputes;
     ``sample_steps``: steps between reads of the cache's counters (series points and
-    host traffic); ``seed``: acceptance draws and prefix-group tokens.
+    host traffic); ``seed``: acceptance draws and prefix-group tokens; ``fast_forward``:
+    run steady decode steps in integers (:mod:`kvbudget.sim.fast_decode`, the same
+    metrics), False for the step-by-step loop alone (the reference it is tested against).
     """
 
     acceptance: AcceptanceModel
@@ -75,6 +79,7 @@ class ReplayConfig:
     sample_steps: int = 64
     max_series_points: int = 2048
     seed: int = 0
+    fast_forward: bool = True
 
     def __post_init__(self) -> None:
         if type(self.max_num_batched_tokens) is not int or self.max_num_batched_tokens < 1:
@@ -85,6 +90,8 @@ class ReplayConfig:
             raise InvalidArgumentError(
                 f"preempt must be auto, swap or recompute, got {self.preempt!r} (--preempt)"
             )
+        if type(self.fast_forward) is not bool:
+            raise InvalidArgumentError(f"fast_forward must be a bool, got {self.fast_forward!r}")
         if type(self.sample_steps) is not int or self.sample_steps < 1:
             raise InvalidArgumentError(
                 f"--sample-steps must be an int >= 1, got {self.sample_steps!r}"
@@ -228,6 +235,7 @@ class _Replay:
             )
         self.role = plan.managers[0].role
         self.step_time = roofline.stepper()
+        self.decode_terms = roofline.decode_terms()
         self.waiting: deque[_Live] = deque()
         self.swapped: deque[_Live] = deque()
         self.running: list[_Live] = []
@@ -253,6 +261,7 @@ class _Replay:
         step_time, slots = self.step_time, self.step_slots
         sample_steps, max_tokens = self.config.sample_steps, self.config.max_num_batched_tokens
         running, waiting, swapped = self.running, self.waiting, self.swapped
+        fast = self.config.fast_forward
         while True:
             if pending is not None and pending.arrival_s <= self.clock:
                 pending = arrive(pending, it)
@@ -260,6 +269,15 @@ class _Replay:
                 if pending is None:
                     break
                 self.clock = self.window_start = max(self.clock, pending.arrival_s)
+                continue
+            if (
+                fast
+                and not waiting
+                and not swapped
+                and run_steady(
+                    self, math.inf if pending is None else pending.arrival_s, progress, check_every
+                )
+            ):
                 continue
             self.preempted_now = False
             decoders, context = decode()
@@ -476,6 +494,12 @@ class _Replay:
                 self.latencies.ttft.append(clock - live.req.arrival_s)
                 if live.output <= 1:
                     finished.append(live)
+        self.retire(finished)
+
+    def retire(self, finished: list[_Live]) -> None:
+        """The end of a step: ``finished`` requests freed and counted (TPOT), the queue
+        maxima updated."""
+        clock = self.clock
         for live in finished:
             self.running.remove(live)
             self.cache.free(live.rid)
