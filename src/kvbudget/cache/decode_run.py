@@ -69,6 +69,12 @@ class DecodeRun:
         """GPU blocks a reservation may take now: free plus evictable."""
         return self._gpu.num_available
 
+    def free(self) -> int:
+        """GPU blocks with no owner and no hash: a reservation takes these first, and a
+        block taken from them and released in the same step leaves them as they were
+        (the caller may then skip both)."""
+        return self._gpu.num_free
+
     def take(self, index: int, count: int) -> None:
         """Request ``index`` reserves ``count`` new blocks (free first, then the least
         recently used cached ones, offloaded to the host tier when it has one).

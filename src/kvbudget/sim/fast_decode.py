@@ -16,6 +16,7 @@ step in which a request finishes (freed as the step-by-step loop frees it).
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import add, ge
 from typing import TYPE_CHECKING
 
 from kvbudget.cache.decode_run import NEVER
@@ -68,18 +69,24 @@ def run_steady(
     took = [False] * len(running)
     rand, ascending, top = rp.accept.random, rp.accept.ascending, 1 + rp.k
     weights, kv, bandwidth, per_decoder, per_context, peak = rp.decode_terms
-    decoders = len(running)
-    fixed_flops = per_decoder * decoders
+    fixed_flops = per_decoder * len(running)
     clock, steps, ctx = rp.clock, rp.steps, sum(tokens)
     finished = False
     takers = [j for j in order if tokens[j] >= takes[j]]
     while steps < last and clock < until_s:
-        if takers:  # reservations that need blocks, in running order
+        extra: list[int] = []
+        if takers:  # reservations that need blocks: all fit, or the step preempts
             extra = [-(-min(tokens[j] + slots, max(tokens[j], max_seq)) // tpb) - blocks[j]
                      for j in takers]  # fmt: skip
             if sum(extra) > run.available():
                 break  # someone is preempted in this step: step by step
+        # 1 + accepted per request, in running order (as _Replay._finish_step draws them)
+        drawn = [top - bisect_right(ascending, rand()) for _ in order]
+        if takers:
+            from_free = sum(extra) <= run.free()  # no eviction: skip what is released
             for j, count in zip(takers, extra, strict=True):
+                if from_free and min(tokens[j] + drawn[j], done_at[j]) <= blocks[j] * tpb:
+                    continue  # taken and released again this step: nothing changes
                 run.take(j, count)
                 took[j] = True
                 event_at[j] = 0
@@ -91,22 +98,25 @@ def run_steady(
         else:
             compute_s = (fixed_flops + per_context * ctx) / peak
             clock += memory_s if memory_s > compute_s else compute_s
-        # commits, in running order: 1 + accepted, drawn as _Replay._finish_step draws
-        for j in order:
-            c = tokens[j] + top - bisect_right(ascending, rand())
-            if c >= event_at[j]:
-                if c >= done_at[j]:
-                    c = done_at[j]
-                    finished = True
-                if took[j] or c >= hash_at[j]:
-                    run.settle(j, c)
-                    took[j] = False
-                    takes[j] = take_at(j)
-                if c >= takes[j]:
-                    takers.append(j)
-                event_at[j] = min(hash_at[j], takes[j], done_at[j])
-            ctx += c - tokens[j]
-            tokens[j] = c
+        after = list(map(add, tokens, drawn))
+        if any(map(ge, after, event_at)):  # commits past a threshold, in running order
+            for j in order:
+                c = after[j]
+                if c >= event_at[j]:
+                    if c >= done_at[j]:
+                        c = after[j] = done_at[j]
+                        finished = True
+                    if took[j] or c >= hash_at[j]:
+                        run.settle(j, c)
+                        took[j] = False
+                        takes[j] = take_at(j)
+                    if c >= takes[j]:
+                        takers.append(j)
+                    event_at[j] = min(hash_at[j], takes[j], done_at[j])
+            ctx = sum(after)
+        else:
+            ctx += sum(drawn)
+        tokens = after
         if progress is not None and steps % 256 == 0:
             progress(rp.completed + sum(rp.reasons.values()))
         if finished:
