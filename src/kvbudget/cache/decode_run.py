@@ -26,6 +26,7 @@ state pools or real storage.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -81,6 +82,16 @@ class DecodeRun:
         Precondition: ``count <= available()``."""
         self._kv.take_gpu(self._requests[index].table, count)
         self.blocks[index] += count
+
+    def close(self, tokens: Sequence[int]) -> None:
+        """The end of the run: every request ``i`` has ``tokens[i]`` verified tokens, none
+        past its ``hash_at`` and no block taken since its last :meth:`settle` (so only
+        tokens are missing); the cache is whole again."""
+        token = self._token
+        for req, have, want in zip(self._requests, self.tokens, tokens, strict=True):
+            if want != have:
+                req.tokens.extend([token] * (want - have))
+        self.tokens = list(tokens)
 
     def settle(self, index: int, tokens: int) -> None:
         """Request ``index`` has ``tokens`` verified tokens (at least what it had): the

@@ -123,10 +123,9 @@ def run_steady(
             break
     ran = steps - rp.steps
     rp.clock, rp.steps = clock, steps
+    run.close(tokens)
     done = []
     for j, live in enumerate(running):
-        if run.tokens[j] != tokens[j]:
-            run.settle(j, tokens[j])
         live.generated += tokens[j] - live.context
         live.context = tokens[j]
         if tokens[j] == done_at[j]:
