@@ -54,11 +54,15 @@ def checked_prompt(token_ids: Any, request_id: object, vocab_size: int) -> tuple
     """A prompt as (a new list of int token ids, their int64 bytes); see
     :func:`checked_tokens` for the rules and errors. Lists, tuples and ranges take a
     C-speed path (pack, then min/max; ``array`` takes bools as ints, so their types are
-    looked up too), an ``array("q")`` skips the packing, and all fall back to the element loop only to name a bad element."""
+    looked up too; an ``array("q")`` is packed already) and fall back to the element
+    loop only to name a bad element."""
     kind = type(token_ids)
-    if kind is array and token_ids.typecode == "q":  # packed already: no conversion
-        if not token_ids or (min(token_ids) >= 0 and max(token_ids) < vocab_size):
-            return token_ids.tolist(), token_ids.tobytes()
+    if (
+        kind is array
+        and token_ids.typecode == "q"
+        and (not token_ids or (min(token_ids) >= 0 and max(token_ids) < vocab_size))
+    ):
+        return token_ids.tolist(), token_ids.tobytes()
     if kind is range or (kind in (list, tuple) and bool not in set(map(type, token_ids))):
         try:
             packed = array("q", token_ids)
