@@ -270,6 +270,11 @@ class SpecDecodeCache:
                 f"no {role!r} manager in this cache (roles: {', '.join(self._roles)})"
             ) from None
 
+    @property
+    def available_gpu_blocks(self) -> int:
+        """GPU kv blocks an allocation may take now: free plus cached (evictable)."""
+        return self._kv.gpu.num_available
+
     def num_tokens(self, request_id: RequestId) -> int:
         """Verified tokens of a request (prompt plus committed). Raises
         UnknownRequestError."""

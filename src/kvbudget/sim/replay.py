@@ -17,6 +17,11 @@ The engine loop, one step at a time (a continuous-batching scheduler, vLLM-like)
     5. decoding requests commit 1 + accepted tokens (seeded acceptance draws); a request
          whose prefill completed emits its first token (TTFT); finished ones are freed
 
+The admission and preemption rules are :mod:`kvbudget.scheduling`'s, shared with the
+reference engine, with the simulator's settings (``admit_while_swapped=True``,
+``watermark=False``); steady decode steps take the fast path of
+:mod:`kvbudget.sim.fast_decode` (the same metrics).
+
 Token ids: a request's prompt is its prefix group's tokens (seeded per group, so equal
 groups give equal blocks) then two marker tokens that encode its index and a fixed filler
 (the hash chain makes every later block unique); output tokens are a fixed id. Real ids
@@ -46,7 +51,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvbudget.cache import RequestId, SpecDecodeCache
-from kvbudget.errors import InvalidArgumentError, InvalidCacheOperationError, OutOfBlocksError
+from kvbudget.errors import InvalidArgumentError, OutOfBlocksError
+from kvbudget.scheduling import BatchRules, Reserved, preempt, reserve_or_preempt
 from kvbudget.sim.acceptance import AcceptanceDraw, AcceptanceModel
 from kvbudget.sim.fast_decode import run_steady
 from kvbudget.sim.metrics import LatencyRecorder, Percentiles, PolicyMetrics, Series
@@ -126,6 +132,12 @@ class _Live:
         self.preempted = False
         self.readmit: tuple[int, ...] | None = None  # verified tokens after a recompute
         self.active = False  # in the running list
+
+    @property
+    def admit_tokens(self) -> int:
+        """Tokens its next admission brings: the prompt, or the verified tokens after a
+        recompute."""
+        return self.req.prompt_tokens if self.readmit is None else len(self.readmit)
 
 
 class _Tokens:
@@ -224,6 +236,10 @@ class _Replay:
         self.step_slots = self.k + 1
         self.max_seq, self.max_batch = cap.max_seq_len, cap.max_batch_size
         self.gpu_blocks, self.host_blocks = cap.gpu_blocks, cap.host_blocks
+        # kvbudget.scheduling's rules, with the simulator's settings
+        self.rules = BatchRules(
+            max_batch_size=self.max_batch, admit_while_swapped=True, watermark=False
+        )
         self.swap_first = config.preempt == "swap" or (
             config.preempt == "auto" and self.host_blocks > 0
         )
@@ -321,63 +337,50 @@ class _Replay:
         self.reasons[reason] = self.reasons.get(reason, 0) + 1
 
     def _reserve_decodes(self) -> tuple[list[_Live], int]:
-        """1. decode reservations, oldest first (victims are the newest): the decoding
-        requests and their summed context."""
+        """1. decode reservations, oldest first (victims are the newest,
+        :func:`kvbudget.scheduling.reserve_or_preempt`): the decoding requests and their
+        summed context."""
         decoders: list[_Live] = []
         context = 0
-        reserve, slots = self.cache.reserve, self.step_slots
-        for live in [r for r in self.running if not r.prefill_left]:
+        cache, running, reserve, slots = (
+            self.cache,
+            self.running,
+            self.cache.reserve,
+            self.step_slots,
+        )
+        for live in [r for r in running if not r.prefill_left]:
             if not live.active:
                 continue  # preempted earlier in this step
             try:
                 reserve(live.rid, slots)
             except OutOfBlocksError:
-                if not self._make_room(live):
+                done = reserve_or_preempt(cache, running, live, live.rid, slots, self._preempt)
+                if done is Reserved.ALONE:
+                    running.remove(live)
+                    live.active = False
+                    cache.free(live.rid)
+                    self._fail("outgrew_gpu")
+                if done is not Reserved.RESERVED:
                     continue
             decoders.append(live)
             context += live.context
         return decoders, context
 
-    def _make_room(self, live: _Live) -> bool:
-        """Preempt the newest running requests until ``live`` reserves; False when
-        ``live`` itself was preempted or dropped."""
-        running = self.running
-        while True:
-            victim = running[-1]
-            if victim is live and len(running) == 1:
-                running.remove(live)
-                live.active = False
-                self.cache.free(live.rid)
-                self._fail("outgrew_gpu")
-                return False
-            self._preempt(victim)
-            if victim is live:
-                return False
-            try:
-                self.cache.reserve(live.rid, self.step_slots)
-                return True
-            except OutOfBlocksError:
-                continue
-
     def _preempt(self, victim: _Live) -> None:
         """Swap ``victim`` out (when the plan has a host tier and it fits), else drop its
-        blocks for recompute."""
+        blocks for recompute (:func:`kvbudget.scheduling.preempt`)."""
         self.preempted_now = True
-        self.running.remove(victim)
-        victim.active = False
         if not victim.preempted:
             victim.preempted = True
             self.preempted_requests += 1
-        if self.swap_first:
-            try:
-                self.cache.preempt(victim.rid, mode="swap")
-            except (OutOfBlocksError, InvalidCacheOperationError):
-                pass
-            else:
-                self.swaps += 1
-                self.swapped.append(victim)
-                return
-        victim.readmit = self.cache.preempt(victim.rid, mode="recompute")
+        mode, tokens = preempt(self.cache, victim.rid, "swap" if self.swap_first else "recompute")
+        self.running.remove(victim)
+        victim.active = False
+        if mode == "swap":
+            self.swaps += 1
+            self.swapped.append(victim)
+            return
+        victim.readmit = tokens
         self.recomputes += 1
         victim.context = 0
         self.waiting.appendleft(victim)
@@ -385,8 +388,8 @@ class _Replay:
     def _resume_swapped(self) -> None:
         """2. swapped requests come back first, in a step that preempted none (else the
         request swapped out to make room would come straight back and out again)."""
-        swapped, running = self.swapped, self.running
-        while swapped and len(running) < self.max_batch and not self.preempted_now:
+        swapped, running, rules = self.swapped, self.running, self.rules
+        while swapped and rules.may_resume(running=len(running), preempted=self.preempted_now):
             live = swapped[0]
             try:
                 self.cache.resume(live.rid)
@@ -419,8 +422,18 @@ class _Replay:
             live.prefill_left -= chunk
             if not live.prefill_left:
                 prefilled.append(live)
-        waiting, running = self.waiting, self.running
-        while waiting and budget > 0 and len(running) < self.max_batch and not self.preempted_now:
+        waiting, running, swapped, rules = self.waiting, self.running, self.swapped, self.rules
+        while (
+            waiting
+            and budget > 0
+            and rules.may_admit(
+                running=len(running),
+                swapped=len(swapped),
+                preempted=self.preempted_now,
+                available_blocks=self.cache.available_gpu_blocks,
+                need_blocks=-(-waiting[0].admit_tokens // self.tpb),
+            )
+        ):
             live = waiting[0]
             ids = live.readmit if live.readmit is not None else self.tokens.prompt(live.req)
             try:
