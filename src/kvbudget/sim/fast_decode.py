@@ -100,19 +100,18 @@ def run_steady(
             clock += memory_s if memory_s > compute_s else compute_s
         after = list(map(add, tokens, drawn))
         if any(map(ge, after, event_at)):  # commits past a threshold, in running order
-            for j in order:
+            for j in [j for j in order if after[j] >= event_at[j]]:
                 c = after[j]
-                if c >= event_at[j]:
-                    if c >= done_at[j]:
-                        c = after[j] = done_at[j]
-                        finished = True
-                    if took[j] or c >= hash_at[j]:
-                        run.settle(j, c)
-                        took[j] = False
-                        takes[j] = take_at(j)
-                    if c >= takes[j]:
-                        takers.append(j)
-                    event_at[j] = min(hash_at[j], takes[j], done_at[j])
+                if c >= done_at[j]:
+                    c = after[j] = done_at[j]
+                    finished = True
+                if took[j] or c >= hash_at[j]:
+                    run.settle(j, c)
+                    took[j] = False
+                    takes[j] = take_at(j)
+                if c >= takes[j]:
+                    takers.append(j)
+                event_at[j] = min(hash_at[j], takes[j], done_at[j])
             ctx = sum(after)
         else:
             ctx += sum(drawn)
