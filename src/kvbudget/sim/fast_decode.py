@@ -74,16 +74,23 @@ def run_steady(
     finished = False
     takers = [j for j in order if tokens[j] >= takes[j]]
     while steps < last and clock < until_s:
-        extra: list[int] = []
         if takers:  # reservations that need blocks: all fit, or the step preempts
-            extra = [-(-min(tokens[j] + slots, max(tokens[j], max_seq)) // tpb) - blocks[j]
-                     for j in takers]  # fmt: skip
-            if sum(extra) > run.available():
+            extra = []
+            need = 0
+            for j in takers:
+                c = tokens[j]
+                total = c + slots
+                if total > max_seq:  # the cache cuts a reservation at max_seq_len
+                    total = max_seq if c < max_seq else c
+                count = -(-total // tpb) - blocks[j]
+                extra.append(count)
+                need += count
+            if need > run.available():
                 break  # someone is preempted in this step: step by step
         # 1 + accepted per request, in running order (as _Replay._finish_step draws them)
         drawn = [top - bisect_right(ascending, rand()) for _ in order]
         if takers:
-            from_free = sum(extra) <= run.free()  # no eviction: skip what is released
+            from_free = need <= run.free()  # no eviction: skip what is released
             for j, count in zip(takers, extra, strict=True):
                 if from_free and min(tokens[j] + drawn[j], done_at[j]) <= blocks[j] * tpb:
                     continue  # taken and released again this step: nothing changes
