@@ -54,7 +54,7 @@ from kvbudget.cache.request import Request
 from kvbudget.cache.shortage import Shortage, refuse
 from kvbudget.cache.stats import CacheStats, RequestCounters, snapshot
 from kvbudget.cache.swap import swap_in, swap_out
-from kvbudget.cache.tokens import checked_prompt, checked_tokens
+from kvbudget.cache.tokens import CheckedIds, checked_prompt, checked_tokens
 from kvbudget.engines.kvbudget_cache import MODEL as OWN_CACHE
 from kvbudget.errors import (
     InvalidArgumentError,
@@ -340,13 +340,15 @@ class SpecDecodeCache:
     def admit(
         self,
         request_id: RequestId,
-        token_ids: Sequence[int],
+        token_ids: Sequence[int] | CheckedIds,
         *,
         extra_keys: tuple[Hashable, ...] = (),
         cache_salt: str | None = None,
     ) -> int:
         """Admit a new request with its prompt in every role; return the prompt tokens
-        served from the cache (a multiple of ``tokens_per_block``).
+        served from the cache (a multiple of ``tokens_per_block``). ``token_ids`` may be a
+        :class:`~kvbudget.cache.tokens.CheckedIds` (ids checked once, only its bound is
+        compared with the vocabulary).
 
         ``extra_keys`` (a LoRA name, ...) enter every block hash and ``cache_salt`` (a
         tenant's secret, as vLLM's ``cache_salt``) picks the hash chain's root, so no extra

@@ -43,7 +43,6 @@ Outputs longer than ``max_seq_len - prompt`` tokens are cut there (``truncated_o
 from __future__ import annotations
 
 import math
-from array import array
 from bisect import bisect_right
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -51,6 +50,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvbudget.cache import RequestId, SpecDecodeCache
+from kvbudget.cache.tokens import CheckedIds
 from kvbudget.errors import InvalidArgumentError, OutOfBlocksError
 from kvbudget.scheduling import BatchRules, Reserved, preempt, reserve_or_preempt
 from kvbudget.sim.acceptance import AcceptanceDraw, AcceptanceModel
@@ -155,42 +155,46 @@ class _Tokens:
         self._vocab = max(vocab_size, 3)
         self._seed = seed
         self._max_tokens = max_tokens
-        self._groups: OrderedDict[str, array[int]] = OrderedDict()  # oldest use first
+        self._groups: OrderedDict[str, CheckedIds] = OrderedDict()  # oldest use first
         self._kept_tokens = 0
-        self._filler: array[int] = array("q")
+        self._filler = CheckedIds.of(())
 
-    def prompt(self, req: TraceRequest) -> array[int]:
-        """``req``'s prompt ids, packed as int64 (the cache reads them without a
-        conversion)."""
+    def prompt(self, req: TraceRequest) -> CheckedIds:
+        """``req``'s prompt ids, joined from pieces checked once (the cache does not
+        read them again)."""
         v = self._vocab
-        head: array[int] = array("q")
+        parts: list[CheckedIds] = []
+        head = 0
         if req.prefix_group is not None and req.prefix_tokens:
             group = self._groups.get(req.prefix_group)
             if group is None or len(group) < req.prefix_tokens:
                 group = self._group(req.prefix_group, req.prefix_tokens)
             else:
                 self._groups.move_to_end(req.prefix_group)
-            head = group[: req.prefix_tokens]
-        rest = req.prompt_tokens - len(head)
+            parts.append(group.slice(req.prefix_tokens))
+            head = req.prefix_tokens
+        rest = req.prompt_tokens - head
         i = req.index
-        marker = array("q", [1 + i % (v - 1), 1 + (i // (v - 1)) % (v - 1)][:rest])
+        marker = CheckedIds.of([1 + i % (v - 1), 1 + (i // (v - 1)) % (v - 1)][:rest])
         fill = rest - len(marker)
         if len(self._filler) < fill:
             size = max(fill, 2 * len(self._filler))
-            self._filler = array("q", [(k * 7919 + 13) % v for k in range(size)])
-        return head + marker + self._filler[:fill]
+            self._filler = CheckedIds.of([(k * 7919 + 13) % v for k in range(size)])
+        parts.append(marker)
+        parts.append(self._filler.slice(fill))
+        return CheckedIds.join(parts)
 
     def kept(self) -> tuple[int, int]:
         """Groups and tokens whose ids are kept now (tests)."""
         return len(self._groups), self._kept_tokens
 
-    def _group(self, name: str, length: int) -> array[int]:
+    def _group(self, name: str, length: int) -> CheckedIds:
         """Group ``name``'s first ``max(length, 1024)`` ids, drawn from its seed (the
         same ids whenever drawn), kept as the most recently used."""
         import random
 
         rng = random.Random(f"{self._seed}:{name}")
-        tokens = array("q", [rng.randrange(self._vocab) for _ in range(max(length, 1024))])
+        tokens = CheckedIds.of([rng.randrange(self._vocab) for _ in range(max(length, 1024))])
         old = self._groups.pop(name, None)
         self._kept_tokens += len(tokens) - (len(old) if old is not None else 0)
         self._groups[name] = tokens
