@@ -13,10 +13,13 @@ trace's duration plus one second, indices renumbered), streamed, with the defaul
 synthetic prefixes (seed 0); the default plan (``kvbudget.plan()``: Llama-3.1-8B-Instruct
 + EAGLE3 on one H200) unless budgets are given; acceptance 0.7 per token, K = 3.
 
-Prints per policy: requests, simulated steps, wall and CPU seconds of the replay,
-requests/s (wall and CPU), and the process's peak resident memory (``ru_maxrss``: run two
-sizes in separate processes to see whether it grows). CPU seconds are the steadier
-figure on a shared machine.
+Prints per policy, for the step-by-step loop (``ReplayConfig(fast_forward=False)``, the
+baseline) and the fast path (the default, :mod:`kvbudget.sim.fast_decode`) run in this
+same process: requests, simulated steps, wall and CPU seconds of the replay, requests/s
+(wall and CPU), the fast path's ratio to the baseline, whether their metrics are
+identical, and the process's peak resident memory (``ru_maxrss``: run two sizes in
+separate processes to see whether it grows). CPU seconds are the steadier figure on a
+shared machine. ``--no-baseline`` runs the fast path alone.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seq-len", type=int, default=None)
     parser.add_argument("--rate-scale", type=float, default=1.0)
     parser.add_argument("--profile", action="store_true", help="cProfile the first policy")
+    parser.add_argument("--no-baseline", action="store_true", help="the fast path alone")
     args = parser.parse_args(argv)
 
     plan = kvbudget.plan(
@@ -88,20 +92,28 @@ def main(argv: list[str] | None = None) -> int:
         f"{plan.capacity.host_blocks:,} host blocks; {args.requests:,} requests "
         f"(the Azure conversation trace tiled), rate scale {args.rate_scale:g}"
     )
+    configs = [("fast path", config)]
+    if not args.no_baseline:
+        configs.insert(0, ("step by step", replace(config, fast_forward=False)))
+    jobs = [(v, args, roof, c) for v in variants for _, c in configs]
     if args.jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         start = time.perf_counter()
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(_timed, [(v, args, roof, config) for v in variants]))
+            results = list(pool.map(_timed, jobs))
         wall = time.perf_counter() - start
-        for name, metrics_wall, cpu, steps, done in results:
-            print(_line(name, args.requests, steps, metrics_wall, cpu, done))
-        print(f"all {len(variants)} policies in {args.jobs} processes: {wall:.1f} s wall")
+        print(f"{len(jobs)} replays in {args.jobs} processes: {wall:.1f} s wall")
     else:
-        for variant in variants:
-            name, w, cpu, steps, done = _timed((variant, args, roof, config))
-            print(_line(name, args.requests, steps, w, cpu, done))
+        results = [_timed(job) for job in jobs]
+    for i in range(0, len(results), len(configs)):
+        runs = results[i : i + len(configs)]
+        for (label, _), (name, w, cpu, steps, done, _) in zip(configs, runs, strict=True):
+            print(f"{label:>12} " + _line(name, args.requests, steps, w, cpu, done))
+        if len(runs) == 2:
+            (_, w0, c0, *_, m0), (_, w1, c1, *_, m1) = runs
+            same = "identical" if m0 == m1 else "DIFFERENT"
+            print(f"{'':>12} fast path: {w0 / w1:.2f}x wall, {c0 / c1:.2f}x CPU; metrics {same}")
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak resident memory of this process: {peak_mib:,.0f} MiB")
     return 0
@@ -109,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _timed(
     job: tuple[object, argparse.Namespace, object, ReplayConfig],
-) -> tuple[str, float, float, int, int]:
+) -> tuple[str, float, float, int, int, dict[str, object]]:
     variant, args, roof, config = job
     synth = PrefixSynthesis()
     stream = (
@@ -118,7 +130,7 @@ def _timed(
     cpu0, wall0 = time.process_time(), time.perf_counter()
     m = replay(variant, stream, roof, config)  # type: ignore[arg-type]
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    return m.policy, wall, cpu, m.steps, m.completed
+    return m.policy, wall, cpu, m.steps, m.completed, m.to_dict()
 
 
 def _line(name: str, requests: int, steps: int, wall: float, cpu: float, done: int) -> str:

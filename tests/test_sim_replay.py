@@ -243,7 +243,8 @@ def test_prefix_group_ids_are_bounded_and_drawn_again_the_same() -> None:
     tokens.prompt(req(4, "b"))  # drawn again from its seed; "a" is dropped
     tokens.prompt(req(5, "c"))
     again = tokens.prompt(req(6, "a"))  # and "a" drawn again: the same 512 prefix ids
-    assert again[:512] == first[:512]
+    assert again.ids[:512] == first.ids[:512]
+    assert again.bound <= 32000 and len(again) == 600
     assert tokens.kept() == (2, 2048)
-    # the default: 2^20 tokens = 1,024 groups of 1,024 ids (about 37 MiB)
+    # the default: 2^20 tokens = 1,024 groups of 1,024 ids (8 MiB as int64)
     assert MAX_KEPT_PREFIX_TOKENS == 1024 * 1024

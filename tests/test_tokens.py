@@ -67,3 +67,28 @@ def test_bool_token_ids_are_refused_and_change_nothing() -> None:
     assert cache.stats() == before
     assert (cache.num_tokens(rid), cache.num_reserved(rid)) == (3, 2)
     cache.check_invariants()
+
+
+def test_checked_ids_are_checked_once_and_admitted_by_their_bound() -> None:
+    import pytest
+
+    import kvbudget
+    from kvbudget.cache import RequestId, SpecDecodeCache
+    from kvbudget.cache.tokens import CheckedIds
+    from kvbudget.errors import InvalidCacheOperationError
+
+    a, b = CheckedIds.of([5, 7, 9]), CheckedIds.of(range(3))
+    joined = CheckedIds.join([a.slice(2), b])
+    assert list(joined.ids) == [5, 7, 0, 1, 2] and joined.bound == 10  # max id 9, + 1
+    with pytest.raises(InvalidCacheOperationError, match="bool"):
+        CheckedIds.of([1, True])
+    with pytest.raises(InvalidCacheOperationError):
+        CheckedIds.of([-1])
+    cache = SpecDecodeCache.from_plan(kvbudget.plan(kv_budget="1GiB", max_seq_len=1024))
+    assert cache.admit(RequestId("r"), joined) == 0 and cache.num_tokens(RequestId("r")) == 5
+    vocab = cache.plan.vocab_size
+    assert vocab is not None
+    too_big = CheckedIds.of([1, vocab])
+    with pytest.raises(InvalidCacheOperationError, match=f"got {vocab}"):
+        cache.admit(RequestId("s"), too_big)
+    assert RequestId("s") not in cache

@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
+from kvbudget.cache.decode_run import NEVER, DecodeRun
 from kvbudget.cache.hashing import chain_root, extend_block_hashes, valid_extra_keys
 from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
 from kvbudget.cache.invariants import CacheView, check_cache
@@ -53,7 +54,7 @@ from kvbudget.cache.request import Request
 from kvbudget.cache.shortage import Shortage, refuse
 from kvbudget.cache.stats import CacheStats, RequestCounters, snapshot
 from kvbudget.cache.swap import swap_in, swap_out
-from kvbudget.cache.tokens import checked_prompt, checked_tokens
+from kvbudget.cache.tokens import CheckedIds, checked_prompt, checked_tokens
 from kvbudget.engines.kvbudget_cache import MODEL as OWN_CACHE
 from kvbudget.errors import (
     InvalidArgumentError,
@@ -269,6 +270,11 @@ class SpecDecodeCache:
                 f"no {role!r} manager in this cache (roles: {', '.join(self._roles)})"
             ) from None
 
+    @property
+    def available_gpu_blocks(self) -> int:
+        """GPU kv blocks an allocation may take now: free plus cached (evictable)."""
+        return self._kv.gpu.num_available
+
     def num_tokens(self, request_id: RequestId) -> int:
         """Verified tokens of a request (prompt plus committed). Raises
         UnknownRequestError."""
@@ -334,13 +340,15 @@ class SpecDecodeCache:
     def admit(
         self,
         request_id: RequestId,
-        token_ids: Sequence[int],
+        token_ids: Sequence[int] | CheckedIds,
         *,
         extra_keys: tuple[Hashable, ...] = (),
         cache_salt: str | None = None,
     ) -> int:
         """Admit a new request with its prompt in every role; return the prompt tokens
-        served from the cache (a multiple of ``tokens_per_block``).
+        served from the cache (a multiple of ``tokens_per_block``). ``token_ids`` may be a
+        :class:`~kvbudget.cache.tokens.CheckedIds` (ids checked once, only its bound is
+        compared with the vocabulary).
 
         ``extra_keys`` (a LoRA name, ...) enter every block hash and ``cache_salt`` (a
         tenant's secret, as vLLM's ``cache_salt``) picks the hash chain's root, so no extra
@@ -515,9 +523,16 @@ class SpecDecodeCache:
                 f"cannot commit {accepted} tokens to request {request_id!r}: only "
                 f"{req.num_reserved} are reserved; reserve() room for them first"
             )
-        tokens = req.tokens
-        tokens.extend(accepted_token_ids)
+        req.tokens.extend(accepted_token_ids)
         req.num_reserved = 0
+        self._settle(req)
+
+    def _settle(self, req: Request[RoleManager]) -> None:
+        """After verified tokens were appended to ``req`` (no lookahead left): hash its
+        newly full blocks and release the blocks past ``ceil(tokens / tpb)``, tail first
+        (:meth:`commit`'s second half, shared with :class:`~kvbudget.cache.decode_run.
+        DecodeRun`)."""
+        tokens = req.tokens
         committed = len(tokens)
         tpb = self._tokens_per_block
         hashes = req.hashes
@@ -543,6 +558,39 @@ class SpecDecodeCache:
             for m, seq in req.parts:
                 if m.windows is not None:
                     m.windows.shrink(seq, committed)
+
+    def _hash_at(self, req: Request[RoleManager]) -> int:
+        """The verified tokens at which ``req``'s next full block is hashed (a commit
+        reaching them registers it; :data:`~kvbudget.cache.decode_run.NEVER` without
+        prefix reuse)."""
+        if not self._prefix_reuse:
+            return NEVER
+        return (len(req.hashes) + 1) * self._tokens_per_block + self._with_next
+
+    def decode_run(self, request_ids: Sequence[RequestId], token_id: int) -> DecodeRun | None:
+        """A :class:`~kvbudget.cache.decode_run.DecodeRun` over running ``request_ids``
+        (each holding no lookahead) that commit ``token_id`` only: many decode steps with
+        the cache touched only where blocks change. None for a cache with window or state
+        pools or real storage (decode them step by step).
+
+        Raises:
+            InvalidCacheOperationError: a request swapped out or holding lookahead, or a
+                token id outside the vocabulary.
+            UnknownRequestError: no such request.
+        """
+        if self._has_fixed or self._storage is not None:
+            return None
+        if type(token_id) is not int or not 0 <= token_id < self._vocab_size:
+            raise InvalidCacheOperationError(f"token id {token_id!r} is outside the vocabulary")
+        requests = []
+        for rid in request_ids:
+            req = self._running(rid, "decode")
+            if req.num_reserved:
+                raise InvalidCacheOperationError(
+                    f"request {rid!r} holds {req.num_reserved} reserved tokens; commit first"
+                )
+            requests.append(req)
+        return DecodeRun(self, self._kv, requests, token_id, [self._hash_at(r) for r in requests])
 
     def free(self, request_id: RequestId) -> None:
         """Release every block of a request in every role, tail first (its full blocks

@@ -13,6 +13,7 @@ from __future__ import annotations
 import operator
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kvbudget.errors import InvalidCacheOperationError
@@ -54,8 +55,21 @@ def checked_prompt(token_ids: Any, request_id: object, vocab_size: int) -> tuple
     """A prompt as (a new list of int token ids, their int64 bytes); see
     :func:`checked_tokens` for the rules and errors. Lists, tuples and ranges take a
     C-speed path (pack, then min/max; ``array`` takes bools as ints, so their types are
-    looked up too) and fall back to the element loop only to name a bad element."""
+    looked up too; an ``array("q")`` is packed already; a :class:`CheckedIds` is checked
+    already, its bound only compared) and fall back to the element loop only to name a
+    bad element."""
     kind = type(token_ids)
+    if kind is CheckedIds:
+        if token_ids.bound <= vocab_size:
+            return token_ids.ids.tolist(), token_ids.ids.tobytes()
+        token_ids = token_ids.ids  # name the id outside the vocabulary
+        kind = array
+    if (
+        kind is array
+        and token_ids.typecode == "q"
+        and (not token_ids or (min(token_ids) >= 0 and max(token_ids) < vocab_size))
+    ):
+        return token_ids.tolist(), token_ids.tobytes()
     if kind is range or (kind in (list, tuple) and bool not in set(map(type, token_ids))):
         try:
             packed = array("q", token_ids)
@@ -67,3 +81,47 @@ def checked_prompt(token_ids: Any, request_id: object, vocab_size: int) -> tuple
                 return tokens, packed.tobytes()
     tokens = checked_tokens(token_ids, "the prompt", request_id, vocab_size)
     return tokens, array("q", tokens).tobytes()
+
+
+@dataclass(frozen=True, init=False, eq=False)
+class CheckedIds:
+    """Token ids checked once, packed as int64, with a bound on them: every id is in
+    ``[0, bound)``. :meth:`SpecDecodeCache.admit <kvbudget.SpecDecodeCache.admit>` takes
+    one without checking its ids again (only ``bound`` against the vocabulary), and
+    :meth:`join` builds a prompt from checked parts (a shared prefix, a request's own
+    tokens) without reading them: for callers that admit many prompts made of the same
+    pieces (the simulator). Build with :meth:`of` or :meth:`join`."""
+
+    ids: array[int]
+    bound: int
+
+    @classmethod
+    def of(cls, token_ids: Sequence[int]) -> CheckedIds:
+        """``token_ids`` checked: non-negative ints (no bools), packed. Raises
+        InvalidCacheOperationError naming the first bad element."""
+        tokens, packed = checked_prompt(token_ids, "CheckedIds", 2**63)
+        ids = array("q")
+        ids.frombytes(packed)
+        return cls._make(ids, max(tokens, default=-1) + 1)
+
+    @classmethod
+    def join(cls, parts: Sequence[CheckedIds]) -> CheckedIds:
+        """The parts' ids one after another (copied), bound the largest of theirs."""
+        ids = array("q")
+        for part in parts:
+            ids.extend(part.ids)
+        return cls._make(ids, max((part.bound for part in parts), default=0))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def slice(self, stop: int) -> CheckedIds:
+        """The first ``stop`` ids (the bound kept: still an upper bound)."""
+        return CheckedIds._make(self.ids[:stop], self.bound)
+
+    @classmethod
+    def _make(cls, ids: array[int], bound: int) -> CheckedIds:
+        out = object.__new__(cls)
+        object.__setattr__(out, "ids", ids)
+        object.__setattr__(out, "bound", bound)
+        return out

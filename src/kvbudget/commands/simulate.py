@@ -102,9 +102,19 @@ def simulate_options(
         int,
         typer.Option(
             metavar="N",
-            help="Replay the policies in N processes (default: the CPU count, at most 5).",
+            help="Replay the policies (and --dp replicas) in N processes (default: the CPU "
+            "count, at most one per policy and replica).",
         ),
     ] = 0,
+    dp_router: Annotated[
+        str,
+        typer.Option(
+            metavar="ROUTER",
+            help="How requests reach the --dp replicas, each replayed with its own cache: "
+            "round-robin, least-loaded (fewest tokens routed so far) or prefix (a "
+            "prefix_group's requests to one replica).",
+        ),
+    ] = "round-robin",
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the plan and per-policy metrics as JSON.")
     ] = False,
@@ -139,6 +149,7 @@ def run_simulate(
     peak_tflops: float | None,
     sample_steps: int,
     jobs: int,
+    dp_router: str,
     json_out: bool,
     plots: str | None,
     html: str | None,
@@ -155,6 +166,7 @@ def run_simulate(
     from kvbudget.sim.acceptance import AcceptanceModel
     from kvbudget.sim.engine_cache import cache_plan
     from kvbudget.sim.policies import POLICIES, policy_plans
+    from kvbudget.sim.shards import require_router
     from kvbudget.sim.simulation import engine_flags_for, simulate
     from kvbudget.sim.trace import (
         PrefixSynthesis,
@@ -169,6 +181,7 @@ def run_simulate(
         if value is not None and not math.isfinite(value):
             guard(_raise(InvalidArgumentError(f"{flag} must be a finite number, got {value}")))
     guard(lambda: require_rate_scale(rate_scale))
+    guard(lambda: require_router(dp_router))
     names = tuple(p.strip() for p in policies.split(",") if p.strip())
     if policies.strip() == "all":
         names = POLICIES
@@ -194,6 +207,7 @@ def run_simulate(
     )
     deployment = guard(lambda: resolve_deployment(**plan_kwargs))
     base = guard(lambda: build_plan(deployment))
+    dp = base.capacity.kv_groups  # --dp: one replay per data-parallel group
     # unknown policies and pools the cache cannot replay fail before any replay
     guard(lambda: policy_plans(cache_plan(base), names))
     source = trace if trace is not None else str(default_trace_path())
@@ -222,7 +236,9 @@ def run_simulate(
                     seed=seed,
                     sample_steps=sample_steps,
                     progress=progress,
-                    jobs=jobs or min(len(names), os.cpu_count() or 1),
+                    jobs=jobs or min(len(names) * dp, os.cpu_count() or 1),
+                    dp=dp,
+                    dp_router=dp_router,
                     engine_flags=flags,
                     trace_name=source,
                 )

@@ -17,8 +17,11 @@ schedule`):
    and the GPU keeps one free block per running request after the prompt. An admitted
    prompt is prefilled in this same step (from its prefix hit on).
 
-The runner computes the step; :meth:`Scheduler.finish_step` commits what was accepted
-and frees finished requests. Only this module calls the cache's mutating methods.
+The rules are :mod:`kvbudget.scheduling`'s, shared with the simulator's replay, with
+the engine's settings (``admit_while_swapped=False``, ``watermark=True``). The runner
+computes the step; :meth:`Scheduler.finish_step` commits what was accepted and frees
+finished requests. Only this module (through :mod:`kvbudget.scheduling`) calls the
+cache's mutating methods.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from typing import TYPE_CHECKING, Literal
 
 from kvbudget.cache import PreemptMode, RequestId, SpecDecodeCache
 from kvbudget.engine.sampling import SamplingParams
-from kvbudget.errors import InvalidCacheOperationError, OutOfBlocksError
+from kvbudget.errors import OutOfBlocksError
+from kvbudget.scheduling import BatchRules, Reserved, preempt, reserve_or_preempt
 
 if TYPE_CHECKING:
     import torch
@@ -99,6 +103,11 @@ class Scheduler:
         plan = cache.plan
         self.max_seq_len = plan.capacity.max_seq_len
         self.max_batch_size = plan.capacity.max_batch_size
+        # kvbudget.scheduling's rules, with the engine's settings
+        self.rules = BatchRules(
+            max_batch_size=self.max_batch_size, admit_while_swapped=False, watermark=True
+        )
+        self._preempted = False
         self.waiting: deque[SeqState] = deque()
         self.running: list[SeqState] = []
         self.swapped: deque[SeqState] = deque()
@@ -120,16 +129,10 @@ class Scheduler:
         return max(0, min(self.num_draft_tokens, room, remaining - 1))
 
     def _preempt(self, victim: SeqState) -> None:
-        rid = victim.request_id
-        mode: PreemptMode = self.preempt_mode
-        if mode == "swap":
-            try:
-                self.cache.preempt(rid, mode="swap")
-            except (OutOfBlocksError, InvalidCacheOperationError):
-                self.counters.swap_fallbacks += 1
-                mode = "recompute"
-        if mode == "recompute":
-            self.cache.preempt(rid, mode="recompute")
+        mode, _ = preempt(self.cache, victim.request_id, self.preempt_mode)
+        if mode != self.preempt_mode:
+            self.counters.swap_fallbacks += 1
+        self._preempted = True
         self.running.remove(victim)
         if mode == "swap":
             self.counters.preempted_swap += 1
@@ -140,38 +143,28 @@ class Scheduler:
             victim.eagle_next = victim.eagle_probs = victim.eagle_feature = None
             self.waiting.appendleft(victim)
 
-    def _available_blocks(self) -> int:
-        pool = self.cache.stats().pool(self.cache.roles[0], "gpu", "kv")
-        return pool.free_blocks + pool.cached_blocks
-
     def schedule(self) -> StepPlan:
         """Reserve, preempt, resume and admit for the next step (module docstring).
 
         Raises OutOfBlocksError only when one request alone cannot fit (a plan whose GPU
         tier cannot hold one sequence: the planner refuses those)."""
         decode: list[tuple[SeqState, int]] = []
-        preempted = False
+        self._preempted = False
         for s in list(self.running):
             if s not in self.running or not s.prefilled:
                 continue
             k = self._num_drafts(s)
-            while True:
-                try:
-                    self.cache.reserve(s.request_id, k + 1)
-                    decode.append((s, k))
-                    break
-                except OutOfBlocksError:
-                    if len(self.running) == 1:  # alone and still no room: a plan bug
-                        raise
-                    victim = self.running[-1]  # the youngest, possibly ``s`` itself
-                    self._preempt(victim)
-                    preempted = True
-                    decode = [(r, n) for r, n in decode if r is not victim]
-                    if victim is s:
-                        break
+            done = reserve_or_preempt(
+                self.cache, self.running, s, s.request_id, k + 1, self._preempt
+            )
+            if done is Reserved.ALONE:  # alone and still no room: a plan bug
+                self.cache.reserve(s.request_id, k + 1)  # raises OutOfBlocksError
+            if done is Reserved.RESERVED:
+                decode.append((s, k))
         prefill: list[SeqState] = []
-        if not preempted:
-            while self.swapped:
+        rules = self.rules
+        if not self._preempted:
+            while self.swapped and rules.may_resume(running=len(self.running), preempted=False):
                 s = self.swapped[0]
                 try:
                     self.cache.resume(s.request_id)
@@ -187,10 +180,15 @@ class Scheduler:
                     break
                 decode.append((s, k))
             tpb = self.cache.tokens_per_block
-            while self.waiting and not self.swapped and len(self.running) < self.max_batch_size:
+            while self.waiting:
                 s = self.waiting[0]
-                need = -(-len(s.tokens) // tpb)
-                if self.running and self._available_blocks() - need < len(self.running):
+                if not rules.may_admit(
+                    running=len(self.running),
+                    swapped=len(self.swapped),
+                    preempted=False,
+                    available_blocks=self.cache.available_gpu_blocks,
+                    need_blocks=-(-len(s.tokens) // tpb),
+                ):
                     break
                 salt = f"{s.request_id}/{s.admissions}" if self.unique_salts else None
                 try:

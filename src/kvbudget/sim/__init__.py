@@ -8,6 +8,8 @@ Module map (data flows down; nothing here is imported by the planner or the cach
     policies.py    plan variants: kvbudget, doubled-host, equal-split,
                    target-geometry-draft, no-host
     replay.py      the engine loop through a metadata-only SpecDecodeCache
+    fast_decode.py its fast path: steady decode steps counted in integers
+    shards.py      data-parallel replicas: routing, one replica's replay, the merge
     metrics.py     per-policy results: counts, bytes, percentiles, series
     simulation.py  simulate(): every policy over one trace; the JSON document
     summary.py     the rich summary table
@@ -20,6 +22,14 @@ from kvbudget.sim.metrics import Percentiles, PolicyMetrics
 from kvbudget.sim.policies import POLICIES, PolicyPlan, policy_plans
 from kvbudget.sim.replay import ReplayConfig, replay
 from kvbudget.sim.roofline import GpuRates, Roofline, gpu_rates, roofline_for
+from kvbudget.sim.shards import (
+    ROUTERS,
+    ShardResult,
+    merge_shards,
+    replay_shard,
+    route,
+    shard,
+)
 from kvbudget.sim.simulation import (
     SIM_SCHEMA_VERSION,
     SimulationResult,
@@ -30,6 +40,7 @@ from kvbudget.sim.trace import PrefixSynthesis, TraceRequest, default_trace_path
 
 __all__ = [
     "POLICIES",
+    "ROUTERS",
     "SIM_SCHEMA_VERSION",
     "AcceptanceModel",
     "GpuRates",
@@ -39,14 +50,19 @@ __all__ = [
     "PrefixSynthesis",
     "ReplayConfig",
     "Roofline",
+    "ShardResult",
     "SimulationResult",
     "TraceRequest",
     "default_trace_path",
     "engine_flags_for",
     "gpu_rates",
+    "merge_shards",
     "policy_plans",
     "read_trace",
     "replay",
+    "replay_shard",
     "roofline_for",
+    "route",
+    "shard",
     "simulate",
 ]

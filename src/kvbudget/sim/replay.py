@@ -17,6 +17,11 @@ The engine loop, one step at a time (a continuous-batching scheduler, vLLM-like)
     5. decoding requests commit 1 + accepted tokens (seeded acceptance draws); a request
          whose prefill completed emits its first token (TTFT); finished ones are freed
 
+The admission and preemption rules are :mod:`kvbudget.scheduling`'s, shared with the
+reference engine, with the simulator's settings (``admit_while_swapped=True``,
+``watermark=False``); steady decode steps take the fast path of
+:mod:`kvbudget.sim.fast_decode` (the same metrics).
+
 Token ids: a request's prompt is its prefix group's tokens (seeded per group, so equal
 groups give equal blocks) then two marker tokens that encode its index and a fixed filler
 (the hash chain makes every later block unique); output tokens are a fixed id. Real ids
@@ -37,6 +42,7 @@ Outputs longer than ``max_seq_len - prompt`` tokens are cut there (``truncated_o
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -44,15 +50,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvbudget.cache import RequestId, SpecDecodeCache
-from kvbudget.errors import InvalidArgumentError, InvalidCacheOperationError, OutOfBlocksError
+from kvbudget.cache.tokens import CheckedIds
+from kvbudget.errors import InvalidArgumentError, OutOfBlocksError
+from kvbudget.scheduling import BatchRules, Reserved, preempt, reserve_or_preempt
 from kvbudget.sim.acceptance import AcceptanceDraw, AcceptanceModel
+from kvbudget.sim.fast_decode import run_steady
 from kvbudget.sim.metrics import LatencyRecorder, Percentiles, PolicyMetrics, Series
 from kvbudget.sim.policies import PolicyPlan
 from kvbudget.sim.roofline import Roofline
 from kvbudget.sim.trace import TraceRequest
 
 # tokens of prefix-group ids kept between requests (each group holds at least 1,024);
-# a Python list holds about 36 bytes per id: 2^20 tokens is about 37 MiB (measured)
+# they are kept as int64 arrays, 8 bytes per id: 2^20 tokens are 8 MiB
 MAX_KEPT_PREFIX_TOKENS = 1 << 20
 
 PreemptChoice = Literal["auto", "swap", "recompute"]
@@ -66,7 +75,9 @@ class ReplayConfig:
     ``max_num_batched_tokens``: tokens per step (decode slots plus prefill chunks);
     ``preempt``: ``"auto"`` swaps when the plan has host blocks, else recomputes;
     ``sample_steps``: steps between reads of the cache's counters (series points and
-    host traffic); ``seed``: acceptance draws and prefix-group tokens.
+    host traffic); ``seed``: acceptance draws and prefix-group tokens; ``fast_forward``:
+    run steady decode steps in integers (:mod:`kvbudget.sim.fast_decode`, the same
+    metrics), False for the step-by-step loop alone (the reference it is tested against).
     """
 
     acceptance: AcceptanceModel
@@ -75,6 +86,7 @@ class ReplayConfig:
     sample_steps: int = 64
     max_series_points: int = 2048
     seed: int = 0
+    fast_forward: bool = True
 
     def __post_init__(self) -> None:
         if type(self.max_num_batched_tokens) is not int or self.max_num_batched_tokens < 1:
@@ -85,6 +97,8 @@ class ReplayConfig:
             raise InvalidArgumentError(
                 f"preempt must be auto, swap or recompute, got {self.preempt!r} (--preempt)"
             )
+        if type(self.fast_forward) is not bool:
+            raise InvalidArgumentError(f"fast_forward must be a bool, got {self.fast_forward!r}")
         if type(self.sample_steps) is not int or self.sample_steps < 1:
             raise InvalidArgumentError(
                 f"--sample-steps must be an int >= 1, got {self.sample_steps!r}"
@@ -119,6 +133,12 @@ class _Live:
         self.readmit: tuple[int, ...] | None = None  # verified tokens after a recompute
         self.active = False  # in the running list
 
+    @property
+    def admit_tokens(self) -> int:
+        """Tokens its next admission brings: the prompt, or the verified tokens after a
+        recompute."""
+        return self.req.prompt_tokens if self.readmit is None else len(self.readmit)
+
 
 class _Tokens:
     """Prompt token ids for the cache (see the module docstring). Internal, mutable.
@@ -135,39 +155,46 @@ class _Tokens:
         self._vocab = max(vocab_size, 3)
         self._seed = seed
         self._max_tokens = max_tokens
-        self._groups: OrderedDict[str, list[int]] = OrderedDict()  # oldest use first
+        self._groups: OrderedDict[str, CheckedIds] = OrderedDict()  # oldest use first
         self._kept_tokens = 0
-        self._filler: list[int] = []
+        self._filler = CheckedIds.of(())
 
-    def prompt(self, req: TraceRequest) -> list[int]:
+    def prompt(self, req: TraceRequest) -> CheckedIds:
+        """``req``'s prompt ids, joined from pieces checked once (the cache does not
+        read them again)."""
         v = self._vocab
-        head: list[int] = []
+        parts: list[CheckedIds] = []
+        head = 0
         if req.prefix_group is not None and req.prefix_tokens:
             group = self._groups.get(req.prefix_group)
             if group is None or len(group) < req.prefix_tokens:
                 group = self._group(req.prefix_group, req.prefix_tokens)
             else:
                 self._groups.move_to_end(req.prefix_group)
-            head = group[: req.prefix_tokens]
-        rest = req.prompt_tokens - len(head)
+            parts.append(group.slice(req.prefix_tokens))
+            head = req.prefix_tokens
+        rest = req.prompt_tokens - head
         i = req.index
-        marker = [1 + i % (v - 1), 1 + (i // (v - 1)) % (v - 1)][:rest]
+        marker = CheckedIds.of([1 + i % (v - 1), 1 + (i // (v - 1)) % (v - 1)][:rest])
         fill = rest - len(marker)
         if len(self._filler) < fill:
-            self._filler = [(k * 7919 + 13) % v for k in range(max(fill, 2 * len(self._filler)))]
-        return head + marker + self._filler[:fill]
+            size = max(fill, 2 * len(self._filler))
+            self._filler = CheckedIds.of([(k * 7919 + 13) % v for k in range(size)])
+        parts.append(marker)
+        parts.append(self._filler.slice(fill))
+        return CheckedIds.join(parts)
 
     def kept(self) -> tuple[int, int]:
         """Groups and tokens whose ids are kept now (tests)."""
         return len(self._groups), self._kept_tokens
 
-    def _group(self, name: str, length: int) -> list[int]:
+    def _group(self, name: str, length: int) -> CheckedIds:
         """Group ``name``'s first ``max(length, 1024)`` ids, drawn from its seed (the
         same ids whenever drawn), kept as the most recently used."""
         import random
 
         rng = random.Random(f"{self._seed}:{name}")
-        tokens = [rng.randrange(self._vocab) for _ in range(max(length, 1024))]
+        tokens = CheckedIds.of([rng.randrange(self._vocab) for _ in range(max(length, 1024))])
         old = self._groups.pop(name, None)
         self._kept_tokens += len(tokens) - (len(old) if old is not None else 0)
         self._groups[name] = tokens
@@ -213,6 +240,10 @@ class _Replay:
         self.step_slots = self.k + 1
         self.max_seq, self.max_batch = cap.max_seq_len, cap.max_batch_size
         self.gpu_blocks, self.host_blocks = cap.gpu_blocks, cap.host_blocks
+        # kvbudget.scheduling's rules, with the simulator's settings
+        self.rules = BatchRules(
+            max_batch_size=self.max_batch, admit_while_swapped=True, watermark=False
+        )
         self.swap_first = config.preempt == "swap" or (
             config.preempt == "auto" and self.host_blocks > 0
         )
@@ -228,6 +259,7 @@ class _Replay:
             )
         self.role = plan.managers[0].role
         self.step_time = roofline.stepper()
+        self.decode_terms = roofline.decode_terms()
         self.waiting: deque[_Live] = deque()
         self.swapped: deque[_Live] = deque()
         self.running: list[_Live] = []
@@ -253,6 +285,7 @@ class _Replay:
         step_time, slots = self.step_time, self.step_slots
         sample_steps, max_tokens = self.config.sample_steps, self.config.max_num_batched_tokens
         running, waiting, swapped = self.running, self.waiting, self.swapped
+        fast = self.config.fast_forward
         while True:
             if pending is not None and pending.arrival_s <= self.clock:
                 pending = arrive(pending, it)
@@ -260,6 +293,15 @@ class _Replay:
                 if pending is None:
                     break
                 self.clock = self.window_start = max(self.clock, pending.arrival_s)
+                continue
+            if (
+                fast
+                and not waiting
+                and not swapped
+                and run_steady(
+                    self, math.inf if pending is None else pending.arrival_s, progress, check_every
+                )
+            ):
                 continue
             self.preempted_now = False
             decoders, context = decode()
@@ -299,63 +341,50 @@ class _Replay:
         self.reasons[reason] = self.reasons.get(reason, 0) + 1
 
     def _reserve_decodes(self) -> tuple[list[_Live], int]:
-        """1. decode reservations, oldest first (victims are the newest): the decoding
-        requests and their summed context."""
+        """1. decode reservations, oldest first (victims are the newest,
+        :func:`kvbudget.scheduling.reserve_or_preempt`): the decoding requests and their
+        summed context."""
         decoders: list[_Live] = []
         context = 0
-        reserve, slots = self.cache.reserve, self.step_slots
-        for live in [r for r in self.running if not r.prefill_left]:
+        cache, running, reserve, slots = (
+            self.cache,
+            self.running,
+            self.cache.reserve,
+            self.step_slots,
+        )
+        for live in [r for r in running if not r.prefill_left]:
             if not live.active:
                 continue  # preempted earlier in this step
             try:
                 reserve(live.rid, slots)
             except OutOfBlocksError:
-                if not self._make_room(live):
+                done = reserve_or_preempt(cache, running, live, live.rid, slots, self._preempt)
+                if done is Reserved.ALONE:
+                    running.remove(live)
+                    live.active = False
+                    cache.free(live.rid)
+                    self._fail("outgrew_gpu")
+                if done is not Reserved.RESERVED:
                     continue
             decoders.append(live)
             context += live.context
         return decoders, context
 
-    def _make_room(self, live: _Live) -> bool:
-        """Preempt the newest running requests until ``live`` reserves; False when
-        ``live`` itself was preempted or dropped."""
-        running = self.running
-        while True:
-            victim = running[-1]
-            if victim is live and len(running) == 1:
-                running.remove(live)
-                live.active = False
-                self.cache.free(live.rid)
-                self._fail("outgrew_gpu")
-                return False
-            self._preempt(victim)
-            if victim is live:
-                return False
-            try:
-                self.cache.reserve(live.rid, self.step_slots)
-                return True
-            except OutOfBlocksError:
-                continue
-
     def _preempt(self, victim: _Live) -> None:
         """Swap ``victim`` out (when the plan has a host tier and it fits), else drop its
-        blocks for recompute."""
+        blocks for recompute (:func:`kvbudget.scheduling.preempt`)."""
         self.preempted_now = True
-        self.running.remove(victim)
-        victim.active = False
         if not victim.preempted:
             victim.preempted = True
             self.preempted_requests += 1
-        if self.swap_first:
-            try:
-                self.cache.preempt(victim.rid, mode="swap")
-            except (OutOfBlocksError, InvalidCacheOperationError):
-                pass
-            else:
-                self.swaps += 1
-                self.swapped.append(victim)
-                return
-        victim.readmit = self.cache.preempt(victim.rid, mode="recompute")
+        mode, tokens = preempt(self.cache, victim.rid, "swap" if self.swap_first else "recompute")
+        self.running.remove(victim)
+        victim.active = False
+        if mode == "swap":
+            self.swaps += 1
+            self.swapped.append(victim)
+            return
+        victim.readmit = tokens
         self.recomputes += 1
         victim.context = 0
         self.waiting.appendleft(victim)
@@ -363,8 +392,8 @@ class _Replay:
     def _resume_swapped(self) -> None:
         """2. swapped requests come back first, in a step that preempted none (else the
         request swapped out to make room would come straight back and out again)."""
-        swapped, running = self.swapped, self.running
-        while swapped and len(running) < self.max_batch and not self.preempted_now:
+        swapped, running, rules = self.swapped, self.running, self.rules
+        while swapped and rules.may_resume(running=len(running), preempted=self.preempted_now):
             live = swapped[0]
             try:
                 self.cache.resume(live.rid)
@@ -397,8 +426,18 @@ class _Replay:
             live.prefill_left -= chunk
             if not live.prefill_left:
                 prefilled.append(live)
-        waiting, running = self.waiting, self.running
-        while waiting and budget > 0 and len(running) < self.max_batch and not self.preempted_now:
+        waiting, running, swapped, rules = self.waiting, self.running, self.swapped, self.rules
+        while (
+            waiting
+            and budget > 0
+            and rules.may_admit(
+                running=len(running),
+                swapped=len(swapped),
+                preempted=self.preempted_now,
+                available_blocks=self.cache.available_gpu_blocks,
+                need_blocks=-(-waiting[0].admit_tokens // self.tpb),
+            )
+        ):
             live = waiting[0]
             ids = live.readmit if live.readmit is not None else self.tokens.prompt(live.req)
             try:
@@ -476,6 +515,12 @@ class _Replay:
                 self.latencies.ttft.append(clock - live.req.arrival_s)
                 if live.output <= 1:
                     finished.append(live)
+        self.retire(finished)
+
+    def retire(self, finished: list[_Live]) -> None:
+        """The end of a step: ``finished`` requests freed and counted (TPOT), the queue
+        maxima updated."""
+        clock = self.clock
         for live in finished:
             self.running.remove(live)
             self.cache.free(live.rid)

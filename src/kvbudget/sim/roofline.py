@@ -158,6 +158,26 @@ class Roofline:
             host_s = host_bytes / link
         return max(seconds, host_s)
 
+    def decode_terms(self) -> tuple[int, int, float, float, float, float | None]:
+        """``(W, S, B, f_d, f_c, P)``: the seconds of a step with ``d`` decoding requests
+        over ``c`` context tokens and no prefill are ``max((W + c x S) / B, (f_d x d +
+        f_c x c) / P)`` (``(W + c x S) / B`` when ``P`` is None), bit for bit what
+        :meth:`stepper` returns for ``(d, c, 0, 0, 0)`` (its zero terms add exact zeros):
+        for a loop that inlines the decode steps. Pure."""
+        k = self.draft_len
+        decode_kv = self.target_kv_bytes_per_token + k * self.draft_kv_bytes_per_token
+        decode_weights = self.target_weights_bytes + k * self.draft_weights_bytes
+        ft, fd = self.target_flops_per_token, self.draft_flops_per_token
+        at, ad = self.target_attention_flops, self.draft_attention_flops
+        return (
+            decode_weights,
+            decode_kv,
+            self.rates.hbm_bytes_per_s,
+            ft * (k + 1) + fd * k,
+            at * (k + 1) + ad * k,
+            self.rates.peak_flops_per_s,
+        )
+
     def stepper(self) -> Callable[[int, int, int, int, int], float]:
         """:meth:`step_seconds` without host traffic, as a function of positional
         ``(decoding, decode_context_tokens, prefill_tokens, prefill_attention_pairs,

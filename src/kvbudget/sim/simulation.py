@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,8 +32,17 @@ from kvbudget.sim.acceptance import AcceptanceModel
 from kvbudget.sim.engine_cache import cache_plan
 from kvbudget.sim.metrics import PolicyMetrics
 from kvbudget.sim.policies import POLICIES, PolicyPlan, policy_plans
-from kvbudget.sim.replay import ReplayConfig, replay
+from kvbudget.sim.replay import ReplayConfig
 from kvbudget.sim.roofline import Roofline, gpu_rates, roofline_for
+from kvbudget.sim.shards import (
+    Router,
+    ShardResult,
+    merge_shards,
+    replay_shard,
+    require_dp,
+    require_router,
+    shard,
+)
 from kvbudget.sim.trace import (
     PrefixSynthesis,
     TraceRequest,
@@ -62,6 +71,8 @@ class SimulationResult:
     policies: tuple[PolicyMetrics, ...]
     wall_s: dict[str, float]
     engine_flags: dict[str, dict[str, Any]]
+    dp: int = 1
+    dp_router: str = "round-robin"
 
     def policy(self, name: str) -> PolicyMetrics:
         """The metrics of policy ``name``; KeyError when it was not run."""
@@ -92,6 +103,7 @@ class SimulationResult:
                 "max_num_batched_tokens": self.config.max_num_batched_tokens,
                 "preempt": self.config.preempt,
                 "sample_steps": self.config.sample_steps,
+                **({"dp": self.dp, "dp_router": self.dp_router} if self.dp > 1 else {}),
             },
             "roofline": {
                 "gpu": r.rates.name,
@@ -132,6 +144,9 @@ def simulate(
     jobs: int = 1,
     engine_flags: Mapping[str, Mapping[str, Any]] | None = None,
     trace_name: str | None = None,
+    dp: int | None = None,
+    dp_router: str = "round-robin",
+    fast_forward: bool = True,
 ) -> SimulationResult:
     """Replay ``trace`` (default: the shipped Azure conversation trace) through each of
     ``policies``' variants of ``plan``: kvbudget's own cache, or under another engine
@@ -144,7 +159,11 @@ def simulate(
     FLOPs where ``gpu_flops.csv`` has none.
     ``progress(policy, requests_done)`` reports as replays go. ``jobs`` > 1 replays the
     policies in that many worker processes (the results are the same: every replay is
-    seeded and independent). ``engine_flags`` (from
+    seeded and independent). ``dp`` data-parallel replicas (default: the plan's
+    ``capacity.kv_groups``, its ``--dp``) each replay the requests ``dp_router`` sends
+    them through a cache of their own (:mod:`kvbudget.sim.shards`), ``jobs`` replicas at
+    a time; the policy's metrics are the replicas' merged. ``fast_forward=False`` runs the
+    step-by-step loop alone (the same metrics, slower). ``engine_flags`` (from
     :func:`engine_flags_for`) are carried into the result for the reports.
 
     Raises:
@@ -174,7 +193,10 @@ def simulate(
         preempt=preempt,  # type: ignore[arg-type]
         sample_steps=sample_steps,
         seed=seed,
+        fast_forward=fast_forward,
     )
+    replicas = require_dp(plan.capacity.kv_groups if dp is None else dp)
+    router = require_router(dp_router)
     synth = prefixes if prefixes is not None else PrefixSynthesis(seed=seed)
     source = trace if trace is not None else default_trace_path()
     label = trace_name or str(source)
@@ -184,7 +206,7 @@ def simulate(
         stream = _TraceStream(
             path=path, name=label, prefixes=synth, rate_scale=rate_scale, limit=limit
         )
-        done = _replay_all(variants, stream, roof, config, progress, jobs)
+        done = _replay_all(variants, stream, roof, config, progress, jobs, (replicas, router))
     results = [done[v.name][0] for v in variants]
     wall = {v.name: done[v.name][1] for v in variants}
     return SimulationResult(
@@ -198,6 +220,8 @@ def simulate(
         policies=tuple(results),
         wall_s=wall,
         engine_flags={k: dict(v) for k, v in (engine_flags or {}).items()},
+        dp=replicas,
+        dp_router=router,
     )
 
 
@@ -230,34 +254,51 @@ def _replay_all(
     config: ReplayConfig,
     progress: PolicyProgress | None,
     jobs: int,
+    dp: tuple[int, Router] = (1, "round-robin"),
 ) -> dict[str, tuple[PolicyMetrics, float]]:
-    """Each variant's metrics and replay seconds, by policy name, replayed in ``jobs``
-    processes."""
-    done: dict[str, tuple[PolicyMetrics, float]] = {}
-    if jobs > 1 and len(variants) > 1:
-        # one process per policy replay, each streaming the trace itself; progress is
-        # reported as each policy completes
+    """Each variant's metrics and replay seconds (summed over its replicas), by policy
+    name: one task per policy and replica, ``jobs`` processes at a time."""
+    replicas, router = dp
+    tasks = [(v, r) for v in variants for r in range(replicas)]
+    parts: dict[str, list[tuple[ShardResult, float]]] = {v.name: [] for v in variants}
+    if jobs > 1 and len(tasks) > 1:
+        # one process per task, each streaming the trace itself; progress is reported
+        # as each policy's replicas complete
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=min(jobs, len(variants))) as pool:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
             futures = {
-                pool.submit(_replay_one, variant, trace, roof, config, None): variant.name
-                for variant in variants
+                pool.submit(_replay_one, v, trace, roof, config, None, (r, replicas, router)): v
+                for v, r in tasks
             }
             for future in as_completed(futures):
-                metrics, seconds = future.result()
-                done[metrics.policy] = (metrics, seconds)
+                name = futures[future].name
+                parts[name].append(future.result())
                 if progress is not None:
-                    progress(metrics.policy, metrics.requests)
+                    progress(name, sum(s.metrics.requests for s, _ in parts[name]))
     else:
-        for variant in variants:
+        for variant, replica in tasks:
             report = None
             if progress is not None:
+                before = sum(s.metrics.requests for s, _ in parts[variant.name])
 
-                def report(count: int, name: str = variant.name) -> None:
-                    progress(name, count)
+                def report(count: int, name: str = variant.name, base: int = before) -> None:
+                    progress(name, base + count)
 
-            done[variant.name] = _replay_one(variant, trace, roof, config, report)
+            parts[variant.name].append(
+                _replay_one(variant, trace, roof, config, report, (replica, replicas, router))
+            )
+    done: dict[str, tuple[PolicyMetrics, float]] = {}
+    for name, shards in parts.items():
+        wall = sum(seconds for _, seconds in shards)
+        if replicas == 1:
+            done[name] = (shards[0][0].metrics, wall)
+            continue
+        note = (
+            f"{replicas} data-parallel replicas, requests routed {router}, each replayed "
+            "through its own cache; max_waiting/max_running, blocks and series per replica"
+        )
+        done[name] = (merge_shards([s for s, _ in shards], notes=(note,)), wall)
     return done
 
 
@@ -274,13 +315,18 @@ def _replay_one(
     roof: Roofline,
     config: ReplayConfig,
     progress: Callable[[int], None] | None,
-) -> tuple[PolicyMetrics, float]:
-    """One policy's replay over a fresh stream of the trace, and its wall seconds (a
-    module-level function, so that a worker process can run it)."""
-    requests = trace.requests()
+    replica: tuple[int, int, Router] = (0, 1, "round-robin"),
+) -> tuple[ShardResult, float]:
+    """One policy's replay of one replica (``(index, replicas, router)``) over a fresh
+    stream of the trace, and its wall seconds (a module-level function, so that a worker
+    process can run it)."""
+    index, replicas, router = replica
+    requests: Iterable[TraceRequest] = trace.requests()
+    if replicas > 1:
+        requests = shard(requests, replicas, router, index)
     start = time.perf_counter()
-    metrics = replay(variant, requests, roof, config, progress=progress)
-    return metrics, time.perf_counter() - start
+    result = replay_shard(variant, requests, roof, config, replica=index, progress=progress)
+    return result, time.perf_counter() - start
 
 
 def engine_flags_for(deployment: Deployment) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,107 @@
+"""Many decode steps of running requests, with the cache touched only where blocks change.
+
+A decode step of one request is ``reserve(k)`` then ``commit(accepted)``. Most steps
+change nothing the cache shares between requests: the reservation fits the blocks the
+request holds and the commit fills no block. Only three things are shared: a
+reservation that needs a new block (taken from the free list, else the least recently
+used cached block is evicted, and offloaded to the host tier when there is one), a
+commit that leaves a reserved block unused (released to the free list), and a commit
+that fills a block (its hash registered, which may hand a cached twin's hash over). A
+:class:`DecodeRun` lets a caller that counts tokens itself (a simulator) do only those,
+in the order the step-by-step loop would:
+
+* :meth:`DecodeRun.take` where the step's reservation needs ``count`` new blocks;
+* :meth:`DecodeRun.settle` after a commit that took or filled a block (and, for every
+  request, before anything else uses the cache): the request's verified tokens become
+  ``tokens`` (the fixed ``token_id`` appended), newly full blocks are hashed, blocks past
+  ``ceil(tokens / tokens_per_block)`` are released tail first.
+
+Between those calls the cache holds fewer tokens than the caller counts; only block ids
+can differ from the step-by-step loop's (a free block taken and released again in the
+same step is the same free list; ids are labels), so counts, hashes, hits, evictions and
+host traffic are the same. Only kv blocks are handled: :meth:`SpecDecodeCache.decode_run
+<kvbudget.cache.SpecDecodeCache.decode_run>` returns None for a cache with window or
+state pools or real storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvbudget.cache.block_pool import BlockPool
+    from kvbudget.cache.kv_tiers import KvTiers
+    from kvbudget.cache.manager import RoleManager
+    from kvbudget.cache.request import Request
+    from kvbudget.cache.spec_decode_cache import SpecDecodeCache
+
+NEVER = 1 << 62  # a token count no request reaches: no block left to hash
+
+
+class DecodeRun:
+    """Decode steps of ``requests`` (running, no lookahead held, each holding
+    ``ceil(tokens / tokens_per_block)`` blocks); see the module docstring. Mutable;
+    made by :meth:`SpecDecodeCache.decode_run`, used until the next other cache call."""
+
+    __slots__ = ("_cache", "_gpu", "_kv", "_requests", "_token", "blocks", "hash_at", "tokens")
+
+    def __init__(
+        self,
+        cache: SpecDecodeCache,
+        kv: KvTiers,
+        requests: list[Request[RoleManager]],
+        token_id: int,
+        hash_at: list[int],
+    ) -> None:
+        self._cache = cache
+        self._kv = kv
+        self._gpu: BlockPool = kv.gpu
+        self._requests = requests
+        self._token = token_id
+        #: verified tokens the cache holds for each request (the caller may count more)
+        self.tokens = [len(r.tokens) for r in requests]
+        #: kv blocks each request holds
+        self.blocks = [len(r.table) for r in requests]
+        #: the verified tokens at which each request's next block is hashed
+        self.hash_at = hash_at
+
+    def available(self) -> int:
+        """GPU blocks a reservation may take now: free plus evictable."""
+        return self._gpu.num_available
+
+    def free(self) -> int:
+        """GPU blocks with no owner and no hash: a reservation takes these first, and a
+        block taken from them and released in the same step leaves them as they were
+        (the caller may then skip both)."""
+        return self._gpu.num_free
+
+    def take(self, index: int, count: int) -> None:
+        """Request ``index`` reserves ``count`` new blocks (free first, then the least
+        recently used cached ones, offloaded to the host tier when it has one).
+        Precondition: ``count <= available()``."""
+        self._kv.take_gpu(self._requests[index].table, count)
+        self.blocks[index] += count
+
+    def close(self, tokens: Sequence[int]) -> None:
+        """The end of the run: every request ``i`` has ``tokens[i]`` verified tokens, none
+        past its ``hash_at`` and no block taken since its last :meth:`settle` (so only
+        tokens are missing); the cache is whole again."""
+        token = self._token
+        for req, have, want in zip(self._requests, self.tokens, tokens, strict=True):
+            if want != have:
+                req.tokens.extend([token] * (want - have))
+        self.tokens = list(tokens)
+
+    def settle(self, index: int, tokens: int) -> None:
+        """Request ``index`` has ``tokens`` verified tokens (at least what it had): the
+        missing ones are appended, full blocks hashed, unused blocks released; updates
+        ``tokens``, ``blocks`` and ``hash_at`` at ``index``."""
+        req = self._requests[index]
+        add = tokens - len(req.tokens)
+        if add:
+            req.tokens.extend([self._token] * add)
+        self._cache._settle(req)
+        self.tokens[index] = tokens
+        self.blocks[index] = len(req.table)
+        self.hash_at[index] = self._cache._hash_at(req)

@@ -1,0 +1,49 @@
+"""SpecDecodeCache.decode_run: decode steps with the cache touched only where blocks
+change (the simulator's fast path) leave the cache as reserve + commit do."""
+
+from __future__ import annotations
+
+import pytest
+from test_scheduling import cache_of
+from test_sim_replay import TPB
+
+from kvbudget.cache import RequestId
+
+
+def test_a_decode_run_matches_reserve_and_commit() -> None:
+    """Four decode steps of 3 tokens each through a DecodeRun leave the cache as
+    reserve(4) + commit(3) four times do (block counts, hashes, stats)."""
+    stepwise, lazy = cache_of(6), cache_of(6)
+    rid = RequestId("r0")
+    for cache in (stepwise, lazy):
+        cache.admit(rid, list(range(1, 15)))  # 14 tokens: one block
+    for _ in range(4):
+        stepwise.reserve(rid, 4)
+        stepwise.commit(rid, [1, 1, 1])
+    run = lazy.decode_run([rid], 1)
+    assert run is not None and run.hash_at == [TPB + 1]  # EAGLE3: hashed with the next token
+    tokens = 14
+    for _ in range(4):  # the caller's part: take where the reservation crosses a block
+        if tokens + 4 > run.blocks[0] * TPB:
+            run.take(0, 1)
+        tokens += 3
+        run.settle(0, tokens)
+    run.close([tokens])
+    lazy.check_invariants()
+    assert lazy.num_tokens(rid) == stepwise.num_tokens(rid) == 26
+    assert lazy.stats() == stepwise.stats()
+
+
+def test_a_decode_run_needs_running_requests_without_lookahead() -> None:
+    from kvbudget.errors import InvalidCacheOperationError
+
+    cache = cache_of(4, host_blocks=4)
+    a, b = RequestId("a"), RequestId("b")
+    cache.admit(a, [1] * 20)
+    cache.admit(b, [2] * 20)
+    cache.reserve(a, 2)
+    with pytest.raises(InvalidCacheOperationError, match="reserved"):
+        cache.decode_run([a], 1)
+    cache.preempt(b, mode="swap")
+    with pytest.raises(InvalidCacheOperationError, match="swapped out"):
+        cache.decode_run([b], 1)
