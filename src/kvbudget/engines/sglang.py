@@ -362,6 +362,8 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
         warnings=tuple(warnings),
         detail={
             "max_total_num_tokens": full,
+            "max_running_requests": _max_running_requests(d, full),
+            "weights_bytes": ledger.max_weights_bytes,
             "swa_tokens": swa if lay.swa_layers else None,
             "swa_full_tokens_ratio": chosen.ratio,
             "draft_tokens": full if lay.draft and not lay.packed_draft else None,
@@ -375,6 +377,15 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
             "hicache_size_gb": gb,
         },
     )
+
+
+def _max_running_requests(d: Deployment, full: int) -> int:
+    """Running requests per DP worker (``KVCacheConfigurator.resolve_max_num_reqs``):
+    ``--max-running-requests`` divided by the attention-DP size, at least 1, capped at
+    half the pool's tokens."""
+    attn_dp = d.parallel.dp if d.parallel.dp_attention else 1
+    per_worker = max(1, d.max_batch_size // attn_dp)
+    return min(per_worker, full // 2)
 
 
 def _log(d: Deployment, lay: Layout, chosen: SglangPlan, host: Pools | None) -> tuple[str, ...]:
