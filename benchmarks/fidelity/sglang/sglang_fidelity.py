@@ -21,9 +21,9 @@ are kvbudget's shipped presets (``src/kvbudget/data/models``).
 Stubs (``_sglang_stubs.py``): triton and torchvision stand-ins, the platform of an H200,
 the meta device's streams, and per case the free-GPU-memory query and the WORLD group.
 The free memory is an H200's (``gpu_memory_bytes`` of kvbudget's GPU table) less
-``--pre-load-gib`` GiB already in use before the weights load (default: kvbudget's
-``--pre-load-bytes`` default, what its emitted ``--mem-fraction-static`` allows for),
-less the weights kvbudget counts (target + draft, this rank).
+``--pre-load-gib`` GiB already in use before the weights load (default: what the plan's
+``--mem-fraction-static`` allows for, ``detail["pre_load_bytes"]``, kvbudget's
+``--pre-load-bytes``), less the weights kvbudget counts (target + draft, this rank).
 
 Compared per case: ``refused`` (SGLang raising while parsing, resolving or sizing;
 kvbudget raising InfeasibleBudgetError), ``max_total_num_tokens``,
@@ -86,8 +86,7 @@ class Case:
     def id(self) -> str:
         host = f"host{self.host_gb}" if self.host_gb else "nohost"
         return (
-            f"{self.target} {self.spec} {self.budget_gib}GiB {self.kv_dtype} {host} "
-            f"{self.layout}"
+            f"{self.target} {self.spec} {self.budget_gib}GiB {self.kv_dtype} {host} {self.layout}"
         )
 
     def parallel(self) -> dict[str, Any]:
@@ -188,6 +187,7 @@ class KbSide:
     command: str | None = None
     weights_bytes: int | None = None
     gpu_memory_bytes: int | None = None
+    pre_load_bytes: int = 0
     error: str | None = None
 
 
@@ -209,7 +209,7 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
         )
     except kb.InfeasibleBudgetError as exc:
         return KbSide(values={"refused": f"InfeasibleBudgetError: {_one_line(exc)}"})
-    except Exception as exc:  # noqa: BLE001 -- reported, the case is not compared
+    except Exception as exc:
         return KbSide(error=f"{type(exc).__name__}: {_one_line(exc)}")
     detail = p.to_dict()["engine"]["detail"]
     pools = p.engine.pools
@@ -227,6 +227,7 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
         command=emit(p),
         weights_bytes=detail.get("weights_bytes"),
         gpu_memory_bytes=p.budget.gpu_memory_bytes,
+        pre_load_bytes=detail.get("pre_load_bytes") or 0,
     )
 
 
@@ -354,8 +355,9 @@ def _configurator(sa: Any, mc: Any, *, draft: bool, target: Any = None) -> Any:
     )
 
 
-def sglang_side(kb: KbSide, pre_load_bytes: int) -> dict[str, Any]:
-    """What SGLang's own code makes of kvbudget's emitted command."""
+def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
+    """What SGLang's own code makes of kvbudget's emitted command, on a GPU where
+    ``pre_load_bytes`` (default: kvbudget's allowance) are in use before weights load."""
     import sglang.srt.mem_cache.kv_cache_configurator as kcc
     from sglang.srt import runtime_context as rc
     from sglang.srt.configs.model_config import ModelConfig
@@ -363,6 +365,8 @@ def sglang_side(kb: KbSide, pre_load_bytes: int) -> dict[str, Any]:
 
     assert kb.command is not None and kb.gpu_memory_bytes is not None
     env, argv = _command_argv(kb.command)
+    if pre_load_bytes is None:
+        pre_load_bytes = kb.pre_load_bytes
     saved_env = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -428,8 +432,10 @@ def compare(kb: dict[str, Any], sg: dict[str, Any]) -> list[tuple[str, Any, Any,
     return rows
 
 
-def run(cases: list[Case], engine: str, pre_load_bytes: int, tsv: str | None, verbose: bool) -> int:
-    agree = differ = skipped = 0
+def run(
+    cases: list[Case], engine: str, pre_load_bytes: int | None, tsv: str | None, verbose: bool
+) -> int:
+    agree = differ = skipped = refused = 0
     reasons: dict[str, int] = {}
     out = open(tsv, "w", encoding="utf-8") if tsv else None  # noqa: SIM115
     if out:
@@ -442,13 +448,14 @@ def run(cases: list[Case], engine: str, pre_load_bytes: int, tsv: str | None, ve
             reasons[reason] = reasons.get(reason, 0) + 1
             print(f"{case.id}: n/a (kvbudget: {kb.error})")
             continue
-        if kb.command is None:  # kvbudget refuses: nothing emitted to run
-            sg = {"refused": "(not run: kvbudget emits no command)"}
-            rows = [("refused", kb.values["refused"], sg["refused"], False)]
+        if kb.command is None:  # kvbudget refuses the budget: nothing emitted to run
+            refused += 1
+            print(f"{case.id}: refused by kvbudget, not run ({kb.values['refused'][:160]})")
+            continue
         else:
             try:
                 sg = sglang_side(kb, pre_load_bytes)
-            except Exception as exc:  # noqa: BLE001 -- a harness failure is a difference
+            except Exception as exc:
                 if verbose:
                     traceback.print_exc()
                 sg = {"refused": f"harness: {type(exc).__name__}: {_one_line(exc)}"}
@@ -466,8 +473,9 @@ def run(cases: list[Case], engine: str, pre_load_bytes: int, tsv: str | None, ve
         out.close()
     why = "; ".join(f"{n} x {r}" for r, n in sorted(reasons.items()))
     print(
-        f"{len(cases)} cases, {agree} agree, {differ} differ ({skipped} not planned by "
-        f"kvbudget for SGLang{': ' + why if why else ''})"
+        f"{len(cases)} cases, {agree} agree, {differ} differ ({refused} refused by kvbudget "
+        f"for the budget, nothing to run; {skipped} not planned by kvbudget for SGLang"
+        f"{': ' + why if why else ''})"
     )
     return 1 if differ else 0
 
@@ -492,12 +500,13 @@ def main(argv: list[str] | None = None) -> int:
     cases = all_cases() if args.cases == "all" else quick_cases()
     for text in args.match:
         cases = [c for c in cases if text in c.id]
-    pre_load = int((args.pre_load_gib or 0) * GiB)
+    pre_load = None if args.pre_load_gib is None else int(args.pre_load_gib * GiB)
     import sglang
 
+    use = "kvbudget's allowance" if pre_load is None else f"{pre_load} B"
     print(
         f"SGLang {sglang.__version__}: {len(cases)} cases, kvbudget --engine "
-        f"{args.engine}, {pre_load} B in use before weights load",
+        f"{args.engine}, GPU memory in use before weights load: {use}",
         flush=True,
     )
     return run(cases, args.engine, pre_load, args.tsv, args.verbose)
