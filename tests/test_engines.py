@@ -560,3 +560,26 @@ def test_cli_takes_pre_load_bytes() -> None:
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert flag(result.stdout, "--mem-fraction-static") == "0.168"
+
+
+def test_sglang_sliding_pool_never_outgrows_the_full_pool() -> None:
+    # Llama-4-Scout TP8 bf16: 1 KV head of 128 per rank, 512 B per layer and token; 12
+    # full layers (6,144 B) and 36 chunked ones (18,432 B). 256 requests' 8,192-token
+    # chunks need more sliding tokens than 8 GiB leaves full ones, and SGLang refuses
+    # --swa-full-tokens-ratio above 1 (arg_groups/kv_cache_hook.py, 0.5.23 wheel:
+    # "--swa-full-tokens-ratio should be in range (0, 1.0]"): ratio 1, both pools
+    # 8,589,934,592 // 24,576 = 349,525 -> (349,525 - 32) // 32 x 32 = 349,472 tokens
+    p = make(
+        "sglang",
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        spec="none",
+        kv_budget="8GiB",
+        tp=8,
+        tokens_per_block=32,
+        max_seq_len=None,
+    )
+    e = predicted(p)
+    assert e["swa_full_tokens_ratio"] == 1.0
+    assert e["max_total_num_tokens"] == e["swa_tokens"] == 349_472
+    assert e["device_bytes"] == (349_472 + 32) * 24_576
+    assert any("--swa-full-tokens-ratio at its maximum" in w for w in p.warnings)

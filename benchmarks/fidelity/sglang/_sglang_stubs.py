@@ -15,7 +15,8 @@ not have, or a package the sizing code only imports:
   resolved to SGLang's ``CudaSRTPlatform`` (``platforms/__init__.py``
   ``_resolve_platform``) with ``torch.cuda.is_available`` answering yes only while it
   resolves; ``torch.cuda.get_device_name`` / ``get_device_capability`` answer "NVIDIA
-  H200" / (9, 0) (the DSA hook asks torch directly).
+  H200" / (9, 0) (the DSA hook asks torch directly), and so does SGLang's own
+  ``get_device_capability`` (which asks ``torch.cuda.is_available()`` first).
 * **the meta device module**: SGLang's pools ask ``torch.get_device_module(device)`` for
   streams; pools are built on ``meta`` (shapes, no memory), whose module is no-op streams.
 * the free-GPU-memory query, the WORLD group: per case in ``sglang_fidelity.py``.
@@ -148,6 +149,7 @@ def install() -> Any:
     plat = _cuda_platform()
     register_mxfp4()
     skip_warmups()
+    h200_device_capability()
     return plat
 
 
@@ -174,3 +176,23 @@ def skip_warmups() -> None:
             for name in ("_init_kv_copy_and_warmup", "_warmup_fused_copy_slot_kernel"):
                 if name in vars(klass):
                     setattr(klass, name, lambda self: None)
+
+
+def h200_device_capability() -> None:
+    """``utils/common.py`` ``get_device_capability`` asks ``torch.cuda.is_available()``
+    itself (not the platform facts), e.g. for GPTQ's Marlin conversion
+    (``layers/quantization/marlin_utils.py``): it answers (9, 0) in every module that
+    imported it."""
+    import sglang.srt.configs.model_config  # noqa: F401 -- load the importers first
+    import sglang.srt.layers.quantization  # noqa: F401
+    from sglang.srt.utils import common
+
+    original = common.get_device_capability
+
+    def capability(device_id: int = 0) -> tuple[int, int]:
+        del device_id
+        return (9, 0)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "get_device_capability", None) is original:
+            module.get_device_capability = capability  # type: ignore[attr-defined]

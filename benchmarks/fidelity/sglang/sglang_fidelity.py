@@ -19,7 +19,9 @@ target's ``MemoryPoolConfig``, request pool and allocator), as
 are kvbudget's shipped presets (``src/kvbudget/data/models``).
 
 Stubs (``_sglang_stubs.py``): triton and torchvision stand-ins, the platform of an H200,
-the meta device's streams, and per case the free-GPU-memory query and the WORLD group.
+the meta device's streams, the Triton copy-kernel warm-ups, gpt-oss's ``mxfp4``
+registration, and per case the free-GPU-memory query (and the ``gc.collect`` before it),
+and the WORLD group.
 The free memory is an H200's (``gpu_memory_bytes`` of kvbudget's GPU table) less
 ``--pre-load-gib`` GiB already in use before the weights load (default: what the plan's
 ``--mem-fraction-static`` allows for, ``detail["pre_load_bytes"]``, kvbudget's
@@ -373,6 +375,9 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
         pre_load_gib = (kb.gpu_memory_bytes - pre_load_bytes) / GiB
         free_gib = pre_load_gib - (kb.weights_bytes or 0) / GiB
         kcc.get_available_gpu_memory = lambda *a, **k: free_gib
+        # the profile's gc.collect() before it measures frees nothing the stubbed query
+        # sees, and takes most of a case's time
+        kcc.gc = types.SimpleNamespace(collect=lambda: 0)
         try:
             sa = prepare_server_args(argv)
             sa.resolve_once()

@@ -311,10 +311,16 @@ def plan_stage(d: Deployment, stage: int, budget: int) -> SglangPlan:
     fixed = (swa + page) * lay.swa if lay.swa_layers else 0
     slope = lay.full + lay.draft
     full = ((budget - fixed) // slope - page) // page * page if slope else 0
+    if lay.swa_layers and full < swa:
+        # the sliding pool cannot outgrow the full pool (ratio at most 1): both pools
+        # get the same tokens, fewer requests' windows than max_batch_size
+        full = (budget // (slope + lay.swa) - page) // page * page
     ratio = None
     while full > 0:
         if lay.swa_layers:
-            ratio = _ratio_for(swa, full)
+            # --swa-full-tokens-ratio must be in (0, 1] (ServerArgs resolution refuses
+            # more): a sliding pool never outgrows the full pool
+            ratio = min(_ratio_for(swa, full), 1.0)
             swa_got = int(full * ratio) // page * page
         else:
             swa_got = 0
@@ -409,6 +415,12 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
             f"SGLang refuses --context-length {d.max_seq_len:,} for a draft trained on "
             f"{draft_context:,} positions unless {ALLOW_LONGER_CONTEXT_ENV}=1, which the "
             "command sets (configs/model_config.py _derive_context_length)"
+        )
+    if lay.swa_layers and swa < _swa_tokens_needed(lay, d):
+        warnings.append(
+            f"SGLang's sliding pool ({swa} tokens, --swa-full-tokens-ratio at its maximum "
+            f"1) is smaller than the {_swa_tokens_needed(lay, d)} tokens "
+            f"{d.max_batch_size} running requests' windows take; fewer run at once"
         )
     if sequences < d.max_batch_size:
         warnings.append(
