@@ -196,3 +196,31 @@ def h200_device_capability() -> None:
     for module in list(sys.modules.values()):
         if getattr(module, "get_device_capability", None) is original:
             module.get_device_capability = capability  # type: ignore[attr-defined]
+
+
+def record_host_pools() -> list[tuple[str, int, int]]:
+    """HiCache's host pools book their buffers instead of pinning host memory of their
+    whole size: ``pool_host/base.py`` ``HostKVCache._allocate_host_buffer`` appends
+    ``(pool_label, tokens, bytes per token)`` to the list returned and builds the buffers
+    (``init_kv_buffer``) on the meta device (``pool_host/common.py`` ``ALLOC_MEMORY_FUNCS``);
+    every size computation before it (``HostKVCache.__init__``) runs as SGLang wrote it.
+    The check of this machine's free host memory is skipped (the deployment's host is
+    not this one)."""
+    from sglang.srt.mem_cache.pool_host import common as host_common
+    from sglang.srt.mem_cache.pool_host.base import HostKVCache
+
+    def meta_alloc(dims: Any, dtype: Any, **kwargs: Any) -> Any:
+        del kwargs
+        return torch.empty(dims, dtype=dtype, device="meta")
+
+    host_common.ALLOC_MEMORY_FUNCS.clear()
+    host_common.ALLOC_MEMORY_FUNCS.default_factory = lambda: meta_alloc
+    booked: list[tuple[str, int, int]] = []
+
+    def book(self: Any) -> None:
+        booked.append((self.pool_label, self.size, self.size_per_token))
+        self.kv_buffer = self.init_kv_buffer()
+        self.fd = None
+
+    HostKVCache._allocate_host_buffer = book
+    return booked

@@ -30,9 +30,11 @@ The free memory is an H200's (``gpu_memory_bytes`` of kvbudget's GPU table) less
 Compared per case: ``refused`` (SGLang raising while parsing, resolving or sizing;
 kvbudget raising InfeasibleBudgetError), ``max_total_num_tokens``,
 ``max_running_requests`` (per DP worker), ``swa_tokens``, ``target_pool_bytes`` and
-``draft_pool_bytes`` (every buffer of the device pools). Host pools are not built
-(HiCache's host pools allocate pinned host memory of their full size): host cases are
-run on the device side only. Exit 1 on any difference.
+``draft_pool_bytes`` (every buffer of the device pools), and with ``--hicache-size``
+the host pools SGLang's HiCache assembler builds for those device pools
+(``host_side``): ``host_tokens``, ``host_swa_tokens``, ``host_draft_tokens`` and
+``host_bytes`` (the pools book their buffers instead of pinning them). Exit 1 on any
+difference.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ sys.path.insert(0, str(HERE))
 import _sglang_stubs  # noqa: E402
 
 PLATFORM = _sglang_stubs.install()
+HOST_BOOKINGS = _sglang_stubs.record_host_pools()
 
 GiB = 1 << 30
 BUDGETS_GIB = (8, 40)
@@ -71,6 +74,10 @@ COMPARED = (
     "swa_tokens",
     "target_pool_bytes",
     "draft_pool_bytes",
+    "host_tokens",
+    "host_swa_tokens",
+    "host_draft_tokens",
+    "host_bytes",
 )
 
 
@@ -223,6 +230,10 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
         "target_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and x.role == "target"),
         "draft_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and x.role == "draft")
         or None,
+        "host_tokens": detail.get("host_tokens") or None,
+        "host_swa_tokens": detail.get("host_swa_tokens") or None,
+        "host_draft_tokens": detail.get("host_draft_tokens") or None,
+        "host_bytes": detail.get("host_bytes") or None,
     }
     return KbSide(
         values=values,
@@ -357,6 +368,62 @@ def _configurator(sa: Any, mc: Any, *, draft: bool, target: Any = None) -> Any:
     )
 
 
+def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str, Any]:
+    """The host pools HiCache builds for the device pools (``hybrid_pool_assembler.py``):
+    ``build_kv_only_group`` (MTP draft layers packed, as ``_can_pack_hicache_mtp`` decides
+    for NEXTN), or ``_split_hicache_size`` + ``build_hybrid_swa_group`` for a sliding
+    hybrid, then ``build_full_draft_pools`` for a sidecar draft."""
+    from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as asm
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+    from sglang.srt.runtime_context import get_memory, get_schedule
+
+    page = get_schedule().page_size
+    HOST_BOOKINGS.clear()
+    pool = target.token_to_kv_pool
+    mtp = (draft.token_to_kv_pool,) if packed and draft is not None else ()
+    if isinstance(pool, SWAKVPool):
+        full_map, swa_map = asm._swa_layer_mappings(pool)
+        kv_size, swa_size = asm._split_hicache_size(
+            get_memory().hicache_size, (pool.full_kv_pool, pool.swa_kv_pool)
+        )
+        group = asm.build_hybrid_swa_group(
+            page_size=page,
+            full_kv_pool=pool.full_kv_pool,
+            swa_kv_pool=pool.swa_kv_pool,
+            full_layer_mapping=full_map,
+            swa_layer_mapping=swa_map,
+            use_mla=use_mla,
+            kv_host_size=kv_size,
+            swa_host_size=swa_size,
+        )
+        layers = max(full_map.keys() | swa_map.keys()) + 1
+    else:
+        layers = pool.layer_num
+        group = asm.build_kv_only_group(
+            page_size=page,
+            kv_pool=pool,
+            full_layer_mapping={i: i for i in range(layers)},
+            use_mla=use_mla,
+            mtp_draft_device_pools=mtp,
+        )
+    if draft is not None and not packed:
+        tree = types.SimpleNamespace(
+            cache_controller=types.SimpleNamespace(
+                mem_pool_host=group,
+                transfer_layer_id_max=layers + len(mtp),
+                page_size=page,
+            )
+        )
+        asm.build_full_draft_pools(draft_kv_pool=draft.token_to_kv_pool, tree_cache=tree)
+    booked = {label: tokens for label, tokens, _ in HOST_BOOKINGS}
+    return {
+        "host_tokens": booked.get("kv"),
+        "host_swa_tokens": booked.get("swa"),
+        "host_draft_tokens": booked.get("draft"),
+        "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS),
+    }
+
+
 def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
     """What SGLang's own code makes of kvbudget's emitted command, on a GPU where
     ``pre_load_bytes`` (default: kvbudget's allowance) are in use before weights load."""
@@ -389,7 +456,7 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
             result = _configurator(sa, mc, draft=False).configure(
                 pre_model_load_memory=pre_load_gib
             )
-            draft_bytes = None
+            draft_bytes = draft = None
             draft_path = rc.get_spec().speculative_draft_model_path
             if draft_path:
                 dmc = ModelConfig.from_server_args(sa, model_path=draft_path, is_draft_model=True)
@@ -397,6 +464,12 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
                     pre_model_load_memory=pre_load_gib
                 )
                 draft_bytes = _tensor_bytes(draft.token_to_kv_pool, set())
+            host: dict[str, Any] = {}
+            if rc.get_memory().enable_hierarchical_cache:
+                from sglang.srt.configs.model_config import AttentionArch
+
+                packed = draft is not None and bool(dmc.num_nextn_predict_layers)
+                host = host_side(result, draft, mc.attention_arch == AttentionArch.MLA, packed)
         except (ValueError, RuntimeError, AssertionError) as exc:
             if os.environ.get("SGLANG_FIDELITY_TRACE"):
                 traceback.print_exc()
@@ -414,6 +487,10 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
         "swa_tokens": result.swa_max_total_num_tokens if mc.is_hybrid_swa else None,
         "target_pool_bytes": _tensor_bytes(result.token_to_kv_pool, set()),
         "draft_pool_bytes": draft_bytes,
+        "host_tokens": host.get("host_tokens"),
+        "host_swa_tokens": host.get("host_swa_tokens"),
+        "host_draft_tokens": host.get("host_draft_tokens"),
+        "host_bytes": host.get("host_bytes"),
     }
 
 
