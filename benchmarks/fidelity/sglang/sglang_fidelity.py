@@ -417,7 +417,8 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
         asm.build_full_draft_pools(draft_kv_pool=draft.token_to_kv_pool, tree_cache=tree)
     booked = {label: tokens for label, tokens, _ in HOST_BOOKINGS}
     return {
-        "host_tokens": booked.get("kv"),
+        # the anchor pool: "kv" (build_kv_host_pool), "full" in a sliding hybrid's group
+        "host_tokens": booked.get("kv", booked.get("full")),
         "host_swa_tokens": booked.get("swa"),
         "host_draft_tokens": booked.get("draft"),
         "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS),
