@@ -218,7 +218,7 @@ def plan_command(
         typer.Option(
             metavar="BYTES",
             help="GPU memory in use before the weights load (CUDA context, NCCL), which "
-            "--emit sglang's --mem-fraction-static allows for (default: 2.5GiB).",
+            "SGLang's computed --mem-fraction-static allows for (default: 2.5GiB).",
         ),
     ] = None,
     kv_dtype: Annotated[
