@@ -183,6 +183,7 @@ def h200_device_capability() -> None:
     itself (not the platform facts), e.g. for GPTQ's Marlin conversion
     (``layers/quantization/marlin_utils.py``): it answers (9, 0) in every module that
     imported it."""
+    # load the modules that import get_device_capability before rebinding it
     import sglang.srt.configs.model_config
     import sglang.srt.layers.quantization  # noqa: F401
     from sglang.srt.utils import common
