@@ -473,3 +473,118 @@ def test_a_local_config_folder_is_launched_by_its_full_path(tmp_path: Any) -> No
     assert f"vllm serve '{folder.resolve()}'" in kvbudget.emit(p, "vllm")
     assert f"--model-path '{folder.resolve()}'" in kvbudget.emit(planned("sglang"), "sglang")
     assert json.loads(p.to_json())["target_path"] == str(folder.resolve())
+
+
+# ------------------------------------------------ SGLang 0.5.23 vs main, start-up checks
+
+
+def test_sglang_default_is_the_0_5_23_wheel_and_main_is_registered() -> None:
+    from kvbudget.engines import get_engine_model
+
+    assert get_engine_model("sglang").version == "0.5.23"
+    assert get_engine_model("sglang@0.5.23") is get_engine_model("sglang")
+    main = get_engine_model("sglang@main@003fca80")
+    assert not main.default and main.source.ref.startswith("003fca80")
+
+
+@pytest.mark.parametrize(
+    ("engine", "draft_tokens"), [("sglang", 68672), ("sglang@main@003fca80", 68704)]
+)
+def test_sglang_sidecar_draft_host_pool_by_version(engine: str, draft_tokens: int) -> None:
+    # Llama-3.1-8B bf16 TP1: 32 layers x 2 x 8 heads x 128 x 2 B = 131,072 B/token; the
+    # EAGLE3 head: 1 layer, 4,096 B/token. --hicache-size 9 (10 would pin more than
+    # 10 GB): int(9e9 // 131,072) = 68,664 -> (68,664 // 32 + 1) x 32 = 68,672 host tokens
+    # (pool_host/base.py HostKVCache). The sidecar: 0.5.23's build_full_draft_pools gives
+    # it the host group's logical size, 68,672 (run by the fidelity harness, wheel
+    # sglang-0.5.23); main@003fca80's HostKVCache gives it one page more, 68,704.
+    p = make(engine, host_budget=10**10, kv_budget="8GiB", max_seq_len=2048, tokens_per_block=32)
+    e = predicted(p)
+    assert e["hicache_size_gb"] == 9
+    assert e["host_tokens"] == 68_672
+    assert e["host_draft_tokens"] == draft_tokens
+    assert e["host_bytes"] == 68_672 * 131_072 + draft_tokens * 4_096
+
+
+def test_sglang_eagle3_longer_context_is_emitted_with_the_override() -> None:
+    # yuhuili/EAGLE3-LLaMA3.1-Instruct-8B's config has max_position_embeddings 2048 and no
+    # rope factor, so SGLang's get_context_length derives 2,048 and
+    # ModelConfig._derive_context_length (configs/model_config.py, 0.5.23 wheel) raises
+    # "Target model's context_length (32768) is greater than the derived context_length
+    # (2048)" unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
+    p = make("sglang", kv_budget="8GiB", tokens_per_block=32)
+    text = emit(p)
+    command = [x for x in text.splitlines() if not x.startswith("#")]
+    assert command[0].startswith(
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 python -m sglang.launch_server "
+    )
+    assert any("trained on 2,048 positions" in w and "SGLANG_ALLOW" in w for w in p.warnings)
+    assert any("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in x for x in text.splitlines()
+               if x.startswith("# warning:"))  # fmt: skip
+    # at the draft's own length nothing is needed
+    short = make("sglang", kv_budget="8GiB", tokens_per_block=32, max_seq_len=2048)
+    assert predicted(short)["environment"] == {}
+    assert all(not x.startswith("SGLANG_") for x in emit(short).splitlines())
+
+
+def test_sglang_ngram_takes_one_chain_and_refuses_dp_attention() -> None:
+    # arg_groups/speculative_hook.py _handle_ngram (0.5.23 wheel): top-k is
+    # --speculative-ngram-max-bfs-breadth (default 10), refused above 1 with
+    # --page-size > 1 outside flashinfer
+    p = make("sglang", MISTRAL, spec="ngram", tokens_per_block=32)
+    assert flag(emit(p), "--speculative-ngram-max-bfs-breadth") == "1"
+    with pytest.raises(InvalidArgumentError, match="does not support dp attention"):
+        make("sglang", "Qwen/Qwen3-235B-A22B", spec="ngram", tp=8, dp=8, dp_attention=True)
+
+
+def test_sglang_mem_fraction_allows_memory_in_use_before_weights() -> None:
+    # Llama-3.1-8B bf16 TP1, 8 GiB on an H200 (150,021,734,400 B): weights
+    # 16,060,522,496 B, profiled budget 8,589,934,593 B, margin 512 MiB: need
+    # 25,187,328,001 B. Default allowance 2.5 GiB (PR #11716's log: 137.29 GiB free of
+    # 139.72 before weights): 25,187,328,001 / 147,337,379,840 = 0.17095 -> 0.171; with
+    # nothing in use, / 150,021,734,400 = 0.16789 -> 0.168.
+    base = {"spec": "none", "kv_budget": "8GiB", "gpu": "H200", "tokens_per_block": 32}
+    p = kvbudget.plan(LLAMA8B, engine="sglang", **base)
+    e = predicted(p)
+    assert e["weights_bytes"] == 16_060_522_496
+    assert e["profiled_budget_bytes"] == 8_589_934_593
+    assert e["pre_load_bytes"] == sgl.DEFAULT_PRE_LOAD_BYTES == 2_684_354_560
+    assert e["mem_fraction_static"] == "0.171"
+    none_in_use = kvbudget.plan(LLAMA8B, engine="sglang", pre_load_bytes=0, **base)
+    assert predicted(none_in_use)["mem_fraction_static"] == "0.168"
+    # SGLang's profile with the allowance in use (_profile_available_bytes): free before
+    # weights x fraction - weights still holds the planned budget
+    free_before = 150_021_734_400 - 2_684_354_560
+    assert int(free_before * 0.171) - 16_060_522_496 >= 8_589_934_593
+
+
+def test_cli_takes_pre_load_bytes() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["plan", "--spec", "none", "--kv-budget", "8GiB", "--gpu", "H200", "--engine", "sglang",
+         "--pre-load-bytes", "0", "--emit", "sglang"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert flag(result.stdout, "--mem-fraction-static") == "0.168"
+
+
+def test_sglang_sliding_pool_never_outgrows_the_full_pool() -> None:
+    # Llama-4-Scout TP8 bf16: 1 KV head of 128 per rank, 512 B per layer and token; 12
+    # full layers (6,144 B) and 36 chunked ones (18,432 B). 256 requests' 8,192-token
+    # chunks need more sliding tokens than 8 GiB leaves full ones, and SGLang refuses
+    # --swa-full-tokens-ratio above 1 (arg_groups/kv_cache_hook.py, 0.5.23 wheel:
+    # "--swa-full-tokens-ratio should be in range (0, 1.0]"): ratio 1, both pools
+    # 8,589,934,592 // 24,576 = 349,525 -> (349,525 - 32) // 32 x 32 = 349,472 tokens
+    p = make(
+        "sglang",
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        spec="none",
+        kv_budget="8GiB",
+        tp=8,
+        tokens_per_block=32,
+        max_seq_len=None,
+    )
+    e = predicted(p)
+    assert e["swa_full_tokens_ratio"] == 1.0
+    assert e["max_total_num_tokens"] == e["swa_tokens"] == 349_472
+    assert e["device_bytes"] == (349_472 + 32) * 24_576
+    assert any("--swa-full-tokens-ratio at its maximum" in w for w in p.warnings)

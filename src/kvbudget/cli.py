@@ -214,6 +214,14 @@ def plan_command(
         str | None,
         typer.Option(metavar="BYTES", help="Weight bytes per rank; overrides the estimate."),
     ] = None,
+    pre_load_bytes: Annotated[
+        str | None,
+        typer.Option(
+            metavar="BYTES",
+            help="GPU memory in use before the weights load (CUDA context, NCCL), which "
+            "SGLang's computed --mem-fraction-static allows for (default: 2.5GiB).",
+        ),
+    ] = None,
     kv_dtype: Annotated[
         str,
         typer.Option(

@@ -164,7 +164,9 @@ class Deployment:
       ``gpus_per_node``, ``host_memory_bytes``: the node.
     * ``engine``: the engine model planned for, and its knobs the user gave:
       ``max_num_batched_tokens``, ``async_scheduling``, ``enable_prefix_caching``,
-      ``separate_draft_cache`` (MTP layers in their own manager).
+      ``separate_draft_cache`` (MTP layers in their own manager), ``pre_load_bytes``
+      (GPU memory in use before the weights load, for SGLang's --mem-fraction-static;
+      None: the engine model's default).
     * ``notes``: warnings found while resolving (sizes rounded from logs, the draft's
       vocabulary or context, what a generic config assumed); the plan carries them first.
     """
@@ -184,6 +186,7 @@ class Deployment:
     gpu_rule: GpuBudgetRule
     non_kv_overrides: NonKvOverrides
     weights_override: int | None
+    pre_load_bytes: int | None = None
     host_bytes: int
     disk_bytes: int
     gpus_per_node: int
@@ -292,6 +295,7 @@ def resolve_deployment(
     cuda_graph_bytes: int | str | None = None,
     runtime_bytes: int | str | None = None,
     weights_bytes: int | str | None = None,
+    pre_load_bytes: int | str | None = None,
     kv_dtype: str = "auto",
     state_dtype: str = "auto",
     tokens_per_block: int = 32,
@@ -407,6 +411,7 @@ def resolve_deployment(
             runtime_bytes=_optional_bytes(runtime_bytes, "runtime_bytes"),
         ),
         weights_override=_optional_bytes(weights_bytes, "weights_bytes"),
+        pre_load_bytes=_optional_bytes(pre_load_bytes, "pre_load_bytes"),
         host_bytes=parse_bytes(host_budget, name="host_budget"),
         disk_bytes=parse_bytes(disk_budget, name="disk_budget"),
         gpus_per_node=node_gpus,

@@ -4,7 +4,8 @@
 ``kvbudget``           kvbudget's own :class:`~kvbudget.SpecDecodeCache`
 ``vllm@0.33.0``        vLLM 0.33.0 (the default ``vllm``)
 ``vllm@0.29.0``        the newest 0.2x release, where its sizing differs
-``sglang@main@...``    SGLang at the commit its facts were read
+``sglang@0.5.23``      SGLang 0.5.23, the PyPI wheel (the default ``sglang``)
+``sglang@main@...``    SGLang main at the commit its facts were read, where it differs
 ``trtllm@main@...``    TensorRT-LLM at the commit its facts were read: the manager
                        its ``use_kv_cache_manager_v2: auto`` picks (V1 where
                        kvbudget's V2 model does not cover the deployment)
@@ -24,6 +25,7 @@ from __future__ import annotations
 from kvbudget.engines import (
     kvbudget_cache,
     sglang,
+    sglang_main,
     trtllm,
     trtllm_1_3_0rc18,
     trtllm_v2,
@@ -38,6 +40,7 @@ ENGINE_MODELS: tuple[EngineModel, ...] = (
     vllm.MODEL,
     vllm_0_29.MODEL,
     sglang.MODEL,
+    sglang_main.MODEL,
     trtllm.MODEL,
     trtllm.MODEL_V1,
     trtllm_1_3_0rc18.MODEL,

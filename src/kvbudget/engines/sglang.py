@@ -1,7 +1,12 @@
 """SGLang's KV pools, as its own code sizes them, and the flags that realise a plan.
 
+Two versions (:class:`SglangRelease`): ``sglang@0.5.23`` (the PyPI wheel, what ``pip
+install sglang`` gives; the default ``sglang``), checked by running that wheel's own
+sizing code on CPU (``benchmarks/fidelity/sglang/sglang_fidelity.py``), and
+``sglang@main@003fca80`` (:mod:`kvbudget.engines.sglang_main`), where they differ.
 Facts from ``sgl-project/sglang`` @ 003fca8027387a3d6565b2c08e497e3020ac6211 unless
-another commit is named (files under ``python/sglang/srt/``):
+another commit is named (files under ``python/sglang/srt/``); each holds in 0.5.23 too
+(the harness runs them) unless the release says otherwise:
 
 * **Device pool** (``mem_cache/kv_cache_configurator.py`` ``_profile_available_bytes``,
   ``model_executor/pool_configurator.py`` ``DefaultPoolConfigurator``): the KV budget is
@@ -28,7 +33,22 @@ another commit is named (files under ``python/sglang/srt/``):
   (``mem_cache/hybrid_cache/hybrid_pool_assembler.py`` @ 00343773, PR #32373). NEXTN/MTP
   draft layers are packed into the target's host pool (inside ``--hicache-size``); EAGLE3
   heads and draft models get a sidecar host pool of the target's host tokens plus one page
-  *on top* (PR #30393; PR #35875, which would include it, is open).
+  *on top* (PR #30393; PR #35875, which would include it, is open); in 0.5.23
+  (``build_full_draft_pools``) the sidecar has the host group's logical size, no page more.
+* **Start-up checks** (0.5.23 wheel): a draft whose config derives a shorter context than
+  ``--context-length`` (``configs/model_config.py`` ``ModelConfig._derive_context_length``:
+  ``get_context_length`` of the draft's config, reached from
+  ``model_runner_components/spec_aux_hidden_state.py`` ``_resolve_eagle_aux_hidden_state``)
+  raises "Target model's context_length (...) is greater than the derived context_length"
+  unless ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``: the command is emitted with it,
+  and a warning. NGRAM takes ``--speculative-ngram-max-bfs-breadth`` (default 10) as its
+  top-k (``arg_groups/speculative_hook.py`` ``_handle_ngram``), refused above 1 with
+  ``--page-size`` > 1 outside flashinfer, and refuses DP attention: breadth 1 is emitted
+  and NGRAM with DP attention refused in SGLang's words.
+* **Memory in use before weights** (``_profile_available_bytes``): the fraction multiplies
+  what is free when SGLang measures before loading (``measure_pre_model_load_memory``),
+  i.e. the GPU's memory less what the CUDA context and NCCL hold then. kvbudget allows
+  ``pre_load_bytes`` for it (default :data:`DEFAULT_PRE_LOAD_BYTES`).
 """
 
 from __future__ import annotations
@@ -71,7 +91,28 @@ if TYPE_CHECKING:
     from kvbudget.deployment import Deployment
     from kvbudget.ledger import Ledger
 
-VERSION = "main@003fca80"
+VERSION = "0.5.23"
+ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+# memory in use on a rank before the weights load (CUDA context, NCCL, torch.distributed):
+# sgl-project/sglang PR #11716's start-up log on 8 x H200 at TP 8 reads "Load weight
+# begin. avail mem=137.29 GB" (GiB, get_available_gpu_memory) on the least free rank,
+# 2.43 GiB below an H200's 139.72 GiB (150,021,734,400 B); rounded up to 2.5 GiB
+DEFAULT_PRE_LOAD_BYTES = 5 * 1024**3 // 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class SglangRelease:
+    """What differs between the SGLang versions kvbudget models.
+
+    ``sidecar_host_padding_page``: a sidecar draft's host pool has one page more than the
+    target's host pool (main@003fca80), or the same logical size (0.5.23).
+    """
+
+    version: str
+    ref: str
+    default: bool
+    sidecar_host_padding_page: bool
+
 
 # model_type of the architectures is_hybrid_swa_model allow-lists (GptOss, Llama4, ...)
 HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "llama4"})
@@ -197,8 +238,11 @@ def device_bytes(lay: Layout, full: int, swa: int, page: int) -> int:
     return total
 
 
-def host_pools(lay: Layout, hicache_gb: int, full: int, swa: int, page: int) -> Pools:
-    """Forward: the host pools ``--hicache-size hicache_gb`` makes (``HostKVCache``)."""
+def host_pools(
+    lay: Layout, hicache_gb: int, full: int, swa: int, page: int, *, sidecar_page: bool = False
+) -> Pools:
+    """Forward: the host pools ``--hicache-size hicache_gb`` makes (``HostKVCache``);
+    ``sidecar_page``: the sidecar draft pool has one page more (main@003fca80)."""
 
     def tokens(gb: float, per_token: int) -> int:
         return (int(gb * 1e9 // per_token) // page + 1) * page
@@ -212,7 +256,8 @@ def host_pools(lay: Layout, hicache_gb: int, full: int, swa: int, page: int) -> 
         host_swa = tokens(hicache_gb * dev_swa / share, lay.swa)
     else:
         host_full, host_swa = tokens(hicache_gb, spt_full), 0
-    sidecar = host_full + page if lay.draft and not lay.packed_draft else 0
+    extra = page if sidecar_page else 0
+    sidecar = host_full + extra if lay.draft and not lay.packed_draft else 0
     pinned = host_full * spt_full + host_swa * lay.swa + sidecar * lay.draft
     return Pools(
         full_tokens=full,
@@ -266,10 +311,16 @@ def plan_stage(d: Deployment, stage: int, budget: int) -> SglangPlan:
     fixed = (swa + page) * lay.swa if lay.swa_layers else 0
     slope = lay.full + lay.draft
     full = ((budget - fixed) // slope - page) // page * page if slope else 0
+    if lay.swa_layers and full < swa:
+        # the sliding pool cannot outgrow the full pool (ratio at most 1): both pools
+        # get the same tokens, fewer requests' windows than max_batch_size
+        full = (budget // (slope + lay.swa) - page) // page * page
     ratio = None
     while full > 0:
         if lay.swa_layers:
-            ratio = _ratio_for(swa, full)
+            # --swa-full-tokens-ratio must be in (0, 1] (ServerArgs resolution refuses
+            # more): a sliding pool never outgrows the full pool
+            ratio = min(_ratio_for(swa, full), 1.0)
             swa_got = int(full * ratio) // page * page
         else:
             swa_got = 0
@@ -294,30 +345,44 @@ def plan_stage(d: Deployment, stage: int, budget: int) -> SglangPlan:
     )
 
 
-def _hicache_gb(lay: Layout, host_bytes: int, full: int, swa: int, page: int) -> int:
+def _hicache_gb(
+    lay: Layout, host_bytes: int, full: int, swa: int, page: int, sidecar_page: bool
+) -> int:
     """The largest whole ``--hicache-size`` whose host pools (sidecar too) fit ``host_bytes``."""
     gb = host_bytes // GB
-    while gb > 0 and host_pools(lay, gb, full, swa, page).host_bytes > host_bytes:
+    while (
+        gb > 0
+        and host_pools(lay, gb, full, swa, page, sidecar_page=sidecar_page).host_bytes > host_bytes
+    ):
         gb -= 1
     return gb
+
+
+def pre_load_bytes(d: Deployment) -> int:
+    """Memory taken on a rank before the weights load: the deployment's, or the default."""
+    return DEFAULT_PRE_LOAD_BYTES if d.pre_load_bytes is None else d.pre_load_bytes
 
 
 def _mem_fraction(d: Deployment, weights_bytes: int | None, profiled_bytes: int) -> str | None:
     """``--mem-fraction-static`` so the profiled budget holds ``profiled_bytes``.
 
-    ``fraction x memory before weights >= weights + KV budget (+ margin)``, rounded up to
-    3 decimals; None when the GPU memory or the weights are unknown.
+    SGLang profiles ``free now - free before weights x (1 - fraction)`` with ``free now =
+    free before weights - weights`` (``_profile_available_bytes``), so ``fraction x (memory
+    - pre_load_bytes) >= weights + KV budget (+ margin)``, rounded up to 3 decimals; None
+    when the GPU memory or the weights are unknown.
     """
-    memory = d.gpu_rule.memory_bytes
-    if memory is None or weights_bytes is None:
+    if d.gpu_rule.memory_bytes is None or weights_bytes is None:
         return None
+    memory = d.gpu_rule.memory_bytes - pre_load_bytes(d)
     need = weights_bytes + profiled_bytes + PROFILE_MARGIN_BYTES
     value = (Decimal(need) / Decimal(memory)).quantize(Decimal("0.001"), rounding=ROUND_CEILING)
     return str(value)
 
 
-def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
-    """SGLang's plan for ``d``: its pools, flags and start-up lines."""
+def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) -> EnginePlan:
+    """SGLang's plan for ``d`` under ``release`` (default 0.5.23): its pools, flags and
+    start-up lines."""
+    release = release or RELEASE
     facts = ENGINES["sglang"]
     check_block(d.tokens_per_block, facts)
     dtype = kv_dtype_name(d.kv_dtype, facts)
@@ -326,8 +391,9 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
     chosen = min(stages, key=lambda st: st.full_tokens)
     lay = stages[-1].layout  # the last stage holds the draft
     full, swa = chosen.full_tokens, chosen.swa_tokens
-    gb = _hicache_gb(lay, ledger.host_bytes, full, swa, page)
-    host = host_pools(lay, gb, full, swa, page) if gb else None
+    side_page = release.sidecar_host_padding_page
+    gb = _hicache_gb(lay, ledger.host_bytes, full, swa, page, side_page)
+    host = host_pools(lay, gb, full, swa, page, sidecar_page=side_page) if gb else None
     profiled = max(st.budget_bytes for st in stages)
     fraction = _mem_fraction(d, ledger.max_weights_bytes, profiled)
     sequences = min(full // (d.max_seq_len + d.lookahead_tokens), d.max_batch_size)
@@ -341,6 +407,21 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
         max_concurrency=sequences,
     )
     warnings = []
+    environment = {}
+    draft_context = _draft_context_tokens(d)
+    if draft_context is not None and d.max_seq_len > draft_context:
+        environment[ALLOW_LONGER_CONTEXT_ENV] = "1"
+        warnings.append(
+            f"SGLang refuses --context-length {d.max_seq_len:,} for a draft trained on "
+            f"{draft_context:,} positions unless {ALLOW_LONGER_CONTEXT_ENV}=1, which the "
+            "command sets (configs/model_config.py _derive_context_length)"
+        )
+    if lay.swa_layers and swa < _swa_tokens_needed(lay, d):
+        warnings.append(
+            f"SGLang's sliding pool ({swa} tokens, --swa-full-tokens-ratio at its maximum "
+            f"1) is smaller than the {_swa_tokens_needed(lay, d)} tokens "
+            f"{d.max_batch_size} running requests' windows take; fewer run at once"
+        )
     if sequences < d.max_batch_size:
         warnings.append(
             f"SGLang's pool holds {count_of(sequences, 'request')} of {d.max_seq_len} "
@@ -348,9 +429,9 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
             f"(--max-running-requests {d.max_batch_size}); shorter requests share it"
         )
     return EnginePlan(
-        name=MODEL.name,
-        version=MODEL.version,
-        source=MODEL.source,
+        name="sglang",
+        version=release.version,
+        source=_source(release),
         pools=_pools(lay, full, swa, page, host),
         capacity=capacity,
         settings=_settings(d, dtype, chosen, lay, gb if host else 0, fraction),
@@ -362,6 +443,8 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
         warnings=tuple(warnings),
         detail={
             "max_total_num_tokens": full,
+            "max_running_requests": _max_running_requests(d, full),
+            "weights_bytes": ledger.max_weights_bytes,
             "swa_tokens": swa if lay.swa_layers else None,
             "swa_full_tokens_ratio": chosen.ratio,
             "draft_tokens": full if lay.draft and not lay.packed_draft else None,
@@ -373,8 +456,33 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
             "host_draft_tokens": host.host_draft_tokens if host else 0,
             "host_bytes": host.host_bytes if host else 0,
             "hicache_size_gb": gb,
+            "pre_load_bytes": pre_load_bytes(d),
+            "environment": environment,
         },
     )
+
+
+def _max_running_requests(d: Deployment, full: int) -> int:
+    """Running requests per DP worker (``KVCacheConfigurator.resolve_max_num_reqs``):
+    ``--max-running-requests`` divided by the attention-DP size, at least 1, capped at
+    half the pool's tokens."""
+    attn_dp = d.parallel.dp if d.parallel.dp_attention else 1
+    per_worker = max(1, d.max_batch_size // attn_dp)
+    return min(per_worker, full // 2)
+
+
+def _draft_context_tokens(d: Deployment) -> int | None:
+    """The context a sidecar draft's own config derives (None: no sidecar draft).
+
+    SGLang's ``get_context_length`` (``utils/hf_transformers/common.py``) reads
+    ``max_position_embeddings`` (after four rarer keys), times a rope ``factor`` unless
+    the scaling has ``original_max_position_embeddings`` or is ``llama3``; kvbudget's
+    model keeps ``max_position_embeddings``, which is what it derives for every shipped
+    draft (no such factor applies to them).
+    """
+    if d.draft is None or d.spec.name == "mtp":
+        return None
+    return d.draft.max_position_embeddings
 
 
 def _log(d: Deployment, lay: Layout, chosen: SglangPlan, host: Pools | None) -> tuple[str, ...]:
@@ -439,6 +547,10 @@ def _settings(
         if spec != "ngram":
             settings[facts.draft_len_knob] = k
             settings["--speculative-eagle-topk"] = 1
+        else:
+            # NGRAM's top-k is its BFS breadth (default 10, refused with --page-size > 1
+            # outside flashinfer: _handle_ngram); kvbudget plans one chain of K tokens
+            settings["--speculative-ngram-max-bfs-breadth"] = 1
         settings["--speculative-num-draft-tokens"] = k + 1
     return settings
 
@@ -492,8 +604,13 @@ def _notes(
             f"{host.host_bytes} B of the {ledger.host_bytes} B budget"
         )
         if host.host_draft_tokens:
+            size = (
+                "target host tokens + 1 page"
+                if host.host_draft_tokens > host.host_full_tokens
+                else "the target's host tokens"
+            )
             notes.append(
-                "# the draft's sidecar host pool (target host tokens + 1 page) comes on top of "
+                f"# the draft's sidecar host pool ({size}) comes on top of "
                 f"{facts.host_knob}: it is counted in that figure"
             )
     elif ledger.host_bytes:
@@ -549,41 +666,86 @@ def _pools(lay: Layout, full: int, swa: int, page: int, host: Pools | None) -> t
 
 
 def render(plan: Plan) -> str:
-    """The ``sglang.launch_server`` command of ``plan.engine.settings``, with comments."""
+    """The ``sglang.launch_server`` command of ``plan.engine.settings``, with comments;
+    the environment it needs (``detail["environment"]``) prefixes it."""
     lines = comment_lines(plan, "SGLang")
-    head = f"python -m sglang.launch_server --model-path {shlex.quote(plan.target_source)}"
+    env = dict(plan.engine.detail.get("environment") or {})
+    prefix = "".join(f"{k}={shlex.quote(str(v))} " for k, v in env.items())
+    head = f"{prefix}python -m sglang.launch_server --model-path {shlex.quote(plan.target_source)}"
     lines.append(command_line(head, plan.engine.settings))
     return "\n".join(lines) + "\n"
 
 
 def check(d: Deployment) -> None:
-    """InvalidArgumentError for what this model of SGLang does not cover."""
+    """InvalidArgumentError for what this model of SGLang does not cover, and for what
+    SGLang refuses at start-up (in its words)."""
     refuse_unmodelled(d, "sglang")
+    if d.spec.name == "ngram" and d.parallel.dp_attention:
+        # arg_groups/speculative_hook.py _handle_ngram (0.5.23 wheel)
+        raise InvalidArgumentError(
+            'SGLang refuses ngram with DP attention ("Currently ngram speculative '
+            'decoding does not support dp attention."); drop --dp-attention or plan '
+            "another --spec"
+        )
 
 
-MODEL = EngineModel(
-    name="sglang",
+RELEASE = SglangRelease(
     version=VERSION,
+    ref="v0.5.23 (the PyPI wheel; it records no commit)",
     default=True,
-    source=EngineSource(
+    sidecar_host_padding_page=False,
+)
+
+
+def _source(release: SglangRelease) -> EngineSource:
+    return EngineSource(
         repository="sgl-project/sglang",
-        ref="003fca8027387a3d6565b2c08e497e3020ac6211",
+        ref=release.ref,
         files=(
             "python/sglang/srt/mem_cache/kv_cache_configurator.py",
             "python/sglang/srt/model_executor/pool_configurator.py",
             "python/sglang/srt/mem_cache/pool_host/base.py",
         ),
-    ),
-    summary=f"SGLang {VERSION}",
-    plan=plan,
-    check=check,
-    render=render,
-    spec_names=frozenset(ENGINES["sglang"].spec_names),
-    # SGLang's own default --mem-fraction-static is a heuristic of its server arguments
-    # (ServerArgs._handle_gpu_memory_settings), not modelled: the budget is derived with
-    # free_gpu_memory_fraction 0.9 semantics and the emitted --mem-fraction-static
-    # realises it
-    memory_default=("memory_fraction", "0.9"),
-)
+    )
 
-__all__ = ["GIB", "MODEL", "VERSION", "allocate", "host_pools", "layout", "plan", "render"]
+
+def engine_model(release: SglangRelease) -> EngineModel:
+    """The registered engine model of ``release``."""
+
+    def plan_release(d: Deployment, ledger: Ledger) -> EnginePlan:
+        return plan(d, ledger, release)
+
+    return EngineModel(
+        name="sglang",
+        version=release.version,
+        default=release.default,
+        source=_source(release),
+        summary=f"SGLang {release.version}",
+        plan=plan_release,
+        check=check,
+        render=render,
+        spec_names=frozenset(ENGINES["sglang"].spec_names),
+        # SGLang's own default --mem-fraction-static is a heuristic of its server
+        # arguments (ServerArgs._handle_gpu_memory_settings), not modelled: the budget is
+        # derived with free_gpu_memory_fraction 0.9 semantics and the emitted
+        # --mem-fraction-static realises it
+        memory_default=("memory_fraction", "0.9"),
+    )
+
+
+MODEL = engine_model(RELEASE)
+
+__all__ = [
+    "DEFAULT_PRE_LOAD_BYTES",
+    "GIB",
+    "MODEL",
+    "RELEASE",
+    "VERSION",
+    "SglangRelease",
+    "allocate",
+    "engine_model",
+    "host_pools",
+    "layout",
+    "plan",
+    "render",
+]

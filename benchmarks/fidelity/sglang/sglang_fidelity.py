@@ -1,0 +1,599 @@
+"""kvbudget's SGLang model against SGLang's own sizing code, run on CPU.
+
+    /work/sglang-venv/bin/python benchmarks/fidelity/sglang/sglang_fidelity.py
+        [--cases quick|all] [--match TEXT ...] [--engine sglang@VERSION]
+        [--pre-load-gib X] [--tsv out.tsv] [-v]
+
+Per case: ``kvbudget.plan(..., engine=...)`` and the command ``kvbudget.engines.emit``
+renders for it; that command's flags (and environment prefix) go through SGLang's own
+``prepare_server_args`` and ``ServerArgs.resolve_once``, then (as the scheduler and
+``ModelRunner`` do) ``runtime_context.publish``, ``ModelConfig.from_server_args`` for
+the target, ``resolve_spec_aux_hidden_state_config`` (which reads the draft's config and
+runs its context-length check), ``configure_kv_cache_dtype`` and
+``KVCacheConfigurator.configure``: the memory profile (``_profile_available_bytes``),
+the pool-size solvers, the ``--max-total-tokens`` cap, ``resolve_max_num_reqs`` and the
+real pool classes, their buffers on torch's ``meta`` device. A sidecar draft (EAGLE,
+EAGLE3, draft model) gets its draft worker's configurator (``is_draft_worker=True``, the
+target's ``MemoryPoolConfig``, request pool and allocator), as
+``ModelRunner.alloc_memory_pool`` builds it. No SGLang code is copied; the model configs
+are kvbudget's shipped presets (``src/kvbudget/data/models``).
+
+Stubs (``_sglang_stubs.py``): triton and torchvision stand-ins, the platform of an H200,
+the meta device's streams, the Triton copy-kernel warm-ups, gpt-oss's ``mxfp4``
+registration, and per case the free-GPU-memory query (and the ``gc.collect`` before it),
+and the WORLD group.
+The free memory is an H200's (``gpu_memory_bytes`` of kvbudget's GPU table) less
+``--pre-load-gib`` GiB already in use before the weights load (default: what the plan's
+``--mem-fraction-static`` allows for, ``detail["pre_load_bytes"]``, kvbudget's
+``--pre-load-bytes``), less the weights kvbudget counts (target + draft, this rank).
+
+Compared per case: ``refused`` (SGLang raising while parsing, resolving or sizing;
+kvbudget raising InfeasibleBudgetError), ``max_total_num_tokens``,
+``max_running_requests`` (per DP worker), ``swa_tokens``, ``target_pool_bytes`` and
+``draft_pool_bytes`` (every buffer of the device pools), and with ``--hicache-size``
+the host pools SGLang's HiCache assembler builds for those device pools
+(``host_side``): ``host_tokens``, ``host_swa_tokens``, ``host_draft_tokens`` and
+``host_bytes`` (the pools book their buffers instead of pinning them). Exit 1 on any
+difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import tempfile
+import traceback
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+sys.path.insert(0, str(HERE))
+
+import _sglang_stubs  # noqa: E402
+
+PLATFORM = _sglang_stubs.install()
+HOST_BOOKINGS = _sglang_stubs.record_host_pools()
+
+GiB = 1 << 30
+BUDGETS_GIB = (8, 40)
+KV_DTYPES = ("bf16", "fp8")
+HOST_GB = (0, 64)
+EAGLE_HEAD = "yuhuili/EAGLE-LLaMA3-Instruct-8B"
+EAGLE_TARGETS = ("meta-llama/Llama-3.1-8B-Instruct",)
+DRAFT_TARGET_DRAFT = "meta-llama/Llama-3.2-1B-Instruct"
+COMPARED = (
+    "refused",
+    "max_total_num_tokens",
+    "max_running_requests",
+    "swa_tokens",
+    "target_pool_bytes",
+    "draft_pool_bytes",
+    "host_tokens",
+    "host_swa_tokens",
+    "host_draft_tokens",
+    "host_bytes",
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    target: str
+    spec: str
+    draft: str | None
+    budget_gib: int
+    kv_dtype: str
+    host_gb: int
+    layout: str  # tp1, tp8, dpa8 (TP 8, DP 8, DP attention)
+
+    @property
+    def id(self) -> str:
+        host = f"host{self.host_gb}" if self.host_gb else "nohost"
+        return (
+            f"{self.target} {self.spec} {self.budget_gib}GiB {self.kv_dtype} {host} {self.layout}"
+        )
+
+    def parallel(self) -> dict[str, Any]:
+        if self.layout == "tp1":
+            return {"tp": 1}
+        if self.layout == "tp8":
+            return {"tp": 8}
+        return {"tp": 8, "dp": 8, "dp_attention": True}
+
+
+def _kvbudget() -> Any:
+    import kvbudget
+
+    return kvbudget
+
+
+def _preset_file(name: str) -> Path:
+    return REPO / "src" / "kvbudget" / "data" / "models" / (name.replace("/", "--", 1) + ".json")
+
+
+def _specs_for(name: str, model: Any) -> list[tuple[str, str | None]]:
+    from kvbudget.deployment import EAGLE3_DRAFTS
+
+    specs: list[tuple[str, str | None]] = [("none", None), ("ngram", None)]
+    if name in EAGLE3_DRAFTS:
+        specs.append(("eagle3", EAGLE3_DRAFTS[name]))
+    if name in EAGLE_TARGETS:
+        specs.append(("eagle", EAGLE_HEAD))
+    if model.mtp_layers:
+        specs.append(("mtp", None))
+    if model.model_type == "llama" and name != DRAFT_TARGET_DRAFT and name.endswith("-Instruct"):
+        specs.append(("draft-target", DRAFT_TARGET_DRAFT))
+    return specs
+
+
+def _is_moe(model: Any) -> bool:
+    cfg = json.loads(_preset_file(model.name).read_text("utf-8"))
+    text = cfg.get("text_config", cfg)
+    return any(k in text for k in ("num_experts", "n_routed_experts", "num_local_experts"))
+
+
+def all_cases() -> list[Case]:
+    """Every preset target x applicable spec x {8, 40} GiB x {bf16, fp8} x {no host,
+    64 GB} x {TP1, TP8, DP attention (MoE)}."""
+    kb = _kvbudget()
+    cases = []
+    for name in kb.list_presets():
+        model = kb.load_model(name)
+        if model.is_head:
+            continue
+        layouts = ["tp1", "tp8"] + (["dpa8"] if _is_moe(model) else [])
+        for spec, draft in _specs_for(name, model):
+            for budget in BUDGETS_GIB:
+                for dtype in KV_DTYPES:
+                    for host in HOST_GB:
+                        for layout in layouts:
+                            cases.append(Case(name, spec, draft, budget, dtype, host, layout))
+    return cases
+
+
+_QUICK = (
+    ("meta-llama/Llama-3.1-8B-Instruct", "none", 8, "bf16", 0, "tp1"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "eagle3", 40, "bf16", 0, "tp1"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "eagle", 8, "fp8", 0, "tp1"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "draft-target", 8, "bf16", 0, "tp1"),
+    ("meta-llama/Llama-3.3-70B-Instruct", "eagle3", 8, "fp8", 64, "tp8"),
+    ("Qwen/Qwen3-32B", "ngram", 40, "fp8", 0, "tp8"),
+    ("openai/gpt-oss-120b", "none", 40, "bf16", 0, "tp1"),
+    ("openai/gpt-oss-120b", "eagle3", 8, "bf16", 0, "tp8"),
+    ("deepseek-ai/DeepSeek-V3", "mtp", 8, "bf16", 0, "tp8"),
+    ("deepseek-ai/DeepSeek-V3", "none", 40, "fp8", 0, "dpa8"),
+    ("google/gemma-3-27b-it", "none", 40, "fp8", 0, "tp1"),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "none", 8, "bf16", 0, "tp8"),
+    ("Qwen/Qwen3-235B-A22B", "none", 8, "bf16", 0, "dpa8"),
+)
+
+
+def quick_cases() -> list[Case]:
+    by_id = {c.id: c for c in all_cases()}
+    out = []
+    for target, spec, budget, dtype, host, layout in _QUICK:
+        hit = [
+            c
+            for c in by_id.values()
+            if (c.target, c.spec, c.budget_gib, c.kv_dtype, c.host_gb, c.layout)
+            == (target, spec, budget, dtype, host, layout)
+        ]
+        out.extend(hit)
+    return out
+
+
+# ---- kvbudget's side ------------------------------------------------------------------
+
+
+@dataclass
+class KbSide:
+    values: dict[str, Any] = field(default_factory=dict)
+    command: str | None = None
+    weights_bytes: int | None = None
+    gpu_memory_bytes: int | None = None
+    pre_load_bytes: int = 0
+    error: str | None = None
+
+
+def kvbudget_side(case: Case, engine: str) -> KbSide:
+    kb = _kvbudget()
+    from kvbudget.engines import emit
+
+    try:
+        p = kb.plan(
+            case.target,
+            case.draft,
+            spec=case.spec,
+            kv_budget=case.budget_gib * GiB,
+            host_budget=case.host_gb * 10**9,
+            kv_dtype="auto" if case.kv_dtype == "bf16" else case.kv_dtype,
+            engine=engine,
+            gpu="H200",
+            **case.parallel(),
+        )
+    except kb.InfeasibleBudgetError as exc:
+        return KbSide(values={"refused": f"InfeasibleBudgetError: {_one_line(exc)}"})
+    except Exception as exc:
+        return KbSide(error=f"{type(exc).__name__}: {_one_line(exc)}")
+    detail = p.to_dict()["engine"]["detail"]
+    pools = p.engine.pools
+    values = {
+        "refused": None,
+        "max_total_num_tokens": detail["max_total_num_tokens"],
+        "max_running_requests": detail.get("max_running_requests"),
+        "swa_tokens": detail.get("swa_tokens"),
+        "target_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and x.role == "target"),
+        "draft_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and x.role == "draft")
+        or None,
+        "host_tokens": detail.get("host_tokens") or None,
+        "host_swa_tokens": detail.get("host_swa_tokens") or None,
+        "host_draft_tokens": detail.get("host_draft_tokens") or None,
+        "host_bytes": detail.get("host_bytes") or None,
+    }
+    return KbSide(
+        values=values,
+        command=emit(p),
+        weights_bytes=detail.get("weights_bytes"),
+        gpu_memory_bytes=p.budget.gpu_memory_bytes,
+        pre_load_bytes=detail.get("pre_load_bytes") or 0,
+    )
+
+
+# ---- SGLang's side ---------------------------------------------------------------------
+
+_TMP = tempfile.TemporaryDirectory(prefix="kvbudget-sglang-fidelity-")
+
+
+def _model_dir(hub_id: str) -> str:
+    path = Path(_TMP.name) / hub_id.replace("/", "--")
+    if not path.exists():
+        path.mkdir(parents=True)
+        (path / "config.json").write_text(_preset_file(hub_id).read_text("utf-8"), "utf-8")
+    return str(path)
+
+
+def _command_argv(command: str) -> tuple[dict[str, str], list[str]]:
+    """The environment prefix and the launch_server flags of an emitted command, with
+    every ``--*model-path`` pointed at a directory holding the preset's config.json."""
+    lines = [x for x in command.splitlines() if not x.startswith("#")]
+    words = shlex.split(" ".join(lines).replace("\\ ", " "))
+    env: dict[str, str] = {}
+    while words and "=" in words[0] and not words[0].startswith("-"):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    assert words[:3] == ["python", "-m", "sglang.launch_server"], words[:3]
+    argv = words[3:]
+    for i, word in enumerate(argv[:-1]):
+        if word in ("--model-path", "--speculative-draft-model-path"):
+            argv[i + 1] = _model_dir(argv[i + 1])
+    return env, argv
+
+
+def _tensor_bytes(obj: Any, seen: set[int]) -> int:
+    """Bytes of every buffer a pool object holds (its own, its sub-pools')."""
+    import torch
+
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        # rows of tokens (or pages); the 1-D pointer and stride tables the kernels read
+        # are not pool memory
+        return obj.numel() * obj.element_size() if obj.dim() >= 2 else 0
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(x, seen) for x in obj)
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(x, seen) for x in obj.values())
+    module = type(obj).__module__ or ""
+    if not module.startswith("sglang.srt.mem_cache"):
+        return 0
+    names = list(getattr(obj, "__dict__", {}))
+    for klass in type(obj).__mro__:
+        names += [s for s in getattr(klass, "__slots__", ()) if isinstance(s, str)]
+    total = 0
+    for name in dict.fromkeys(names):
+        try:
+            total += _tensor_bytes(getattr(obj, name), seen)
+        except AttributeError:
+            continue
+    return total
+
+
+def _configurator(sa: Any, mc: Any, *, draft: bool, target: Any = None) -> Any:
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.configs.model_config import AttentionArch
+    from sglang.srt.mem_cache import kv_cache_dtype as kvd
+    from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    from sglang.srt.model_executor.model_runner_components.layer_setup import (
+        resolve_layer_indices,
+    )
+    from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+        resolve_spec_aux_hidden_state_config,
+    )
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    spec = SpeculativeAlgorithm.from_string(rc.get_spec().speculative_algorithm)
+    layers = mc.num_nextn_predict_layers if draft and mc.num_nextn_predict_layers else None
+    model = types.SimpleNamespace(start_layer=0, end_layer=layers or mc.num_hidden_layers)
+    info = resolve_layer_indices(model=model, model_config=mc, is_draft_worker=draft)
+    aux = resolve_spec_aux_hidden_state_config(
+        server_args=sa, model_config=mc, spec_algorithm=spec, is_draft_worker=draft
+    )
+    resolved, kv_dtype = kvd.configure_kv_cache_dtype(
+        server_args_kv_cache_dtype=rc.get_model().kv_cache_dtype,
+        model=None,
+        model_dtype=mc.dtype,
+        is_draft_worker=draft,
+        is_dflash=False,
+        speculative_draft_attention_backend=(
+            rc.get_spec().speculative_draft_attention_backend if draft else None
+        ),
+        speculative_draft_kv_cache_dtype=rc.get_spec().speculative_draft_kv_cache_dtype,
+    )
+    return KVCacheConfigurator(
+        device="meta",
+        gpu_id=0,
+        attn_dp_size=rc.get_parallel().attn_dp_size,
+        pp_size=1,
+        pp_group=None,
+        model=model,
+        model_config=mc,
+        server_args=sa,
+        kv_cache_dtype=kv_dtype,
+        kv_cache_dtype_str=resolved if resolved is not None else rc.get_model().kv_cache_dtype,
+        model_dtype=mc.dtype,
+        page_size=rc.get_schedule().page_size,
+        sliding_window_size=mc.sliding_window_size if mc.is_hybrid_swa else None,
+        spec_algorithm=spec,
+        is_draft_worker=draft,
+        post_capture_kv_active=False,  # off by default (post-capture resizing)
+        spec_aux_config=aux,
+        draft_parallel_layout=None,
+        is_hybrid_swa=mc.is_hybrid_swa,
+        is_hybrid_swa_compress=mc.is_hybrid_swa_compress,
+        use_mla_backend=mc.attention_arch == AttentionArch.MLA,
+        layer_info=info,
+        forward_stream=None,
+        req_to_token_pool=target.req_to_token_pool if target is not None else None,
+        token_to_kv_pool_allocator=(
+            target.token_to_kv_pool_allocator if target is not None else None
+        ),
+        memory_pool_config=target.memory_pool_config if target is not None else None,
+        draft_model_idx=None,
+    )
+
+
+def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str, Any]:
+    """The host pools HiCache builds for the device pools (``hybrid_pool_assembler.py``):
+    ``build_kv_only_group`` (MTP draft layers packed, as ``_can_pack_hicache_mtp`` decides
+    for NEXTN), or ``_split_hicache_size`` + ``build_hybrid_swa_group`` for a sliding
+    hybrid, then ``build_full_draft_pools`` for a sidecar draft."""
+    from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as asm
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+    from sglang.srt.runtime_context import get_memory, get_schedule
+
+    page = get_schedule().page_size
+    HOST_BOOKINGS.clear()
+    pool = target.token_to_kv_pool
+    mtp = (draft.token_to_kv_pool,) if packed and draft is not None else ()
+    if isinstance(pool, SWAKVPool):
+        full_map, swa_map = asm._swa_layer_mappings(pool)
+        kv_size, swa_size = asm._split_hicache_size(
+            get_memory().hicache_size, (pool.full_kv_pool, pool.swa_kv_pool)
+        )
+        group = asm.build_hybrid_swa_group(
+            page_size=page,
+            full_kv_pool=pool.full_kv_pool,
+            swa_kv_pool=pool.swa_kv_pool,
+            full_layer_mapping=full_map,
+            swa_layer_mapping=swa_map,
+            use_mla=use_mla,
+            kv_host_size=kv_size,
+            swa_host_size=swa_size,
+        )
+        layers = max(full_map.keys() | swa_map.keys()) + 1
+    else:
+        layers = pool.layer_num
+        group = asm.build_kv_only_group(
+            page_size=page,
+            kv_pool=pool,
+            full_layer_mapping={i: i for i in range(layers)},
+            use_mla=use_mla,
+            mtp_draft_device_pools=mtp,
+        )
+    if draft is not None and not packed:
+        tree = types.SimpleNamespace(
+            cache_controller=types.SimpleNamespace(
+                mem_pool_host=group,
+                transfer_layer_id_max=layers + len(mtp),
+                page_size=page,
+            )
+        )
+        asm.build_full_draft_pools(draft_kv_pool=draft.token_to_kv_pool, tree_cache=tree)
+    booked = {label: tokens for label, tokens, _ in HOST_BOOKINGS}
+    return {
+        # the anchor pool: "kv" (build_kv_host_pool), "full" in a sliding hybrid's group
+        "host_tokens": booked.get("kv", booked.get("full")),
+        "host_swa_tokens": booked.get("swa"),
+        "host_draft_tokens": booked.get("draft"),
+        "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS),
+    }
+
+
+def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
+    """What SGLang's own code makes of kvbudget's emitted command, on a GPU where
+    ``pre_load_bytes`` (default: kvbudget's allowance) are in use before weights load."""
+    import sglang.srt.mem_cache.kv_cache_configurator as kcc
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.server_args import prepare_server_args
+
+    assert kb.command is not None and kb.gpu_memory_bytes is not None
+    env, argv = _command_argv(kb.command)
+    if pre_load_bytes is None:
+        pre_load_bytes = kb.pre_load_bytes
+    saved_env = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        pre_load_gib = (kb.gpu_memory_bytes - pre_load_bytes) / GiB
+        free_gib = pre_load_gib - (kb.weights_bytes or 0) / GiB
+        kcc.get_available_gpu_memory = lambda *a, **k: free_gib
+        # the profile's gc.collect() before it measures frees nothing the stubbed query
+        # sees, and takes most of a case's time
+        kcc.gc = types.SimpleNamespace(collect=lambda: 0)
+        try:
+            sa = prepare_server_args(argv)
+            sa.resolve_once()
+            rc.publish(sa, role="scheduler", ranks=rc.SpawnRanks(world_rank=0, gpu_id=0))
+            rc.get_parallel().override_permanently(
+                world_group=types.SimpleNamespace(cpu_group=None, world_size=1)
+            )
+            mc = ModelConfig.from_server_args(sa)
+            result = _configurator(sa, mc, draft=False).configure(
+                pre_model_load_memory=pre_load_gib
+            )
+            draft_bytes = draft = None
+            draft_path = rc.get_spec().speculative_draft_model_path
+            if draft_path:
+                dmc = ModelConfig.from_server_args(sa, model_path=draft_path, is_draft_model=True)
+                draft = _configurator(sa, dmc, draft=True, target=result).configure(
+                    pre_model_load_memory=pre_load_gib
+                )
+                draft_bytes = _tensor_bytes(draft.token_to_kv_pool, set())
+            host: dict[str, Any] = {}
+            if rc.get_memory().enable_hierarchical_cache:
+                from sglang.srt.configs.model_config import AttentionArch
+
+                packed = draft is not None and bool(dmc.num_nextn_predict_layers)
+                host = host_side(result, draft, mc.attention_arch == AttentionArch.MLA, packed)
+        except (ValueError, RuntimeError, AssertionError) as exc:
+            if os.environ.get("SGLANG_FIDELITY_TRACE"):
+                traceback.print_exc()
+            return {"refused": f"{type(exc).__name__}: {_one_line(exc)}"}
+    finally:
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return {
+        "refused": None,
+        "max_total_num_tokens": result.max_total_num_tokens,
+        "max_running_requests": result.max_running_requests,
+        "swa_tokens": result.swa_max_total_num_tokens if mc.is_hybrid_swa else None,
+        "target_pool_bytes": _tensor_bytes(result.token_to_kv_pool, set()),
+        "draft_pool_bytes": draft_bytes,
+        "host_tokens": host.get("host_tokens"),
+        "host_swa_tokens": host.get("host_swa_tokens"),
+        "host_draft_tokens": host.get("host_draft_tokens"),
+        "host_bytes": host.get("host_bytes"),
+    }
+
+
+# ---- comparison -----------------------------------------------------------------------
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def compare(kb: dict[str, Any], sg: dict[str, Any]) -> list[tuple[str, Any, Any, bool]]:
+    rows = []
+    for key in COMPARED:
+        k, s = kb.get(key), sg.get(key)
+        if key == "refused":
+            rows.append((key, k, s, (k is None) == (s is None)))
+            if k is not None or s is not None:
+                break
+            continue
+        rows.append((key, k, s, k == s))
+    return rows
+
+
+def run(
+    cases: list[Case], engine: str, pre_load_bytes: int | None, tsv: str | None, verbose: bool
+) -> int:
+    agree = differ = skipped = refused = 0
+    reasons: dict[str, int] = {}
+    out = open(tsv, "w", encoding="utf-8") if tsv else None  # noqa: SIM115
+    if out:
+        out.write("case\tquantity\tkvbudget\tsglang\tverdict\n")
+    for case in cases:
+        kb = kvbudget_side(case, engine)
+        if kb.error is not None:
+            skipped += 1
+            reason = kb.error.split(";")[0][:90]
+            reasons[reason] = reasons.get(reason, 0) + 1
+            print(f"{case.id}: n/a (kvbudget: {kb.error})")
+            continue
+        if kb.command is None:  # kvbudget refuses the budget: nothing emitted to run
+            refused += 1
+            print(f"{case.id}: refused by kvbudget, not run ({kb.values['refused'][:160]})")
+            continue
+        else:
+            try:
+                sg = sglang_side(kb, pre_load_bytes)
+            except Exception as exc:
+                if verbose:
+                    traceback.print_exc()
+                sg = {"refused": f"harness: {type(exc).__name__}: {_one_line(exc)}"}
+            rows = compare(kb.values, sg)
+        ok = all(r[3] for r in rows)
+        agree += ok
+        differ += not ok
+        print(f"{case.id}: {'OK' if ok else 'DIFF'}")
+        for key, k, s, same in rows:
+            if verbose or not same:
+                print(f"    {key}: kvbudget {k}  sglang {s}  {'ok' if same else 'DIFF'}")
+            if out:
+                out.write(f"{case.id}\t{key}\t{k}\t{s}\t{'agree' if same else 'differ'}\n")
+    if out:
+        out.close()
+    why = "; ".join(f"{n} x {r}" for r, n in sorted(reasons.items()))
+    print(
+        f"{len(cases)} cases, {agree} agree, {differ} differ ({refused} refused by kvbudget "
+        f"for the budget, nothing to run; {skipped} not planned by kvbudget for SGLang"
+        f"{': ' + why if why else ''})"
+    )
+    return 1 if differ else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", choices=("quick", "all"), default="quick")
+    parser.add_argument("--match", action="append", default=[])
+    parser.add_argument("--engine", default="sglang")
+    parser.add_argument(
+        "--pre-load-gib",
+        type=float,
+        default=None,
+        help="GiB in use before the weights load (default: kvbudget's allowance)",
+    )
+    parser.add_argument("--tsv")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    import logging
+
+    logging.disable(logging.WARNING)
+    cases = all_cases() if args.cases == "all" else quick_cases()
+    for text in args.match:
+        cases = [c for c in cases if text in c.id]
+    pre_load = None if args.pre_load_gib is None else int(args.pre_load_gib * GiB)
+    import sglang
+
+    use = "kvbudget's allowance" if pre_load is None else f"{pre_load} B"
+    print(
+        f"SGLang {sglang.__version__}: {len(cases)} cases, kvbudget --engine "
+        f"{args.engine}, GPU memory in use before weights load: {use}",
+        flush=True,
+    )
+    return run(cases, args.engine, pre_load, args.tsv, args.verbose)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
