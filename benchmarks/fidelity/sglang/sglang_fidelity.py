@@ -74,6 +74,8 @@ COMPARED = (
     "swa_tokens",
     "target_pool_bytes",
     "draft_pool_bytes",
+    "state_slots",
+    "state_pool_bytes",
     "host_tokens",
     "host_swa_tokens",
     "host_draft_tokens",
@@ -227,8 +229,17 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
         "max_total_num_tokens": detail["max_total_num_tokens"],
         "max_running_requests": detail.get("max_running_requests"),
         "swa_tokens": detail.get("swa_tokens"),
-        "target_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and x.role == "target"),
+        "target_pool_bytes": sum(
+            x.bytes
+            for x in pools
+            if x.tier == "gpu" and x.role == "target" and x.kind != "state"
+        ),
         "draft_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and x.role == "draft")
+        or None,
+        "state_slots": detail.get("mamba_cache_slots"),
+        "state_pool_bytes": sum(
+            x.bytes for x in pools if x.tier == "gpu" and x.kind == "state"
+        )
         or None,
         "host_tokens": detail.get("host_tokens") or None,
         "host_swa_tokens": detail.get("host_swa_tokens") or None,
@@ -301,6 +312,30 @@ def _tensor_bytes(obj: Any, seen: set[int]) -> int:
             total += _tensor_bytes(getattr(obj, name), seen)
         except AttributeError:
             continue
+    return total
+
+
+def _state_bytes(pool: Any) -> int:
+    """Bytes of a ``MambaPool``'s buffers: every tensor it holds that owns its storage
+    (the shared conv windows' overlapping ``as_strided`` views own none), 2-D and up."""
+    import torch
+
+    total, seen = 0, set()
+    stack = [pool]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            if obj._base is None and obj.dim() >= 2:
+                total += obj.numel() * obj.element_size()
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+        elif (type(obj).__module__ or "").startswith("sglang.srt.mem_cache"):
+            stack.extend(getattr(obj, "__dict__", {}).values())
     return total
 
 
@@ -459,12 +494,17 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
             )
             draft_bytes = draft = None
             draft_path = rc.get_spec().speculative_draft_model_path
+            algorithm = (rc.get_spec().speculative_algorithm or "").upper()
+            if draft_path is None and algorithm in ("EAGLE", "NEXTN"):
+                # Qwen3-Next / Qwen3.5 MTP: no path is resolved and the draft worker's
+                # ModelConfig.from_server_args falls back to the target's model_path
+                draft_path = sa.model_path
             if draft_path:
                 dmc = ModelConfig.from_server_args(sa, model_path=draft_path, is_draft_model=True)
                 draft = _configurator(sa, dmc, draft=True, target=result).configure(
                     pre_model_load_memory=pre_load_gib
                 )
-                draft_bytes = _tensor_bytes(draft.token_to_kv_pool, set())
+                draft_bytes = _tensor_bytes(draft.token_to_kv_pool, _state_seen(result))
             host: dict[str, Any] = {}
             if rc.get_memory().enable_hierarchical_cache:
                 from sglang.srt.configs.model_config import AttentionArch
@@ -486,13 +526,28 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
         "max_total_num_tokens": result.max_total_num_tokens,
         "max_running_requests": result.max_running_requests,
         "swa_tokens": result.swa_max_total_num_tokens if mc.is_hybrid_swa else None,
-        "target_pool_bytes": _tensor_bytes(result.token_to_kv_pool, set()),
+        "target_pool_bytes": _tensor_bytes(result.token_to_kv_pool, _state_seen(result)),
         "draft_pool_bytes": draft_bytes,
+        **_state_side(result),
         "host_tokens": host.get("host_tokens"),
         "host_swa_tokens": host.get("host_swa_tokens"),
         "host_draft_tokens": host.get("host_draft_tokens"),
         "host_bytes": host.get("host_bytes"),
     }
+
+
+def _state_seen(result: Any) -> set[int]:
+    """The ``MambaPool`` a hybrid KV pool refers to, left to ``state_pool_bytes``."""
+    mamba = getattr(result.req_to_token_pool, "mamba_pool", None)
+    return set() if mamba is None else {id(mamba)}
+
+
+def _state_side(result: Any) -> dict[str, Any]:
+    """The target's ``MambaPool`` (in the hybrid request pool): its slots and bytes."""
+    mamba = getattr(result.req_to_token_pool, "mamba_pool", None)
+    if mamba is None:
+        return {"state_slots": None, "state_pool_bytes": None}
+    return {"state_slots": mamba.size, "state_pool_bytes": _state_bytes(mamba)}
 
 
 # ---- comparison -----------------------------------------------------------------------

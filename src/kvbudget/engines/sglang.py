@@ -74,6 +74,12 @@ from kvbudget.engines.common import (
     refuse_unmodelled,
 )
 from kvbudget.engines.facts import ENGINES
+from kvbudget.engines.sglang_state import (
+    DEFAULT_STRATEGY,
+    StateLayout,
+    slots_per_request,
+    state_layout,
+)
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.layers import AttentionLayer, Layer
 from kvbudget.plan_types import (
@@ -117,6 +123,8 @@ class SglangRelease:
 # model_type of the architectures is_hybrid_swa_model allow-lists (GptOss, Llama4, ...)
 HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "llama4"})
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
+# --mamba-full-memory-ratio's fallback, 0.9, in tenths (arg_groups/fields/schedule.py)
+MAMBA_FULL_MEMORY_RATIO_TENTHS = 9
 # kept free of the computed --mem-fraction-static for small allocations SGLang makes
 # before it profiles (buffers besides the weights); a plan's KV is capped by
 # --max-total-tokens anyway, so the margin never adds KV
@@ -142,6 +150,7 @@ class Layout:
     draft_layers: int
     packed_draft: bool
     per_layer_full: int  # F: one target full layer's bytes per token
+    state: StateLayout | None = None  # Mamba / Gated DeltaNet layers (MambaPool)
 
     def cell(self, ratio: float) -> float:
         """SGLang's per-token budget figure (``_compute_cell_size`` / hybrid ``cell``)."""
@@ -169,12 +178,13 @@ def layout(d: Deployment, stage: int) -> Layout:
     """SGLang's per-token bytes for PP stage ``stage`` (drafts on the last stage)."""
     target = d.target
     layers = [target.layers[i] for i in pp_stage_layers(target.num_layers, d.parallel.pp)[stage]]
-    for layer in (*layers, *target.mtp_layers):
-        if layer.state_bytes(d.state_dtype_value, d.parallel.attention_tp):
-            raise InvalidArgumentError(
-                f"--engine sglang does not model {layer.kind} layers (Mamba state pools) "
-                "yet; plan this model with --engine kvbudget or vllm"
-            )
+    state = state_layout(d, [*layers, *target.mtp_layers])
+    if state is not None and d.parallel.pp > 1:
+        raise InvalidArgumentError(
+            "--engine sglang is modelled for Mamba / Gated DeltaNet state pools at --pp 1 "
+            "(SGLang charges every stage the largest stage's state: "
+            "_handle_max_mamba_cache); plan --pp 1"
+        )
     hybrid = target.model_type in HYBRID_SWA_MODEL_TYPES
 
     def per_token(ls: Sequence[Layer]) -> int:
@@ -207,6 +217,7 @@ def layout(d: Deployment, stage: int) -> Layout:
         per_layer_full=full[0].bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp)
         if full
         else 0,
+        state=state,
     )
 
 
@@ -290,6 +301,71 @@ def _ratio_for(swa: int, full: int) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StatePlan:
+    """SGLang's Mamba state pool on one DP worker, set by ``--max-mamba-cache-size``.
+
+    ``slots``: state slots (``max_mamba_cache_size`` per worker), ``running`` requests x
+    ``slots_per_request``; ``spec_slots``: rows of the speculative buffers (running + 1);
+    ``pool_bytes`` / ``spec_bytes``: what ``MambaPool`` allocates; ``reserved_bytes``:
+    what ``_handle_max_mamba_cache`` takes out of the profiled budget for both.
+    """
+
+    strategy: str
+    slots_per_request: int
+    running: int
+    slots: int
+    draft_tokens: int | None
+    pool_bytes: int
+    spec_bytes: int
+    reserved_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        """Every state buffer the pool allocates."""
+        return self.pool_bytes + self.spec_bytes
+
+
+def state_plan(
+    d: Deployment, st: StateLayout, budget_bytes: int, strategy: str = DEFAULT_STRATEGY
+) -> StatePlan:
+    """The state pool for ``--max-running-requests`` (per worker) running requests, each
+    with its ``--mamba-radix-cache-strategy`` slots (``_handle_max_mamba_cache``, its
+    explicit-size branch), or for fewer: the most whose reservation fits SGLang's own
+    default state share of the budget, ``mamba_full_memory_ratio / (1 +
+    mamba_full_memory_ratio)`` (0.9 / 1.9, ``arg_groups/fields/schedule.py``)."""
+    attn_dp = d.parallel.dp if d.parallel.dp_attention else 1
+    per_request = slots_per_request(strategy)
+    draft_tokens = d.lookahead_tokens + 1 if d.spec.name in ENGINES["sglang"].spec_names else None
+    spec_rows = draft_tokens or 0
+    # reserved(n) = per_req x (n x slots_per_request + 1 + (n + 1) x D)
+    share = budget_bytes * MAMBA_FULL_MEMORY_RATIO_TENTHS // (10 + MAMBA_FULL_MEMORY_RATIO_TENTHS)
+    fits = (share // st.per_request_bytes - 1 - spec_rows) // (per_request + spec_rows)
+    running = min(max(1, d.max_batch_size // attn_dp), fits)
+    if running < 1:
+        raise InfeasibleBudgetError(
+            f"SGLang's Mamba state for one request ({per_request} slots of "
+            f"{st.per_request_bytes} B{' and its speculative buffers' if spec_rows else ''}) "
+            f"does not fit {share} B, SGLang's default state share of {budget_bytes} B per "
+            "rank; raise --kv-budget or --tp"
+        )
+    slots = running * per_request
+    spec = st.spec_pool_bytes(running, draft_tokens) if draft_tokens else 0
+    reserved = st.slot_pool_bytes(slots) + (
+        st.spec_reserved_bytes(running, draft_tokens) if draft_tokens else 0
+    )
+    return StatePlan(
+        strategy=strategy,
+        slots_per_request=per_request,
+        running=running,
+        slots=slots,
+        draft_tokens=draft_tokens,
+        pool_bytes=st.slot_pool_bytes(slots),
+        spec_bytes=spec,
+        reserved_bytes=reserved,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class SglangPlan:
     """The pools kvbudget plans for SGLang and the settings that produce them."""
 
@@ -299,6 +375,7 @@ class SglangPlan:
     ratio: float | None
     device_bytes: int
     budget_bytes: int  # what SGLang must profile for T to fit (its own cell)
+    state: StatePlan | None = None
 
 
 def plan_stage(d: Deployment, stage: int, budget: int) -> SglangPlan:
@@ -307,6 +384,9 @@ def plan_stage(d: Deployment, stage: int, budget: int) -> SglangPlan:
     page = d.tokens_per_block
     if not lay.full and not lay.swa:
         raise InvalidArgumentError(f"{d.target.name} caches nothing for SGLang to size")
+    state = state_plan(d, lay.state, budget) if lay.state is not None else None
+    if state is not None:
+        budget -= state.bytes
     swa = _swa_tokens_needed(lay, d) if lay.swa_layers else 0
     fixed = (swa + page) * lay.swa if lay.swa_layers else 0
     slope = lay.full + lay.draft
@@ -341,7 +421,8 @@ def plan_stage(d: Deployment, stage: int, budget: int) -> SglangPlan:
         swa_tokens=swa,
         ratio=ratio,
         device_bytes=device_bytes(lay, full, swa, page),
-        budget_bytes=int(profiled) + 1,
+        budget_bytes=int(profiled) + 1 + (state.reserved_bytes if state else 0),
+        state=state,
     )
 
 
@@ -392,11 +473,19 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
     lay = stages[-1].layout  # the last stage holds the draft
     full, swa = chosen.full_tokens, chosen.swa_tokens
     side_page = release.sidecar_host_padding_page
+    state = chosen.state
+    if state is not None and ledger.host_bytes:
+        raise InvalidArgumentError(
+            "--engine sglang does not model HiCache's Mamba state host pool yet; plan "
+            f"{d.target.name} for SGLang without --host-budget"
+        )
     gb = _hicache_gb(lay, ledger.host_bytes, full, swa, page, side_page)
     host = host_pools(lay, gb, full, swa, page, sidecar_page=side_page) if gb else None
     profiled = max(st.budget_bytes for st in stages)
     fraction = _mem_fraction(d, ledger.max_weights_bytes, profiled)
     sequences = min(full // (d.max_seq_len + d.lookahead_tokens), d.max_batch_size)
+    if state is not None:
+        sequences = min(sequences, state.running)
     capacity = engine_capacity(
         d,
         tokens=full,
@@ -422,6 +511,14 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
             f"1) is smaller than the {_swa_tokens_needed(lay, d)} tokens "
             f"{d.max_batch_size} running requests' windows take; fewer run at once"
         )
+    if state is not None and state.running < max(1, d.max_batch_size // attn_dp_of(d)):
+        warnings.append(
+            f"SGLang's Mamba state pool holds {count_of(state.running, 'running request')} "
+            f"per worker ({state.slots_per_request} state slots each under "
+            f"--mamba-radix-cache-strategy {state.strategy}) within its default state share "
+            "of the budget (--mamba-full-memory-ratio 0.9); --max-running-requests is "
+            "lowered to it"
+        )
     if sequences < d.max_batch_size:
         warnings.append(
             f"SGLang's pool holds {count_of(sequences, 'request')} of {d.max_seq_len} "
@@ -432,9 +529,10 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
         name="sglang",
         version=release.version,
         source=_source(release),
-        pools=_pools(lay, full, swa, page, host),
+        pools=_pools(lay, full, swa, page, host) + _state_pools(state),
         capacity=capacity,
-        settings=_settings(d, dtype, chosen, lay, gb if host else 0, fraction),
+        settings=_settings(d, dtype, chosen, lay, gb if host else 0, fraction)
+        | _state_settings(d, state),
         log=_log(d, lay, chosen, host),
         notes=tuple(
             _notes(d, ledger, lay, chosen, host, fraction, profiled)
@@ -443,7 +541,7 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
         warnings=tuple(warnings),
         detail={
             "max_total_num_tokens": full,
-            "max_running_requests": _max_running_requests(d, full),
+            "max_running_requests": _max_running_requests(d, full, state),
             "weights_bytes": ledger.max_weights_bytes,
             "swa_tokens": swa if lay.swa_layers else None,
             "swa_full_tokens_ratio": chosen.ratio,
@@ -458,17 +556,78 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
             "hicache_size_gb": gb,
             "pre_load_bytes": pre_load_bytes(d),
             "environment": environment,
+            "mamba_cache_slots": state.slots if state else None,
+            "mamba_state_bytes": state.bytes if state else None,
+            "mamba_reserved_bytes": state.reserved_bytes if state else None,
         },
     )
 
 
-def _max_running_requests(d: Deployment, full: int) -> int:
+def _max_running_requests(d: Deployment, full: int, state: StatePlan | None = None) -> int:
     """Running requests per DP worker (``KVCacheConfigurator.resolve_max_num_reqs``):
     ``--max-running-requests`` divided by the attention-DP size, at least 1, capped at
-    half the pool's tokens."""
+    half the pool's tokens (and at the state slots over slots per request, which the
+    emitted ``--max-mamba-cache-size`` makes the same figure)."""
     attn_dp = d.parallel.dp if d.parallel.dp_attention else 1
     per_worker = max(1, d.max_batch_size // attn_dp)
+    if state is not None:
+        per_worker = min(per_worker, state.slots // state.slots_per_request)
     return min(per_worker, full // 2)
+
+
+def attn_dp_of(d: Deployment) -> int:
+    """SGLang's attention-DP size: ``--dp-size`` with DP attention, else 1."""
+    return d.parallel.dp if d.parallel.dp_attention else 1
+
+
+def _state_settings(d: Deployment, state: StatePlan | None) -> dict[str, Any]:
+    """``--mamba-radix-cache-strategy`` and ``--max-mamba-cache-size`` (all workers':
+    SGLang divides it by the attention-DP size)."""
+    if state is None:
+        return {}
+    attn_dp = d.parallel.dp if d.parallel.dp_attention else 1
+    settings: dict[str, Any] = {
+        "--mamba-radix-cache-strategy": state.strategy,
+        "--max-mamba-cache-size": state.slots * attn_dp,
+    }
+    if state.running < max(1, d.max_batch_size // attn_dp):
+        settings["--max-running-requests"] = state.running * attn_dp
+    return settings
+
+
+def _state_pools(state: StatePlan | None) -> tuple[PoolPlan, ...]:
+    """The ``MambaPool``: its slots (one padding slot more) and, under speculation, its
+    intermediate buffers (running + 1 rows)."""
+    if state is None:
+        return ()
+    per_slot = state.pool_bytes // (state.slots + 1)
+    pools = [
+        PoolPlan(
+            role="target",
+            kind="state",
+            tier="gpu",
+            tokens_per_block=1,
+            blocks=state.slots,
+            bytes=state.pool_bytes,
+            tokens=0,
+            padding_bytes=per_slot,
+            name="mamba",
+        )
+    ]
+    if state.spec_bytes:
+        pools.append(
+            PoolPlan(
+                role="target",
+                kind="state",
+                tier="gpu",
+                tokens_per_block=1,
+                blocks=state.running + 1,
+                bytes=state.spec_bytes,
+                tokens=0,
+                name="mamba speculative",
+            )
+        )
+    return tuple(pools)
 
 
 def _draft_context_tokens(d: Deployment) -> int | None:
