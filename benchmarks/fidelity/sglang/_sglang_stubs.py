@@ -214,6 +214,10 @@ def record_host_pools() -> list[tuple[str, int, int]]:
         del kwargs
         return torch.empty(dims, dtype=dtype, device="meta")
 
+    from sglang.srt.mem_cache.pool_host import mamba as host_mamba
+
+    # MambaPoolHost.__init__ checks this machine's free host memory itself
+    host_mamba.host_memory_budget_bytes = lambda requested: requested
     host_common.ALLOC_MEMORY_FUNCS.clear()
     host_common.ALLOC_MEMORY_FUNCS.default_factory = lambda: meta_alloc
     booked: list[tuple[str, int, int]] = []

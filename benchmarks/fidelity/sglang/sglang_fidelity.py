@@ -79,6 +79,7 @@ COMPARED = (
     "host_tokens",
     "host_swa_tokens",
     "host_draft_tokens",
+    "host_state_slots",
     "host_bytes",
 )
 
@@ -244,6 +245,7 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
         "host_tokens": detail.get("host_tokens") or None,
         "host_swa_tokens": detail.get("host_swa_tokens") or None,
         "host_draft_tokens": detail.get("host_draft_tokens") or None,
+        "host_state_slots": detail.get("host_state_slots") or None,
         "host_bytes": detail.get("host_bytes") or None,
     }
     return KbSide(
@@ -416,6 +418,50 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
     HOST_BOOKINGS.clear()
     pool = target.token_to_kv_pool
     mtp = (draft.token_to_kv_pool,) if packed and draft is not None else ()
+    mamba = getattr(target.req_to_token_pool, "mamba_pool", None)
+    if mamba is not None:
+        # build_hybrid_mamba_stack's sizing steps: prepare_host_pool_config over the
+        # hybrid pool's host_pool_decls (MTP draft layers packed), the root KV pool and
+        # the MambaPool split --hicache-size by device bytes (_split_hicache_size), then
+        # build_kv_host_pool and build_mamba_host_pool
+        from sglang.srt.mem_cache.hybrid_cache.host_pool_config import (
+            prepare_host_pool_config,
+        )
+
+        (info,) = mamba.get_device_pool_infos()
+        full_map = asm._stage_local_layer_mapping(
+            pool.full_attention_layer_id_mapping, pool.start_layer
+        )
+        mamba_map = {layer - pool.start_layer: i for i, layer in enumerate(info.layer_ids)}
+        config = prepare_host_pool_config(
+            decls=pool.host_pool_decls(),
+            full_layer_mapping=full_map,
+            transfer_layer_id_max=max(full_map.keys() | mamba_map.keys()) + 1,
+            transfer_page_size=page,
+            packed_draft_device_pools=mtp,
+        )
+        root = config.pools[0]
+        kv_pool = root.decl.device_pool
+        kv_size, mamba_size = asm._split_hicache_size(get_memory().hicache_size, (kv_pool, mamba))
+        asm.build_kv_host_pool(
+            kv_pool=kv_pool,
+            page_size=page,
+            use_mla=use_mla,
+            host_size=kv_size,
+            mtp_draft_device_pools=root.packed_draft_device_pools,
+        )
+        host_mamba = asm.build_mamba_host_pool(
+            mamba, info, host_size=mamba_size, layout=get_memory().hicache_mem_layout
+        )
+        booked = {label: tokens for label, tokens, _ in HOST_BOOKINGS}
+        if not any(label not in ("kv", "draft") for label in booked):
+            # MambaPoolHost allocates its buffers itself, past the booking hook
+            HOST_BOOKINGS.append(("mamba", host_mamba.size, host_mamba.size_per_token))
+        return {
+            "host_tokens": booked.get("kv"),
+            "host_state_slots": host_mamba.size,
+            "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS),
+        }
     if isinstance(pool, SWAKVPool):
         full_map, swa_map = asm._swa_layer_mappings(pool)
         kv_size, swa_size = asm._split_hicache_size(
@@ -532,6 +578,7 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
         "host_tokens": host.get("host_tokens"),
         "host_swa_tokens": host.get("host_swa_tokens"),
         "host_draft_tokens": host.get("host_draft_tokens"),
+        "host_state_slots": host.get("host_state_slots"),
         "host_bytes": host.get("host_bytes"),
     }
 

@@ -171,6 +171,7 @@ class Pools:
     host_full_tokens: int = 0
     host_swa_tokens: int = 0
     host_draft_tokens: int = 0
+    host_state_slots: int = 0
     host_bytes: int = 0
 
 
@@ -250,16 +251,36 @@ def device_bytes(lay: Layout, full: int, swa: int, page: int) -> int:
 
 
 def host_pools(
-    lay: Layout, hicache_gb: int, full: int, swa: int, page: int, *, sidecar_page: bool = False
+    lay: Layout,
+    hicache_gb: int,
+    full: int,
+    swa: int,
+    page: int,
+    *,
+    sidecar_page: bool = False,
+    state_device_bytes: int = 0,
 ) -> Pools:
     """Forward: the host pools ``--hicache-size hicache_gb`` makes (``HostKVCache``);
-    ``sidecar_page``: the sidecar draft pool has one page more (main@003fca80)."""
+    ``sidecar_page``: the sidecar draft pool has one page more (main@003fca80);
+    ``state_device_bytes``: the device ``MambaPool``'s size as HiCache reads it
+    (``get_kv_size_bytes``: slots and speculative buffers, the latter at their logical
+    size, which is what ``_handle_max_mamba_cache`` reserves)."""
 
     def tokens(gb: float, per_token: int) -> int:
         return (int(gb * 1e9 // per_token) // page + 1) * page
 
     spt_full = lay.full + (lay.draft if lay.packed_draft else 0)
-    if lay.swa_layers:
+    state_slots = 0
+    if lay.state is not None:
+        # build_hybrid_mamba_stack: _split_hicache_size over (KV pool, MambaPool) by
+        # device bytes; MambaPoolHost has one slot per page (page_size 1) and one more
+        dev_full = (full + page) * lay.full
+        share = dev_full + state_device_bytes
+        host_full = tokens(hicache_gb * dev_full / share, spt_full)
+        per_slot = lay.state.per_request_bytes
+        state_slots = int(hicache_gb * state_device_bytes / share * 1e9 // per_slot) + 1
+        host_swa = 0
+    elif lay.swa_layers:
         dev_full = (full + page) * lay.full
         dev_swa = (swa + page) * lay.swa
         share = dev_full + dev_swa
@@ -270,6 +291,8 @@ def host_pools(
     extra = page if sidecar_page else 0
     sidecar = host_full + extra if lay.draft and not lay.packed_draft else 0
     pinned = host_full * spt_full + host_swa * lay.swa + sidecar * lay.draft
+    if lay.state is not None:
+        pinned += state_slots * lay.state.per_request_bytes
     return Pools(
         full_tokens=full,
         swa_tokens=swa,
@@ -277,6 +300,7 @@ def host_pools(
         host_full_tokens=host_full,
         host_swa_tokens=host_swa,
         host_draft_tokens=sidecar,
+        host_state_slots=state_slots,
         host_bytes=pinned,
     )
 
@@ -427,14 +451,23 @@ def plan_stage(d: Deployment, stage: int, budget: int) -> SglangPlan:
 
 
 def _hicache_gb(
-    lay: Layout, host_bytes: int, full: int, swa: int, page: int, sidecar_page: bool
+    lay: Layout,
+    host_bytes: int,
+    full: int,
+    swa: int,
+    page: int,
+    sidecar_page: bool,
+    state_device_bytes: int = 0,
 ) -> int:
     """The largest whole ``--hicache-size`` whose host pools (sidecar too) fit ``host_bytes``."""
     gb = host_bytes // GB
-    while (
-        gb > 0
-        and host_pools(lay, gb, full, swa, page, sidecar_page=sidecar_page).host_bytes > host_bytes
-    ):
+
+    def pinned(gb: int) -> int:
+        return host_pools(
+            lay, gb, full, swa, page, sidecar_page=sidecar_page, state_device_bytes=state_device_bytes
+        ).host_bytes
+
+    while gb > 0 and pinned(gb) > host_bytes:
         gb -= 1
     return gb
 
@@ -474,13 +507,13 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
     full, swa = chosen.full_tokens, chosen.swa_tokens
     side_page = release.sidecar_host_padding_page
     state = chosen.state
-    if state is not None and ledger.host_bytes:
-        raise InvalidArgumentError(
-            "--engine sglang does not model HiCache's Mamba state host pool yet; plan "
-            f"{d.target.name} for SGLang without --host-budget"
-        )
-    gb = _hicache_gb(lay, ledger.host_bytes, full, swa, page, side_page)
-    host = host_pools(lay, gb, full, swa, page, sidecar_page=side_page) if gb else None
+    state_dev = state.reserved_bytes if state else 0
+    gb = _hicache_gb(lay, ledger.host_bytes, full, swa, page, side_page, state_dev)
+    host = (
+        host_pools(lay, gb, full, swa, page, sidecar_page=side_page, state_device_bytes=state_dev)
+        if gb
+        else None
+    )
     profiled = max(st.budget_bytes for st in stages)
     fraction = _mem_fraction(d, ledger.max_weights_bytes, profiled)
     sequences = min(full // (d.max_seq_len + d.lookahead_tokens), d.max_batch_size)
@@ -552,6 +585,7 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
             "host_tokens": host.host_full_tokens if host else 0,
             "host_swa_tokens": host.host_swa_tokens if host else 0,
             "host_draft_tokens": host.host_draft_tokens if host else 0,
+            "host_state_slots": host.host_state_slots if host else 0,
             "host_bytes": host.host_bytes if host else 0,
             "hicache_size_gb": gb,
             "pre_load_bytes": pre_load_bytes(d),
@@ -820,6 +854,19 @@ def _pools(lay: Layout, full: int, swa: int, page: int, host: Pools | None) -> t
         if host.host_draft_tokens:
             pools.append(
                 pool("draft", "kv", "host", host.host_draft_tokens, lay.draft, "host draft")
+            )
+        if lay.state is not None and host.host_state_slots:
+            pools.append(
+                PoolPlan(
+                    role="target",
+                    kind="state",
+                    tier="host",
+                    tokens_per_block=1,
+                    blocks=host.host_state_slots,
+                    bytes=host.host_state_slots * lay.state.per_request_bytes,
+                    tokens=0,
+                    name="host mamba",
+                )
             )
     return tuple(pools)
 
