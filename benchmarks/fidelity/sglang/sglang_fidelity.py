@@ -231,16 +231,12 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
         "max_running_requests": detail.get("max_running_requests"),
         "swa_tokens": detail.get("swa_tokens"),
         "target_pool_bytes": sum(
-            x.bytes
-            for x in pools
-            if x.tier == "gpu" and x.role == "target" and x.kind != "state"
+            x.bytes for x in pools if x.tier == "gpu" and x.role == "target" and x.kind != "state"
         ),
         "draft_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and x.role == "draft")
         or None,
         "state_slots": detail.get("mamba_cache_slots"),
-        "state_pool_bytes": sum(
-            x.bytes for x in pools if x.tier == "gpu" and x.kind == "state"
-        )
+        "state_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and x.kind == "state")
         or None,
         "host_tokens": detail.get("host_tokens") or None,
         "host_swa_tokens": detail.get("host_swa_tokens") or None,

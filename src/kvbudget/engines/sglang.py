@@ -464,7 +464,13 @@ def _hicache_gb(
 
     def pinned(gb: int) -> int:
         return host_pools(
-            lay, gb, full, swa, page, sidecar_page=sidecar_page, state_device_bytes=state_device_bytes
+            lay,
+            gb,
+            full,
+            swa,
+            page,
+            sidecar_page=sidecar_page,
+            state_device_bytes=state_device_bytes,
         ).host_bytes
 
     while gb > 0 and pinned(gb) > host_bytes:
