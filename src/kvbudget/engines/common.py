@@ -35,12 +35,15 @@ def stage_note(ledger: Ledger) -> list[str]:
     ]
 
 
-def refuse_unmodelled(d: Deployment, engine: str) -> None:
+def refuse_unmodelled(d: Deployment, engine: str, *, models_indexer: bool = False) -> None:
     """InvalidArgumentError for a deployment the engine models of ``engine`` do not cover:
-    a sparse-attention indexer cache, or a draft at another TP size than the target."""
+    a sparse-attention indexer cache (unless ``models_indexer``), or a draft at another TP
+    size than the target."""
     from kvbudget.layers import MLALayer
 
-    if any(isinstance(x, MLALayer) and x.index_head_dim for x in d.target.layers):
+    if not models_indexer and any(
+        isinstance(x, MLALayer) and x.index_head_dim for x in d.target.layers
+    ):
         raise InvalidArgumentError(
             f"--engine {engine} is not modelled for {d.target.name}'s sparse-attention "
             "indexer cache (the engines keep it apart from the MLA latent); plan it with "

@@ -81,7 +81,7 @@ from kvbudget.engines.sglang_state import (
     state_layout,
 )
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
-from kvbudget.layers import AttentionLayer, Layer
+from kvbudget.layers import AttentionLayer, Layer, MLALayer
 from kvbudget.plan_types import (
     EnginePlan,
     EngineSource,
@@ -123,6 +123,7 @@ class SglangRelease:
 # model_type of the architectures is_hybrid_swa_model allow-lists (GptOss, Llama4, ...)
 HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "llama4"})
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
+DSA_PAGE_TOKENS = 64
 # --mamba-full-memory-ratio's fallback, 0.9, in tenths (arg_groups/fields/schedule.py)
 MAMBA_FULL_MEMORY_RATIO_TENTHS = 9
 # kept free of the computed --mem-fraction-static for small allocations SGLang makes
@@ -175,6 +176,32 @@ class Pools:
     host_bytes: int = 0
 
 
+def is_dsa(d: Deployment) -> bool:
+    """DeepSeek-V3.2's sparse attention: MLA layers with an indexer key."""
+    return any(isinstance(x, MLALayer) and x.index_head_dim for x in d.target.layers)
+
+
+def page_tokens(d: Deployment) -> int:
+    """SGLang's page: ``--page-size``, raised to 64 for DSA models (ServerArgs
+    resolution, 0.5.23: the DSA kernels take 64-token pages), which is emitted."""
+    return DSA_PAGE_TOKENS if is_dsa(d) else d.tokens_per_block
+
+
+def layer_bytes_per_token(layer: Layer, d: Deployment, tp: int) -> int:
+    """One layer's bytes per token in SGLang's pools.
+
+    A DSA layer (``DSATokenToKVPool``) holds the MLA latent and the indexer key (fp8 plus
+    one fp32 scale per 128, uint8 storage, ``_compute_dsa_indexer_cell_size``); with an
+    fp8 KV cache its latent takes SGLang's scaled layout (``calculate_mla_kv_cache_dim``):
+    ``kv_lora_rank`` fp8 values, their scales (4 B per 128) and the rope part in bf16.
+    """
+    if isinstance(layer, MLALayer) and layer.index_head_dim and d.kv_dtype_value.bits == 8:
+        rank = layer.kv_lora_rank
+        latent = rank + rank // 128 * 4 + layer.qk_rope_head_dim * 2
+        return latent + layer.index_head_dim + layer.index_head_dim // 128 * 4
+    return layer.bytes_per_token(d.kv_dtype_value, tp)
+
+
 def layout(d: Deployment, stage: int) -> Layout:
     """SGLang's per-token bytes for PP stage ``stage`` (drafts on the last stage)."""
     target = d.target
@@ -189,9 +216,9 @@ def layout(d: Deployment, stage: int) -> Layout:
     hybrid = target.model_type in HYBRID_SWA_MODEL_TYPES
 
     def per_token(ls: Sequence[Layer]) -> int:
-        return sum(x.bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp) for x in ls)
+        return sum(layer_bytes_per_token(x, d, d.parallel.attention_tp) for x in ls)
 
-    cached = [x for x in layers if x.bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp)]
+    cached = [x for x in layers if layer_bytes_per_token(x, d, d.parallel.attention_tp)]
     # Llama-4's chunked layers go to the SWA pool with the chunk as window
     # (model_runner: sliding_window_size = attention_chunk_size); SGLang takes them as
     # layers (i + 1) % 4 != 0 (model_config.get_hybrid_layer_ids @ 001adf56), which is
@@ -204,7 +231,7 @@ def layout(d: Deployment, stage: int) -> Layout:
         if d.spec.name == "mtp":
             draft, packed = list(target.mtp_layers), True
         elif d.draft is not None:
-            draft = [x for x in d.draft.layers if x.bytes_per_token(d.kv_dtype_value, 1)]
+            draft = [x for x in d.draft.layers if layer_bytes_per_token(x, d, 1)]
     windows = {x.sliding_window for x in sliding}
     return Layout(
         full=per_token(full),
@@ -215,7 +242,7 @@ def layout(d: Deployment, stage: int) -> Layout:
         draft=per_token(draft),
         draft_layers=len(draft),
         packed_draft=packed,
-        per_layer_full=full[0].bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp)
+        per_layer_full=layer_bytes_per_token(full[0], d, d.parallel.attention_tp)
         if full
         else 0,
         state=state,
@@ -312,7 +339,7 @@ def _swa_tokens_needed(lay: Layout, d: Deployment) -> int:
     SGLang's ``SWAChunkCapPoolConfigurator``: window + draft tokens + page + decode page).
     """
     assert lay.window is not None
-    page = d.tokens_per_block
+    page = page_tokens(d)
     per_request = min(lay.window, d.max_seq_len) + d.lookahead_tokens + 1 + 2 * page
     need = d.max_batch_size * per_request + d.max_num_batched_tokens + page
     return max(cdiv(need, page) * page, (lay.window + page) // page * page + page)
@@ -405,7 +432,7 @@ class SglangPlan:
 def plan_stage(d: Deployment, stage: int, budget: int) -> SglangPlan:
     """Backward: the largest page-aligned T whose real pools fit ``budget`` bytes."""
     lay = layout(d, stage)
-    page = d.tokens_per_block
+    page = page_tokens(d)
     if not lay.full and not lay.swa:
         raise InvalidArgumentError(f"{d.target.name} caches nothing for SGLang to size")
     state = state_plan(d, lay.state, budget) if lay.state is not None else None
@@ -506,7 +533,7 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
     facts = ENGINES["sglang"]
     check_block(d.tokens_per_block, facts)
     dtype = kv_dtype_name(d.kv_dtype, facts)
-    page = d.tokens_per_block
+    page = page_tokens(d)
     stages = [plan_stage(d, s, ledger.min_stage_gpu_bytes) for s in range(d.parallel.pp)]
     chosen = min(stages, key=lambda st: st.full_tokens)
     lay = stages[-1].layout  # the last stage holds the draft
@@ -720,7 +747,7 @@ def _settings(
         "--context-length": d.max_seq_len,
         "--max-running-requests": d.max_batch_size,
         "--chunked-prefill-size": d.max_num_batched_tokens,
-        facts.block_knob: d.tokens_per_block,
+        facts.block_knob: page_tokens(d),
         facts.kv_dtype_knob: dtype,
         facts.token_knob: chosen.full_tokens,
     }
@@ -891,7 +918,7 @@ def render(plan: Plan) -> str:
 def check(d: Deployment) -> None:
     """InvalidArgumentError for what this model of SGLang does not cover, and for what
     SGLang refuses at start-up (in its words)."""
-    refuse_unmodelled(d, "sglang")
+    refuse_unmodelled(d, "sglang", models_indexer=True)
     if d.spec.name == "ngram" and d.parallel.dp_attention:
         # arg_groups/speculative_hook.py _handle_ngram (0.5.23 wheel)
         raise InvalidArgumentError(
