@@ -218,6 +218,9 @@ def record_host_pools() -> list[tuple[str, int, int]]:
 
     # MambaPoolHost.__init__ checks this machine's free host memory itself
     host_mamba.host_memory_budget_bytes = lambda requested: requested
+    from sglang.srt.mem_cache.pool_host import dsa as host_dsa
+
+    host_dsa.host_memory_budget_bytes = lambda requested: requested  # DSAIndexerPoolHost
     host_common.ALLOC_MEMORY_FUNCS.clear()
     host_common.ALLOC_MEMORY_FUNCS.default_factory = lambda: meta_alloc
     booked: list[tuple[str, int, int]] = []

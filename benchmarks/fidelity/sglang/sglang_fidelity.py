@@ -74,12 +74,14 @@ COMPARED = (
     "swa_tokens",
     "target_pool_bytes",
     "draft_pool_bytes",
+    "indexer_pool_bytes",
     "state_slots",
     "state_pool_bytes",
     "host_tokens",
     "host_swa_tokens",
     "host_draft_tokens",
     "host_state_slots",
+    "host_indexer_bytes",
     "host_bytes",
 )
 
@@ -235,6 +237,8 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
         ),
         "draft_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and x.role == "draft")
         or None,
+        "indexer_pool_bytes": detail.get("indexer_bytes"),
+        "host_indexer_bytes": detail.get("host_indexer_bytes"),
         "state_slots": detail.get("mamba_cache_slots"),
         "state_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and x.kind == "state")
         or None,
@@ -407,6 +411,7 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
     for NEXTN), or ``_split_hicache_size`` + ``build_hybrid_swa_group`` for a sliding
     hybrid, then ``build_full_draft_pools`` for a sidecar draft."""
     from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as asm
+    from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
     from sglang.srt.runtime_context import get_memory, get_schedule
 
@@ -457,6 +462,38 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
             "host_tokens": booked.get("kv"),
             "host_state_slots": host_mamba.size,
             "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS),
+        }
+    if isinstance(pool, DSATokenToKVPool):
+        from sglang.srt.mem_cache.hybrid_cache.host_pool_config import (
+            prepare_host_pool_config,
+        )
+
+        # _DsaStrategy.build: the MLA host pool and the indexer host pool its
+        # host_pool_decls declare (build_host_pool_group)
+        config = prepare_host_pool_config(
+            decls=pool.host_pool_decls(),
+            full_layer_mapping={i: i for i in range(pool.layer_num)},
+            transfer_layer_id_max=pool.layer_num,
+            transfer_page_size=page,
+            packed_draft_device_pools=mtp,
+        )
+        group = asm.build_host_pool_group(config=config)
+        booked = {label: tokens for label, tokens, _ in HOST_BOOKINGS}
+        # DSAIndexerPoolHost allocates its buffer itself: page_num x layers x page bytes
+        indexer = sum(
+            e.host_pool.decl.storage_info.host_bytes(
+                page_num=e.host_pool.page_num,
+                layer_num=e.host_pool.layer_num,
+                page_size=e.host_pool.page_size,
+            )
+            for e in group.entries
+            if type(e.host_pool).__name__ == "DSAIndexerPoolHost"
+        )
+        return {
+            "host_tokens": booked.get("kv"),
+            "host_indexer_bytes": indexer or None,
+            "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS)
+            + indexer,
         }
     if isinstance(pool, SWAKVPool):
         full_map, swa_map = asm._swa_layer_mappings(pool)
@@ -570,6 +607,11 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
         "swa_tokens": result.swa_max_total_num_tokens if mc.is_hybrid_swa else None,
         "target_pool_bytes": _tensor_bytes(result.token_to_kv_pool, _state_seen(result)),
         "draft_pool_bytes": draft_bytes,
+        "indexer_pool_bytes": _tensor_bytes(
+            getattr(result.token_to_kv_pool, "index_k_with_scale_buffer", None), set()
+        )
+        or None,
+        "host_indexer_bytes": host.get("host_indexer_bytes"),
         **_state_side(result),
         "host_tokens": host.get("host_tokens"),
         "host_swa_tokens": host.get("host_swa_tokens"),

@@ -152,6 +152,8 @@ class Layout:
     packed_draft: bool
     per_layer_full: int  # F: one target full layer's bytes per token
     state: StateLayout | None = None  # Mamba / Gated DeltaNet layers (MambaPool)
+    indexer: int = 0  # of ``full``: DSA indexer keys (DSATokenToKVPool)
+    draft_indexer: int = 0  # of ``draft``
 
     def cell(self, ratio: float) -> float:
         """SGLang's per-token budget figure (``_compute_cell_size`` / hybrid ``cell``)."""
@@ -242,11 +244,18 @@ def layout(d: Deployment, stage: int) -> Layout:
         draft=per_token(draft),
         draft_layers=len(draft),
         packed_draft=packed,
-        per_layer_full=layer_bytes_per_token(full[0], d, d.parallel.attention_tp)
-        if full
-        else 0,
+        per_layer_full=layer_bytes_per_token(full[0], d, d.parallel.attention_tp) if full else 0,
         state=state,
+        indexer=sum(_indexer_bytes(x) for x in full),
+        draft_indexer=sum(_indexer_bytes(x) for x in draft),
     )
+
+
+def _indexer_bytes(layer: Layer) -> int:
+    """A DSA layer's indexer key per token: fp8 values plus a 4-byte scale per 128."""
+    if isinstance(layer, MLALayer) and layer.index_head_dim:
+        return layer.index_head_dim + layer.index_head_dim // 128 * 4
+    return 0
 
 
 def allocate(
@@ -297,6 +306,10 @@ def host_pools(
         return (int(gb * 1e9 // per_token) // page + 1) * page
 
     spt_full = lay.full + (lay.draft if lay.packed_draft else 0)
+    # DSA (_DsaStrategy): --hicache-size sizes the MLA host pool alone; the indexer host
+    # pool (DSAIndexerPoolHost) has its tokens and comes on top
+    spt_indexer = lay.indexer + (lay.draft_indexer if lay.packed_draft else 0)
+    spt_full -= spt_indexer
     state_slots = 0
     if lay.state is not None:
         # build_hybrid_mamba_stack: _split_hicache_size over (KV pool, MambaPool) by
@@ -317,7 +330,7 @@ def host_pools(
         host_full, host_swa = tokens(hicache_gb, spt_full), 0
     extra = page if sidecar_page else 0
     sidecar = host_full + extra if lay.draft and not lay.packed_draft else 0
-    pinned = host_full * spt_full + host_swa * lay.swa + sidecar * lay.draft
+    pinned = host_full * (spt_full + spt_indexer) + host_swa * lay.swa + sidecar * lay.draft
     if lay.state is not None:
         pinned += state_slots * lay.state.per_request_bytes
     return Pools(
@@ -619,6 +632,13 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
             "host_swa_tokens": host.host_swa_tokens if host else 0,
             "host_draft_tokens": host.host_draft_tokens if host else 0,
             "host_state_slots": host.host_state_slots if host else 0,
+            "indexer_bytes": (full + page) * lay.indexer if lay.indexer else None,
+            "host_indexer_bytes": (
+                host.host_full_tokens
+                * (lay.indexer + (lay.draft_indexer if lay.packed_draft else 0))
+                if host and lay.indexer
+                else None
+            ),
             "host_bytes": host.host_bytes if host else 0,
             "hicache_size_gb": gb,
             "pre_load_bytes": pre_load_bytes(d),
