@@ -164,3 +164,39 @@ def test_hybrid_pools_fit_the_budget(budget_gib: int, batch: int, tp: int) -> No
     assert gpu == e["device_bytes"] + e["mamba_state_bytes"] <= budget_gib * GIB
     assert e["max_running_requests"] <= batch
     assert e["mamba_cache_slots"] == 5 * e["max_running_requests"]
+
+
+# ---------------------------------------------------------------- DeepSeek-V3.2 (DSA)
+DSV32 = "deepseek-ai/DeepSeek-V3.2"
+
+
+def test_dsa_pools_hold_the_latent_and_the_indexer_key_on_64_token_pages() -> None:
+    p = sgl_plan(DSV32, tp=8, tokens_per_block=32)
+    e = p.engine.detail
+    # DSATokenToKVPool per layer and token: the bf16 latent (512 + 64) x 2 = 1,152 B and
+    # the indexer key 128 + 128 // 128 x 4 = 132 B (_compute_dsa_indexer_cell_size);
+    # 61 layers: 78,324 B. --page-size is raised to 64 for DSA (and emitted so):
+    # (8 GiB // 78,324 - 64) // 64 x 64 = (109,671 - 64) // 64 x 64 = 109,568 tokens
+    assert p.engine.settings["--page-size"] == 64
+    assert e["max_total_num_tokens"] == 109_568
+    assert e["device_bytes"] == (109_568 + 64) * 78_324
+    # the indexer buffers have the latent's T + page rows: 109,632 x 132 x 61
+    assert e["indexer_bytes"] == 882_756_864
+    # fp8: SGLang's scaled latent layout (calculate_mla_kv_cache_dim) 512 fp8 + 512 // 128
+    # x 4 B of scales + 64 x 2 B of bf16 rope = 656 B, + 132: 788 x 61 = 48,068 B/token;
+    # (8 GiB // 48,068 - 64) // 64 x 64 = (178,703 - 64) // 64 x 64 = 178,624
+    fp8 = sgl_plan(DSV32, tp=8, kv_dtype="fp8")
+    assert fp8.engine.detail["max_total_num_tokens"] == 178_624
+
+
+def test_dsa_indexer_host_pool_comes_on_top_of_hicache_size() -> None:
+    p = sgl_plan(DSV32, tp=8, host_budget=64 * 10**9)
+    e = p.engine.detail
+    # _DsaStrategy: --hicache-size sizes the MLA host pool at 1,152 x 61 = 70,272 B per
+    # token; DSAIndexerPoolHost has its tokens at 132 x 61 = 8,052 B on top. 58 GB:
+    # (int(58e9 // 70,272) // 64 + 1) x 64 = 825,408 tokens x 78,324 B = 64,649,256,192 B,
+    # over 64 GB; 57 GB: 811,136 tokens, 63,531,416,064 B
+    assert p.engine.settings["--hicache-size"] == 57
+    assert e["host_tokens"] == 811_136
+    assert e["host_indexer_bytes"] == 811_136 * 8_052 == 6_531_267_072
+    assert e["host_bytes"] == 63_531_416_064
