@@ -34,7 +34,8 @@ QWEN3_NEXT_PER_REQUEST = 36 * (8192 * 3 * 2 + 32 * 128 * 128 * 4)  # 77,266,944 
 def sgl_plan(target: str, **kwargs: Any) -> Plan:
     args: dict[str, Any] = {"spec": "none", "kv_budget": 8 * GIB, "gpu": "H200", "tp": 1}
     args.update(kwargs)
-    return kvbudget.plan(target, engine="sglang", **args)
+    args.setdefault("engine", "sglang")
+    return kvbudget.plan(target, **args)
 
 
 def test_slots_per_request_follow_the_radix_cache_strategy() -> None:
@@ -200,3 +201,9 @@ def test_dsa_indexer_host_pool_comes_on_top_of_hicache_size() -> None:
     assert e["host_tokens"] == 811_136
     assert e["host_indexer_bytes"] == 811_136 * 8_052 == 6_531_267_072
     assert e["host_bytes"] == 63_531_416_064
+
+
+@pytest.mark.parametrize(("target", "what"), [(QWEN3_NEXT, "state"), (DSV32, "indexer")])
+def test_main_refuses_the_pools_checked_against_0_5_23_only(target: str, what: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"{what} pools .*sglang@0.5.23"):
+        sgl_plan(target, tp=8, engine="sglang@main@003fca80")

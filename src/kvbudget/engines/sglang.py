@@ -112,12 +112,16 @@ class SglangRelease:
 
     ``sidecar_host_padding_page``: a sidecar draft's host pool has one page more than the
     target's host pool (main@003fca80), or the same logical size (0.5.23).
+    ``hybrid_pools``: the Mamba / Gated DeltaNet state pools and DSA indexer pools are
+    modelled (read and run in 0.5.23's wheel only; refused for a release they were not
+    checked against).
     """
 
     version: str
     ref: str
     default: bool
     sidecar_host_padding_page: bool
+    hybrid_pools: bool = True
 
 
 # model_type of the architectures is_hybrid_swa_model allow-lists (GptOss, Llama4, ...)
@@ -974,6 +978,18 @@ def engine_model(release: SglangRelease) -> EngineModel:
     def plan_release(d: Deployment, ledger: Ledger) -> EnginePlan:
         return plan(d, ledger, release)
 
+    def check_release(d: Deployment) -> None:
+        check(d)
+        state = any(
+            x.state_bytes(d.state_dtype_value, d.parallel.attention_tp) for x in d.target.layers
+        )
+        if not release.hybrid_pools and (state or is_dsa(d)):
+            raise InvalidArgumentError(
+                f"--engine sglang@{release.version} is not modelled for {d.target.name}'s "
+                f"{'state' if state else 'sparse-attention indexer'} pools (checked against "
+                f"SGLang {VERSION} only); plan it with --engine sglang@{VERSION}"
+            )
+
     return EngineModel(
         name="sglang",
         version=release.version,
@@ -981,7 +997,7 @@ def engine_model(release: SglangRelease) -> EngineModel:
         source=_source(release),
         summary=f"SGLang {release.version}",
         plan=plan_release,
-        check=check,
+        check=check_release,
         render=render,
         spec_names=frozenset(ENGINES["sglang"].spec_names),
         # SGLang's own default --mem-fraction-static is a heuristic of its server
