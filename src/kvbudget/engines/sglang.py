@@ -45,6 +45,19 @@ another commit is named (files under ``python/sglang/srt/``); each holds in 0.5.
   top-k (``arg_groups/speculative_hook.py`` ``_handle_ngram``), refused above 1 with
   ``--page-size`` > 1 outside flashinfer, and refuses DP attention: breadth 1 is emitted
   and NGRAM with DP attention refused in SGLang's words.
+* **Hybrid state** (Qwen3-Next, Qwen3.5, Nemotron-H; 0.5.23 wheel,
+  :mod:`kvbudget.engines.sglang_state`): the Mamba pool's slots (``--max-mamba-cache-size``,
+  emitted with ``--mamba-radix-cache-strategy``) come out of the budget first, the KV pool
+  of the full-attention layers takes the rest (``_handle_max_mamba_cache``, then
+  ``DefaultPoolConfigurator`` over the full-attention layers); running requests are those
+  whose state fits SGLang's default state share (``--mamba-full-memory-ratio`` 0.9). With
+  HiCache the state host pool (``MambaPoolHost``) and the KV host pool split
+  ``--hicache-size`` by device bytes (``build_hybrid_mamba_stack``).
+* **DSA** (DeepSeek-V3.2; 0.5.23 wheel): ``DSATokenToKVPool`` keeps the indexer key (132 B
+  per layer) beside the latent, ``T + page`` rows each, on 64-token pages; with an fp8 KV
+  cache the latent takes SGLang's scaled layout (656 B); the MTP draft has its own latent
+  and indexer; the indexer host pool (``DSAIndexerPoolHost``) has the MLA host pool's
+  tokens, on top of ``--hicache-size``.
 * **Memory in use before weights** (``_profile_available_bytes``): the fraction multiplies
   what is free when SGLang measures before loading (``measure_pre_model_load_memory``),
   i.e. the GPU's memory less what the CUDA context and NCCL hold then. kvbudget allows
@@ -743,9 +756,12 @@ def _log(d: Deployment, lay: Layout, chosen: SglangPlan, host: Pools | None) -> 
         log.append(
             f"Use sliding window memory pool. full_layer_tokens={full}, swa_layer_tokens={swa}"
         )
+    running = d.max_batch_size
+    if chosen.state is not None:
+        running = min(running, chosen.state.running * attn_dp_of(d))
     log.append(
         f"max_total_num_tokens={full}, chunked_prefill_size={d.max_num_batched_tokens}, "
-        f"max_running_requests={d.max_batch_size}, context_len={d.max_seq_len}"
+        f"max_running_requests={running}, context_len={d.max_seq_len}"
     )
     if host is not None:
         log.append(
@@ -847,6 +863,26 @@ def _notes(
         notes.append(
             "# SGLang keeps this model's sliding-window layers at full length (its "
             "sliding pool is for allow-listed architectures only)"
+        )
+    if chosen.state is not None:
+        st = chosen.state
+        notes.append(
+            f"# --max-mamba-cache-size: {st.slots} state slots per DP worker ({st.running} "
+            f"running requests x {st.slots_per_request} under --mamba-radix-cache-strategy "
+            f"{st.strategy}), set so SGLang does not size them by --mamba-full-memory-ratio; "
+            f"the state pool takes {st.bytes} B of the budget"
+        )
+        if st.spec_bytes:
+            notes.append(
+                f"# speculative state buffers: {st.running + 1} rows x {st.draft_tokens} draft "
+                f"tokens, {st.spec_bytes} B (SGLang reserves {st.reserved_bytes} B for the "
+                "state pool and them; --mem-fraction-static covers the reservation)"
+            )
+    if lay.indexer:
+        notes.append(
+            f"# DSA: --page-size {DSA_PAGE_TOKENS} (SGLang raises any other to it); each layer "
+            "keeps its indexer key beside the latent"
+            + ("; its host pool comes on top of --hicache-size" if host is not None else "")
         )
     if host is not None:
         notes.append(
