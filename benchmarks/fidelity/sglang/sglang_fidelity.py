@@ -30,11 +30,12 @@ The free memory is an H200's (``gpu_memory_bytes`` of kvbudget's GPU table) less
 Compared per case: ``refused`` (SGLang raising while parsing, resolving or sizing;
 kvbudget raising InfeasibleBudgetError), ``max_total_num_tokens``,
 ``max_running_requests`` (per DP worker), ``swa_tokens``, ``target_pool_bytes`` and
-``draft_pool_bytes`` (every buffer of the device pools), and with ``--hicache-size``
-the host pools SGLang's HiCache assembler builds for those device pools
-(``host_side``): ``host_tokens``, ``host_swa_tokens``, ``host_draft_tokens`` and
-``host_bytes`` (the pools book their buffers instead of pinning them). Exit 1 on any
-difference.
+``draft_pool_bytes`` (every buffer of the device KV pools), ``indexer_pool_bytes``
+(DSA), ``state_slots`` and ``state_pool_bytes`` (a hybrid's ``MambaPool``), and with
+``--hicache-size`` the host pools SGLang's HiCache assembler builds for those device
+pools (``host_side``): ``host_tokens``, ``host_swa_tokens``, ``host_draft_tokens``,
+``host_state_slots``, ``host_indexer_bytes`` and ``host_bytes`` (the pools book their
+buffers instead of pinning them). Exit 1 on any difference.
 """
 
 from __future__ import annotations
