@@ -176,6 +176,9 @@ _QUICK = (
     ("google/gemma-3-27b-it", "none", 40, "fp8", 0, "tp1"),
     ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "none", 8, "bf16", 0, "tp8"),
     ("Qwen/Qwen3-235B-A22B", "none", 8, "bf16", 0, "dpa8"),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", "mtp", 8, "bf16", 64, "tp8"),
+    ("nvidia/Nemotron-H-8B-Base-8K", "ngram", 8, "fp8", 0, "tp1"),
+    ("deepseek-ai/DeepSeek-V3.2", "mtp", 8, "fp8", 64, "tp8"),
 )
 
 
