@@ -764,8 +764,11 @@ def _log(d: Deployment, lay: Layout, chosen: SglangPlan, host: Pools | None) -> 
         f"max_running_requests={running}, context_len={d.max_seq_len}"
     )
     if host is not None:
+        # the Mamba host pool logs its own line (pool_host/mamba.py MambaPoolHost)
+        state = host.host_state_slots * lay.state.per_request_bytes if lay.state else 0
         log.append(
-            f"Allocating {host.host_bytes / 1e9:.2f} GB host memory for hierarchical KV cache."
+            f"Allocating {(host.host_bytes - state) / 1e9:.2f} GB host memory for "
+            "hierarchical KV cache."
         )
     return tuple(log)
 
