@@ -130,6 +130,91 @@ EAGLE_HEAD = "yuhuili/EAGLE-LLaMA3-Instruct-8B"
 EAGLE_TARGETS = ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-4-Scout-17B-16E-Instruct")
 
 
+# --------------------------------------------------------------------------- family configs
+
+# Families without a verbatim Hub config in this project (no preset): configs the harness
+# writes, each named ``family/<what it exercises>``, both sides reading the same file.
+# Field values are the config class's defaults (transformers 5.20.2
+# ``Gemma4TextConfig``: 30 layers, hidden 2304, 8 heads, 4 KV heads, head 256, global head
+# 512, window 512, PLE 256) or, where a variant exercises a field, values chosen for it
+# (not a released model's); every field either side reads is written out.
+_GEMMA4_TEXT = {
+    "model_type": "gemma4_text",
+    "vocab_size": 262144,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "global_head_dim": 512,
+    "max_position_embeddings": 131072,
+    "sliding_window": 512,
+    "hidden_size_per_layer_input": 256,
+    "vocab_size_per_layer_input": 262144,
+    "torch_dtype": "bfloat16",
+}
+FAMILY_CONFIGS: dict[str, dict[str, Any]] = {
+    # the multimodal checkpoint, with Gemma4TextConfig's defaults
+    "family/gemma4-defaults": {
+        "model_type": "gemma4",
+        "architectures": ["Gemma4ForConditionalGeneration"],
+        "torch_dtype": "bfloat16",
+        "text_config": _GEMMA4_TEXT,
+    },
+    # KV sharing (the last 20 of 35 layers read earlier layers' caches), one KV head,
+    # k_eq_v global layers with their own KV head count, a double-wide MLP
+    "family/gemma4-kv-shared": {
+        **_GEMMA4_TEXT,
+        "architectures": ["Gemma4ForCausalLM"],
+        "num_hidden_layers": 35,
+        "hidden_size": 1536,
+        "num_key_value_heads": 1,
+        "num_kv_shared_layers": 20,
+        "attention_k_eq_v": True,
+        "num_global_key_value_heads": 1,
+        "use_double_wide_mlp": True,
+    },
+    # MoE beside the dense MLP, 8 KV heads on sliding layers, 2 on global (k_eq_v), a
+    # 1024-token window, no PLE
+    "family/gemma4-moe": {
+        **_GEMMA4_TEXT,
+        "architectures": ["Gemma4ForCausalLM"],
+        "hidden_size": 2816,
+        "intermediate_size": 2112,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "attention_k_eq_v": True,
+        "num_global_key_value_heads": 2,
+        "sliding_window": 1024,
+        "hidden_size_per_layer_input": 0,
+        "num_experts": 128,
+        "top_k_experts": 8,
+        "moe_intermediate_size": 704,
+    },
+}
+# KV dtypes a family's cases run: kvbudget's vLLM model refuses fp8 for Gemma-4 (its
+# 512-wide layers run FlashAttention 4's 64-token fp8 pages on SM90, engines/vllm.py check)
+FAMILY_KV_DTYPES = {"gemma4": ("bf16",)}
+
+
+def _config_of(name: str) -> dict[str, Any]:
+    """The config.json of a preset or a family config."""
+    if name in FAMILY_CONFIGS:
+        return copy.deepcopy(FAMILY_CONFIGS[name])
+    from importlib import resources
+
+    file_name = name.replace("/", "--", 1) + ".json"
+    return json.loads(
+        (resources.files("kvbudget") / "data" / "models" / file_name).read_text("utf-8")
+    )
+
+
+def _kv_dtypes(model: Any) -> tuple[str, ...]:
+    family = model.model_type.removesuffix("_text")
+    return FAMILY_KV_DTYPES.get(family, KV_DTYPES)
+
+
 # --------------------------------------------------------------------------- cases
 
 
@@ -205,7 +290,9 @@ def _presets() -> dict[str, Any]:
     kb = _kvbudget()
     from kvbudget.model import list_presets
 
-    return {name: kb.load_model(name) for name in list_presets()}
+    models = {name: kb.load_model(name) for name in list_presets()}
+    models.update({name: kb.load_model(str(_model_file(name))) for name in FAMILY_CONFIGS})
+    return models
 
 
 def _eagle3_drafts() -> dict[str, str]:
@@ -255,7 +342,7 @@ def all_cases() -> list[Case]:
             draft = _draft_for(name, spec, drafts)
             for budget in BUDGETS:
                 for tp in TPS:
-                    for dtype in KV_DTYPES:
+                    for dtype in _kv_dtypes(model):
                         cases.append(Case(name, spec, draft, budget, tp, dtype, length))
             if model.model_type in MAMBA_TYPES:
                 # prefix caching off: mamba_cache_mode "none" (one state + K per request)
@@ -383,12 +470,14 @@ def _model_dir(preset: str) -> Path:
     """A directory holding the preset's config.json, as vLLM reads a local checkpoint."""
     if preset in _MODEL_DIRS:
         return _MODEL_DIRS[preset]
-    from importlib import resources
-
-    file_name = preset.replace("/", "--", 1) + ".json"
-    cfg = json.loads(
-        (resources.files("kvbudget") / "data" / "models" / file_name).read_text("utf-8")
-    )
+    cfg = _config_of(preset)
+    if cfg.get("model_type") == "gemma4":
+        # Stand-in, as for Gemma-3: the text model (Gemma4ForCausalLM, gemma4.py) of the
+        # multimodal checkpoint; its vision and audio towers keep no KV cache
+        text = dict(cfg["text_config"])
+        text["architectures"] = ["Gemma4ForCausalLM"]
+        text.setdefault("torch_dtype", cfg.get("torch_dtype"))
+        cfg = text
     if cfg.get("model_type") == "llama4":
         # Stand-in, as for Gemma-3: the text model (Llama4ForCausalLM, llama4.py) of the
         # multimodal checkpoint, whose class vLLM cannot inspect without its vision deps
@@ -411,14 +500,17 @@ def _model_dir(preset: str) -> Path:
     return path
 
 
-def _original_architecture(preset: str) -> str:
-    from importlib import resources
+def _model_file(name: str) -> Path:
+    """A family config as the user would pass it to kvbudget: the config as written
+    (the multimodal wrapper too), in its own folder."""
+    path = Path(_TMP.name) / "kvbudget" / name.replace("/", "--")
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(_config_of(name)), "utf-8")
+    return path
 
-    file_name = preset.replace("/", "--", 1) + ".json"
-    cfg = json.loads(
-        (resources.files("kvbudget") / "data" / "models" / file_name).read_text("utf-8")
-    )
-    return (cfg.get("architectures") or [""])[0]
+
+def _original_architecture(preset: str) -> str:
+    return (_config_of(preset).get("architectures") or [""])[0]
 
 
 # ---- vLLM release adapters (0.33.0 / 0.29.0) ----------------------------------------------
@@ -735,17 +827,27 @@ def _check_tp_heads(what: str, heads: int, kv_heads: int, tp: int) -> None:
         raise Skip(f"{what}: TP {tp} not a multiple of {kv_heads} KV heads")
 
 
-def _attention_layer(vc, model_config, name, hf, layer_idx, window, backend, draft):
-    """vLLM's Attention as the model's __init__ sets it (attention.py:240-345)."""
+def _attention_layer(
+    vc, model_config, name, hf, layer_idx, window, backend, draft, geometry=None, shares=None
+):
+    """vLLM's Attention as the model's __init__ sets it (attention.py:240-345).
+
+    ``geometry``: the layer's own ``(num_kv_heads, head_dim)`` where the model reads
+    them per layer (Gemma-4's ``per_layer_config``); ``shares``: the layer whose KV cache
+    it reads (``kv_sharing_target_layer_name``).
+    """
     from vllm.model_executor.layers.attention.attention import Attention
     from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
     from vllm.v1.attention.backend import AttentionType
 
     tp = vc.parallel_config.tensor_parallel_size
     heads = hf.num_attention_heads
-    kv_heads = getattr(hf, "num_key_value_heads", None) or heads
+    if geometry is not None:
+        kv_heads, head_dim = geometry
+    else:
+        kv_heads = getattr(hf, "num_key_value_heads", None) or heads
+        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // heads
     _check_tp_heads(name, heads, kv_heads, tp)
-    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // heads
     cache_config = vc.cache_config
     layer = _bare(Attention)
     # per-layer window from the model code, else the model-level one (attention.py:265-273)
@@ -758,7 +860,7 @@ def _attention_layer(vc, model_config, name, hf, layer_idx, window, backend, dra
     layer.head_size_v = head_dim
     layer.attn_type = AttentionType.DECODER
     layer.attn_backend = backend
-    layer.kv_sharing_target_layer_name = None
+    layer.kv_sharing_target_layer_name = shares
     layer.layer_name = name
     layer.is_draft_layer = draft
     return layer
@@ -885,6 +987,31 @@ def _target_window(arch: str, hf, idx: int) -> int | None:
     return None
 
 
+def _gemma4_attention(vc, mc, hf, i: int, backend):
+    """Gemma-4's layer ``i`` as ``Gemma4Attention.__init__`` sets it (gemma4.py:365-520):
+    ``per_layer_config[i]``'s KV heads and head size, the window on sliding layers, and
+    for the last ``num_kv_shared_layers`` layers the last earlier layer of the same type
+    as the cache they read."""
+    layer_type = hf.layer_types[i]
+    window = hf.sliding_window if layer_type == "sliding_attention" else None
+    first_shared = hf.num_hidden_layers - getattr(hf, "num_kv_shared_layers", 0)
+    shares = None
+    if i >= first_shared:
+        before = list(hf.layer_types[:first_shared])
+        target = len(before) - 1 - before[::-1].index(layer_type)
+        shares = f"model.layers.{target}.self_attn.attn"
+        if vc.parallel_config.pipeline_parallel_size > 1:
+            raise Skip(
+                "KV-shared layers read earlier layers' caches by name, which PP puts on "
+                "other stages (kvbudget refuses it too)"
+            )
+    own = hf.per_layer_config[i]
+    geometry = (own.num_key_value_heads, own.head_dim)
+    return _attention_layer(
+        vc, mc, f"model.layers.{i}", hf, i, window, backend, False, geometry, shares
+    )
+
+
 def stage_layers(num_layers: int, pp: int) -> list[range]:
     """The target layers each PP stage owns: vLLM's own ``get_pp_indices`` split
     (vllm/distributed/utils.py:198-240), as ``make_layers`` applies it to the decoder."""
@@ -965,6 +1092,10 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
             if chunked:
                 layer = _chunked(layer, hf.attention_chunk_size)
             add(f"model.layers.{i}.self_attn.attn", layer)
+    elif arch == "Gemma4ForCausalLM":
+        backend_names.append(attn_name)
+        for i in range(n):
+            add(f"model.layers.{i}.self_attn.attn", _gemma4_attention(vc, mc, hf, i, attn_backend))
     elif arch == "Qwen3NextForCausalLM":
         backend_names.append(attn_name)
         for i, lt in enumerate(hf.layer_types):
@@ -1270,8 +1401,9 @@ def kvbudget_side(case: Case, engine: str = "vllm") -> tuple[dict[str, Any] | No
     ``vllm@0.33.0``, ...), or (None, why not)."""
     try:
         kb = _kvbudget()
+        target = str(_model_file(case.target)) if case.target in FAMILY_CONFIGS else case.target
         p = kb.plan(
-            case.target,
+            target,
             case.draft,
             spec=case.spec,
             kv_budget=case.kv_budget,

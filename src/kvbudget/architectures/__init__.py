@@ -1,10 +1,11 @@
 """Model architectures: one module per family, registered by ``model_type``.
 
-Each family module (``llama``, ``llama4``, ``qwen``, ``gemma``, ``gpt_oss``, ``minimax_m2``,
-``deepseek``, ``glm4_moe``, ``qwen3_next``, ``nemotron_h``) builds one or more :class:`Architecture`
-values from the same parsed config fields (:class:`~kvbudget.config_fields.ConfigFields`):
-its cache layers (read by :mod:`kvbudget.model`) and its weight inventory (read by
-:mod:`kvbudget.weights`). EAGLE3 heads (:mod:`~kvbudget.architectures.eagle3`) are read
+Each family module (``llama``, ``llama4``, ``qwen``, ``gemma``, ``gemma4``, ``gpt_oss``,
+``minimax_m2``, ``deepseek``, ``glm4_moe``, ``qwen3_next``, ``nemotron_h``) builds one or
+more :class:`Architecture` values from the same parsed config fields
+(:class:`~kvbudget.config_fields.ConfigFields`): its cache layers (read by
+:mod:`kvbudget.model`) and its weight inventory (read by :mod:`kvbudget.weights`).
+EAGLE3 heads (:mod:`~kvbudget.architectures.eagle3`) are read
 as their family's layers with their own weights.
 
 Adding a family is one module here, listed in :data:`ARCHITECTURES`, plus its preset
@@ -20,6 +21,7 @@ from kvbudget.architectures import (
     eagle,
     eagle3,
     gemma,
+    gemma4,
     glm4_moe,
     gpt_oss,
     llama,
@@ -40,6 +42,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     *llama4.ARCHITECTURES,
     *qwen.ARCHITECTURES,
     *gemma.ARCHITECTURES,
+    *gemma4.ARCHITECTURES,
     *gpt_oss.ARCHITECTURES,
     *minimax_m2.ARCHITECTURES,
     *deepseek.ARCHITECTURES,
