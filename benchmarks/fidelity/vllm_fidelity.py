@@ -123,6 +123,7 @@ VLLM_METHOD = {
     "eagle": "eagle",
     "mtp": "mtp",
     "draft-target": "draft_model",
+    "dflash": "dflash",
 }
 # EAGLE-1 head cases: the head preset, next to a Llama-3 target and (to exercise vLLM's
 # hybrid manager turned off for chunked local attention + eagle) Llama-4 Scout
@@ -193,6 +194,47 @@ FAMILY_CONFIGS: dict[str, dict[str, Any]] = {
         "moe_intermediate_size": 704,
     },
 }
+# DFlash block drafts (vLLM method "dflash", qwen3_dflash.py) for the Qwen3-8B preset:
+# Qwen3-8B's attention geometry (8 KV heads of 128), five layers, the fused target layers
+# named in dflash_config; values chosen to exercise each window rule of
+# ``_resolve_layer_attention`` (not a released draft's config)
+_DFLASH_QWEN3_8B = {
+    "model_type": "qwen3",
+    "architectures": ["DFlashDraftModel"],
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 5,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+    "dflash_config": {"target_layer_ids": [1, 9, 17, 25, 33], "mask_token_id": 151669},
+}
+FAMILY_CONFIGS.update(
+    {
+        # every layer full attention (no layer_types, no use_swa)
+        "family/dflash-full": _DFLASH_QWEN3_8B,
+        # use_swa: every layer slides over swa_window_size
+        "family/dflash-swa": {
+            **_DFLASH_QWEN3_8B,
+            "dflash_config": {**_DFLASH_QWEN3_8B["dflash_config"], "use_swa": True,
+                              "swa_window_size": 2048},
+        },
+        # mixed layer_types over the top-level sliding_window (the V2 runner's case;
+        # Qwen3Config keeps the window only with use_sliding_window)
+        "family/dflash-mixed": {
+            **_DFLASH_QWEN3_8B,
+            "use_sliding_window": True,
+            "sliding_window": 4096,
+            "layer_types": ["sliding_attention"] * 4 + ["full_attention"],
+        },
+    }
+)  # fmt: skip
+DFLASH_TARGETS = {name: "Qwen/Qwen3-8B" for name in FAMILY_CONFIGS if "dflash" in name}
+
 # KV dtypes a family's cases run: kvbudget's vLLM model refuses fp8 for Gemma-4 (its
 # 512-wide layers run FlashAttention 4's 64-token fp8 pages on SM90, engines/vllm.py check)
 FAMILY_KV_DTYPES = {"gemma4": ("bf16",)}
@@ -245,8 +287,9 @@ class Case:
         budget = f"{gib:g}GiB" if gib == int(gib) else f"{self.kv_budget}B"
         pc = "" if self.enable_prefix_caching else " no-prefix-cache"
         pp = f" pp{self.pp}" if self.pp > 1 else ""
+        spec = f"dflash({self.draft})" if self.spec == "dflash" else self.spec
         return (
-            f"{self.target} {self.spec} {budget} tp{self.tp}{pp} {self.kv_dtype} "
+            f"{self.target} {spec} {budget} tp{self.tp}{pp} {self.kv_dtype} "
             f"len{self.max_model_len}{pc}"
         )
 
@@ -351,7 +394,20 @@ def all_cases() -> list[Case]:
                         Case(name, spec, draft, 40 * GiB, tp, "bf16", length,
                              enable_prefix_caching=False)
                     )  # fmt: skip
-    return cases + pp_cases(presets, drafts)
+    return cases + pp_cases(presets, drafts) + dflash_cases(presets)
+
+
+def dflash_cases(presets: dict[str, Any]) -> list[Case]:
+    """Each DFlash draft with its target: budgets x TP x KV dtype, and PP 2."""
+    cases = []
+    for draft, target in DFLASH_TARGETS.items():
+        length = _max_model_len(presets[target])
+        for budget in BUDGETS:
+            for tp in TPS:
+                for dtype in KV_DTYPES:
+                    cases.append(Case(target, "dflash", draft, budget, tp, dtype, length))
+        cases.append(Case(target, "dflash", draft, 40 * GiB, 1, "bf16", length, pp=2))
+    return cases
 
 
 # target, spec, budget GiB, tp, pp, kv dtype, prefix caching: PP cases beyond the sweep
@@ -1144,6 +1200,22 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                     True,
                 ),
             )
+    elif case.spec == "dflash":
+        # qwen3_dflash.py DFlashQwen3Model: the draft's layers after the target's, each
+        # window as vLLM's own _resolve_layer_attention resolves it
+        from vllm.model_executor.models.qwen3_dflash import _resolve_layer_attention
+
+        dmc = spec.draft_model_config
+        dhf = dmc.hf_config
+        for j in range(dhf.num_hidden_layers):
+            i = n + j
+            window, _causal = _resolve_layer_attention(dhf, j)
+            add(
+                f"drafter.model.layers.{i}.self_attn.attn",
+                _attention_layer(
+                    vc, dmc, f"drafter.model.layers.{i}", dhf, j, window, attn_backend, True
+                ),
+            )
     elif case.spec == "mtp":
         if arch in ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"):
             # deepseek_mtp.py:151-162: num_nextn_predict_layers MLA layers after the model's
@@ -1402,9 +1474,12 @@ def kvbudget_side(case: Case, engine: str = "vllm") -> tuple[dict[str, Any] | No
     try:
         kb = _kvbudget()
         target = str(_model_file(case.target)) if case.target in FAMILY_CONFIGS else case.target
+        draft = case.draft
+        if draft in FAMILY_CONFIGS:
+            draft = str(_model_file(draft))
         p = kb.plan(
             target,
-            case.draft,
+            draft,
             spec=case.spec,
             kv_budget=case.kv_budget,
             host_budget=0,

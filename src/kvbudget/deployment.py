@@ -550,6 +550,8 @@ def _auto_spec(target: ModelSpec, draft: ModelSpec | None) -> tuple[str, str]:
     """The speculation mode ``spec="auto"`` picks, and why, in words."""
     if draft is not None:
         model = draft
+        if model.is_dflash:
+            return "dflash", f"--draft {model.name} is a DFlash draft"
         if model.is_eagle3:
             return "eagle3", f"--draft {model.name} is an EAGLE3 head"
         if model.is_eagle_head:
@@ -579,6 +581,18 @@ def _resolve_draft(
                 )
             return _checked_eagle3(resolve(default, given=False))
         return _checked_eagle3(resolve(draft))
+    if mode.name == "dflash":
+        if draft is None:
+            raise InvalidArgumentError(
+                f"spec dflash needs --draft (the DFlash draft trained for {target.name})"
+            )
+        model = resolve(draft)
+        if not model.is_dflash:
+            raise InvalidArgumentError(
+                f"{model.name} is not a DFlash draft (no dflash_config, no DFlash "
+                "architecture name); pick the --spec its kind runs"
+            )
+        return model
     if mode.name == "eagle":
         if draft is None:
             raise InvalidArgumentError(
@@ -599,7 +613,7 @@ def _resolve_draft(
             raise InvalidArgumentError(f"spec {mode.name} needs --draft (the small model)")
         model = resolve(draft)
         if model.is_head:
-            kind = "eagle3" if model.is_eagle3 else "eagle"
+            kind = "dflash" if model.is_dflash else "eagle3" if model.is_eagle3 else "eagle"
             raise InvalidArgumentError(
                 f"{model.name} is an {kind.upper()} head, not a draft model; use --spec "
                 f"{kind} with it"

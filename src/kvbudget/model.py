@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from kvbudget.architectures import SUPPORTED_MODEL_TYPES, architecture_for
 from kvbudget.architectures.decoder import attention_layers, uniform_window
+from kvbudget.architectures.dflash import is_dflash
+from kvbudget.architectures.dflash import layers as dflash_layers
 from kvbudget.config_fields import MAX_CONFIG_COUNT, ConfigFields
 from kvbudget.dtypes import normalize_dtype_name
 from kvbudget.errors import (
@@ -267,11 +269,16 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         text_cfg = {**arch.text_defaults, **cfg}
     f = ConfigFields(text_cfg, source, prefix)
 
-    if arch is not None:
+    dflash_draft = is_dflash(cfg, architectures)
+    if dflash_draft:
+        layers = dflash_layers(f)
+    elif arch is not None:
         layers = arch.layers(f)
     else:
         layers, assumed = _generic_layers(f, model_type, source)
-    if arch is not None and arch.mtp_layers is not None:
+    if dflash_draft:
+        mtp_layers: tuple[Layer, ...] = ()
+    elif arch is not None and arch.mtp_layers is not None:
         mtp_layers = arch.mtp_layers(f, len(layers))
     elif f.int("num_nextn_predict_layers", 0, minimum=0):
         raise f.error(
@@ -282,7 +289,7 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         mtp_layers = ()
 
     arch_text = " ".join(str(a) for a in architectures).lower()
-    is_eagle3 = (
+    is_eagle3 = not dflash_draft and (
         "eagle3" in arch_text
         or "draft_vocab_size" in cfg
         or isinstance(cfg.get("eagle_config"), dict)
@@ -290,7 +297,9 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
     # EAGLE-1/2 heads: an Eagle architecture name (SGLang's LlamaForCausalLMEagle, vLLM's
     # EagleLlamaForCausalLM) or, as vLLM's SpeculativeConfig detects them, "eagle-" in
     # the model's name (yuhuili/EAGLE-LLaMA3-Instruct-8B ships LlamaForCausalLM)
-    is_eagle_head = not is_eagle3 and ("eagle" in arch_text or "eagle-" in name.lower())
+    is_eagle_head = (
+        not is_eagle3 and not dflash_draft and ("eagle" in arch_text or "eagle-" in name.lower())
+    )
     dtype = normalize_dtype_name(dtype_raw) if isinstance(dtype_raw, str) else None
     if isinstance(dtype_raw, str) and dtype is None:
         raise outer.error("torch_dtype", f"unknown dtype {dtype_raw!r}")
@@ -316,6 +325,7 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         mtp_layers=mtp_layers,
         is_eagle3=is_eagle3,
         is_eagle_head=is_eagle_head,
+        is_dflash=dflash_draft,
         ssm_state_dtype=ssm_dtype,
         assumed=assumed,
         config=MappingProxyType(dict(text_cfg)),

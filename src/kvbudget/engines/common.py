@@ -42,6 +42,11 @@ def refuse_unmodelled(d: Deployment, engine: str) -> None:
     from kvbudget.architectures import architecture_for
     from kvbudget.layers import MLALayer
 
+    if d.spec.name == "dflash" and engine not in ("vllm", "kvbudget"):
+        raise InvalidArgumentError(
+            f"--engine {engine} is not modelled for DFlash drafts (its draft pools for "
+            "them are not read); plan --spec dflash with --engine vllm or --engine kvbudget"
+        )
     for model in (d.target, d.draft):
         arch = None if model is None else architecture_for(model.model_type)
         if model is not None and arch is not None and engine in arch.unmodelled_engines:

@@ -133,8 +133,10 @@ SpecKind = Literal["full_attention", "sliding_window", "chunked_local", "mla", "
 
 # speculative methods that make vLLM turn its hybrid KV cache manager off for chunked
 # local attention (VllmConfig: "not yet supported with chunked local attention + eagle";
-# SpeculativeConfig.use_eagle: eagle, eagle3, mtp): every layer is then full attention
-_NO_HYBRID_WITH_CHUNKS = frozenset({"eagle", "eagle3", "mtp"})
+# SpeculativeConfig.use_eagle: eagle, eagle3, mtp, dflash): every layer is then full
+# attention
+# (dflash too: use_eagle() includes it in 0.33.0, config/speculative.py)
+_NO_HYBRID_WITH_CHUNKS = frozenset({"eagle", "eagle3", "mtp", "dflash"})
 
 
 @dataclass(frozen=True, kw_only=True)
