@@ -234,6 +234,18 @@ FAMILY_CONFIGS.update(
     }
 )  # fmt: skip
 DFLASH_TARGETS = {name: "Qwen/Qwen3-8B" for name in FAMILY_CONFIGS if "dflash" in name}
+# Multi-layer MTP: presets with more MTP layers than they ship (vLLM builds every one,
+# each its own KV layer: deepseek_mtp.py num_mtp_layers = num_nextn_predict_layers,
+# glm4_moe_mtp.py the same); (preset, fields overridden)
+FAMILY_DERIVED: dict[str, tuple[str, dict[str, Any]]] = {
+    "family/deepseek-v3-mtp3": ("deepseek-ai/DeepSeek-V3", {"num_nextn_predict_layers": 3}),
+    "family/glm-4.5-air-mtp2": ("zai-org/GLM-4.5-Air", {"num_nextn_predict_layers": 2}),
+}
+
+
+def _is_family(name: str | None) -> bool:
+    return name in FAMILY_CONFIGS or name in FAMILY_DERIVED
+
 
 # KV dtypes a family's cases run: kvbudget's vLLM model refuses fp8 for Gemma-4 (its
 # 512-wide layers run FlashAttention 4's 64-token fp8 pages on SM90, engines/vllm.py check)
@@ -244,6 +256,9 @@ def _config_of(name: str) -> dict[str, Any]:
     """The config.json of a preset or a family config."""
     if name in FAMILY_CONFIGS:
         return copy.deepcopy(FAMILY_CONFIGS[name])
+    if name in FAMILY_DERIVED:
+        base, fields = FAMILY_DERIVED[name]
+        return {**_config_of(base), **fields}
     from importlib import resources
 
     file_name = name.replace("/", "--", 1) + ".json"
@@ -288,6 +303,8 @@ class Case:
         pc = "" if self.enable_prefix_caching else " no-prefix-cache"
         pp = f" pp{self.pp}" if self.pp > 1 else ""
         spec = f"dflash({self.draft})" if self.spec == "dflash" else self.spec
+        if self.num_speculative_tokens != NUM_SPECULATIVE_TOKENS:
+            spec += f" k{self.num_speculative_tokens}"
         return (
             f"{self.target} {spec} {budget} tp{self.tp}{pp} {self.kv_dtype} "
             f"len{self.max_model_len}{pc}"
@@ -334,7 +351,8 @@ def _presets() -> dict[str, Any]:
     from kvbudget.model import list_presets
 
     models = {name: kb.load_model(name) for name in list_presets()}
-    models.update({name: kb.load_model(str(_model_file(name))) for name in FAMILY_CONFIGS})
+    families = [*FAMILY_CONFIGS, *FAMILY_DERIVED]
+    models.update({name: kb.load_model(str(_model_file(name))) for name in families})
     return models
 
 
@@ -394,7 +412,23 @@ def all_cases() -> list[Case]:
                         Case(name, spec, draft, 40 * GiB, tp, "bf16", length,
                              enable_prefix_caching=False)
                     )  # fmt: skip
-    return cases + pp_cases(presets, drafts) + dflash_cases(presets)
+    return cases + pp_cases(presets, drafts) + dflash_cases(presets) + mtp_depth_cases(presets)
+
+
+def mtp_depth_cases(presets: dict[str, Any]) -> list[Case]:
+    """Multi-layer MTP with num_speculative_tokens a multiple of the layers (vLLM refuses
+    the others, and so does kvbudget): 1x and 2x the depth, TP 1 and 8."""
+    cases = []
+    for name in FAMILY_DERIVED:
+        model = presets[name]
+        depth = len(model.mtp_layers)
+        for k in (depth, 2 * depth):
+            for tp in TPS:
+                cases.append(
+                    Case(name, "mtp", None, 40 * GiB, tp, "bf16", _max_model_len(model),
+                         num_speculative_tokens=k)
+                )  # fmt: skip
+    return cases
 
 
 def dflash_cases(presets: dict[str, Any]) -> list[Case]:
@@ -1473,9 +1507,9 @@ def kvbudget_side(case: Case, engine: str = "vllm") -> tuple[dict[str, Any] | No
     ``vllm@0.33.0``, ...), or (None, why not)."""
     try:
         kb = _kvbudget()
-        target = str(_model_file(case.target)) if case.target in FAMILY_CONFIGS else case.target
+        target = str(_model_file(case.target)) if _is_family(case.target) else case.target
         draft = case.draft
-        if draft in FAMILY_CONFIGS:
+        if _is_family(draft):
             draft = str(_model_file(draft))
         p = kb.plan(
             target,

@@ -917,6 +917,15 @@ def check(d: Deployment) -> None:
     v1/attention/backends/flash_attn.py), which this model does not follow.
     """
     refuse_unmodelled(d, "vllm")
+    steps, layers = d.max_draft_len, len(d.target.mtp_layers)
+    if d.spec.name == "mtp" and layers and steps > layers and steps % layers:
+        # SpeculativeConfig.__post_init__ (config/speculative.py): MTP layers are reused
+        # in whole rounds
+        raise InvalidArgumentError(
+            f"vLLM refuses --speculative-config num_speculative_tokens {steps} with "
+            f"{d.target.name}'s {layers} MTP layers: num_speculative_tokens:{steps} must be "
+            f"divisible by n_predict={layers}; pick --max-draft-len {layers} or a multiple"
+        )
     shared = d.target.config.get("num_kv_shared_layers")
     if d.parallel.pp > 1 and isinstance(shared, int) and shared > 0:
         # Gemma-4's KV-shared layers read an earlier layer's cache by name
