@@ -42,6 +42,7 @@ from kvbudget.architectures import SUPPORTED_MODEL_TYPES, architecture_for
 from kvbudget.architectures.decoder import attention_layers, uniform_window
 from kvbudget.architectures.dflash import is_dflash
 from kvbudget.architectures.dflash import layers as dflash_layers
+from kvbudget.architectures.unmodelled import MARKER_FIELDS, UNMODELLED
 from kvbudget.config_fields import MAX_CONFIG_COUNT, ConfigFields
 from kvbudget.dtypes import normalize_dtype_name
 from kvbudget.errors import (
@@ -238,6 +239,7 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         raise outer.error("model_type", "required but missing (cannot tell the architecture)")
     if not isinstance(model_type, str):
         raise outer.error("model_type", f"expected a string, got {model_type!r}")
+    _refuse_unmodelled(cfg, model_type, source)
     architectures = cfg.get("architectures") or []
     if not isinstance(architectures, list):
         raise outer.error("architectures", f"expected a list, got {architectures!r}")
@@ -333,6 +335,21 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
     )
 
 
+def _refuse_unmodelled(cfg: Mapping[str, Any], model_type: str, source: str) -> None:
+    """UnsupportedArchitectureError for a family kvbudget knows but does not model
+    (:mod:`kvbudget.architectures.unmodelled`), at the top or in ``text_config``."""
+    inner = cfg.get("text_config")
+    inner_type = inner.get("model_type") if isinstance(inner, Mapping) else None
+    for key, t in (("model_type", model_type), ("text_config.model_type", inner_type)):
+        if isinstance(t, str) and t in UNMODELLED:
+            raise UnsupportedArchitectureError(
+                f"model_type {t!r} ({UNMODELLED[t]}) is not modelled yet; supported: "
+                f"{', '.join(SUPPORTED_MODEL_TYPES)}",
+                source=source,
+                field=key,
+            )
+
+
 def _wrapped(
     cfg: Mapping[str, Any], inner: Mapping[str, Any], model_type: str, *, source: str, name: str
 ) -> ModelSpec:
@@ -361,6 +378,7 @@ _NON_STANDARD_FIELDS = (
     ("hybrid_override_pattern", "a hybrid layer pattern"),
     ("attention_chunk_size", "chunked local attention"),
     ("text_config", "a nested text model (a multimodal wrapper)"),
+    *MARKER_FIELDS,
 )
 
 
