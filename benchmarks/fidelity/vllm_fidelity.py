@@ -56,7 +56,12 @@ Stand-ins, for what a CPU-only process cannot ask vLLM (each one documented wher
   size; ``_mamba2_layer``);
 * Gemma-3 (a multimodal ``Gemma3ForConditionalGeneration``) is built from its
   ``text_config`` as ``Gemma3ForCausalLM``, because inspecting the multimodal class needs
-  torchvision; its vision tower caches nothing, so the KV cache is the same.
+  torchvision; its vision tower caches nothing, so the KV cache is the same (Gemma-4's
+  ``Gemma4ForConditionalGeneration`` likewise, as ``Gemma4ForCausalLM``).
+
+Families without a preset (Gemma-4, DFlash drafts, deeper MTP stacks) run from configs
+the harness writes (``FAMILY_CONFIGS``, ``FAMILY_DERIVED``; ids ``family/...``), which
+kvbudget reads from a local folder and vLLM through ``ModelConfig``.
 
 The kvbudget side is ``kvbudget.plan(..., engine="vllm@<version>", ...)``; its
 ``to_dict()["engine"]["detail"]`` (schema 3) is compared field by field (``max_concurrency``
