@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kvbudget import count_params, plan
 from kvbudget.errors import ConfigError, InvalidArgumentError
@@ -140,3 +142,26 @@ def test_spec_checks(tmp_path: Path) -> None:
     for engine in ("sglang", "trtllm"):
         with pytest.raises(InvalidArgumentError):
             plan(QWEN3_8B, draft, spec="dflash", engine=engine, kv_budget="8GiB", host_budget=0)
+
+
+@given(
+    layers=st.integers(1, 8),
+    use_swa=st.booleans(),
+    listed=st.one_of(st.none(), st.lists(st.booleans(), min_size=1, max_size=8)),
+)
+def test_window_rule_invariants(layers: int, use_swa: bool, listed: list[bool] | None) -> None:
+    """``_resolve_layer_attention``'s table: listed types win unless none slides and
+    ``use_swa`` is set; without a list, ``use_swa`` decides every layer."""
+    cfg: dict[str, Any] = {
+        **DRAFT,
+        "num_hidden_layers": layers,
+        "dflash_config": {"use_swa": use_swa, "swa_window_size": 1024},
+    }
+    if listed is not None:
+        flags = (listed * layers)[:layers]
+        cfg["layer_types"] = ["sliding_attention" if s else "full_attention" for s in flags]
+        expected = [True] * layers if use_swa and not any(flags) else flags
+    else:
+        expected = [use_swa] * layers
+    assert [w is not None for w in windows(cfg)] == expected
+    assert {w for w in windows(cfg) if w is not None} <= {1024}
