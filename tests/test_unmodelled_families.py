@@ -81,3 +81,37 @@ def test_cli_prints_one_error_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: ")
     assert "'kimi_k3' (Kimi K3: a Kimi-Linear text model) is not modelled yet" in lines[0]
     assert "supported: deepseek_v2" in lines[0] and result.stdout == ""
+
+
+def test_a_hub_config_of_such_a_family_is_one_error_line(tmp_path: Path) -> None:
+    """The config from a Hub played on loopback (tests/hub_server.py): refused before any
+    safetensors header is read."""
+    import os
+    import subprocess
+    import sys
+
+    from hub_server import FakeHub
+
+    hub = FakeHub().start()
+    try:
+        hub.add("moonshotai/Kimi-K3", {"config.json": json.dumps(CONFIGS["kimi_k3"]).encode()})
+        environ = dict(os.environ)
+        environ.update(
+            HF_ENDPOINT=hub.url,
+            HF_HUB_OFFLINE="0",
+            HF_HOME=str(tmp_path / "home"),
+            HF_HUB_CACHE=str(tmp_path / "cache"),
+            NO_COLOR="1",
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "kvbudget", "plan", "--target", "moonshotai/Kimi-K3"],
+            capture_output=True, text=True, env=environ, timeout=120, check=False,
+        )  # fmt: skip
+        paths = [path for _, path, _ in hub.requests]
+    finally:
+        hub.stop()
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "model_type 'kimi_k3'" in lines[0], done.stderr
+    assert lines[0].startswith("error: ") and done.stdout == ""
+    assert not any(p.endswith(".safetensors") or "index.json" in p for p in paths)
