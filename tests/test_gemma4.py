@@ -292,3 +292,54 @@ def test_kvbudget_engine_plans_it(tmp_path: Path) -> None:
     (manager,) = p.managers
     # what grows per token: the 5 global layers, 2 x 4 x 512 x 2 B each
     assert manager.slope_bytes_per_token == 5 * 8192
+
+
+def test_vllm_with_an_eagle3_head_by_hand(tmp_path: Path) -> None:
+    """An EAGLE3 head (one Llama layer, 4 KV heads of 256: 4,096 B per token) after the
+    defaults' 25 sliding and 5 global layers. Pages unify to the global page 16 x 8,192 =
+    131,072 B: sliding layers and the head at block 32, the global layers at 16, three
+    buckets of 25, 5 and 1 layers; group size 1 (the fewest), so 31 groups of one layer.
+    vLLM 0.33.0's own code gives the same (fidelity case ``family/gemma4-defaults
+    eagle3``: 327,680 blocks, 438,458 tokens)."""
+    (tmp_path / "target").mkdir()
+    (tmp_path / "head").mkdir()
+    head = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": 2304,
+        "intermediate_size": 9216,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "vocab_size": 262144,
+        "draft_vocab_size": 32000,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+    }
+    p = plan(
+        folder(tmp_path / "target", TEXT),
+        folder(tmp_path / "head", head),
+        spec="eagle3",
+        engine="vllm",
+        kv_budget="40GiB",
+        host_budget=0,
+        max_seq_len=32768,
+        tokens_per_block=16,
+        max_num_batched_tokens=8192,
+    )
+    assert p.engine is not None
+    e = dict(p.engine.detail)
+    groups = sorted(
+        (g["kind"], g["layers"], g["draft_layers"], g["block_size"]) for g in e["kv_cache_groups"]
+    )
+    assert groups == sorted(
+        [("sliding_window", 1, 0, 32)] * 25
+        + [("full_attention", 1, 0, 16)] * 5
+        + [("full_attention", 1, 1, 32)]
+    )
+    assert e["num_gpu_blocks"] == 40 * GIB // 131_072 == 327_680
+    # per request: 25 x (cdiv(511 + 2 x 8192, 32) + 1) + 5 x 2048 + cdiv(32768, 32)
+    per_request = 25 * (-(-(511 + 2 * 8192) // 32) + 1) + 5 * 2048 + 1024
+    assert per_request == 24_489
+    assert e["gpu_kv_cache_tokens"] == int(327_680 / per_request * 32768) == 438_458

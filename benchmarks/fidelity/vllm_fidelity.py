@@ -239,6 +239,25 @@ FAMILY_CONFIGS.update(
     }
 )  # fmt: skip
 DFLASH_TARGETS = {name: "Qwen/Qwen3-8B" for name in FAMILY_CONFIGS if "dflash" in name}
+# An EAGLE3 head for the Gemma-4 defaults (a one-layer Llama head at the target's hidden
+# size, its own 4 KV heads of 256; values chosen, not a released head's)
+FAMILY_CONFIGS["family/gemma4-eagle3-head"] = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "vocab_size": 262144,
+    "draft_vocab_size": 32000,
+    "target_hidden_size": 2304,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+}
+FAMILY_EAGLE3 = {"family/gemma4-defaults": "family/gemma4-eagle3-head"}
 # Multi-layer MTP: presets with more MTP layers than they ship (vLLM builds every one,
 # each its own KV layer: deepseek_mtp.py num_mtp_layers = num_nextn_predict_layers,
 # glm4_moe_mtp.py the same); (preset, fields overridden)
@@ -364,7 +383,7 @@ def _presets() -> dict[str, Any]:
 def _eagle3_drafts() -> dict[str, str]:
     from kvbudget.planner import EAGLE3_DRAFTS
 
-    return dict(EAGLE3_DRAFTS)
+    return {**EAGLE3_DRAFTS, **FAMILY_EAGLE3}
 
 
 def _max_model_len(model: Any) -> int:
