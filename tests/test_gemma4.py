@@ -343,3 +343,72 @@ def test_vllm_with_an_eagle3_head_by_hand(tmp_path: Path) -> None:
     per_request = 25 * (-(-(511 + 2 * 8192) // 32) + 1) + 5 * 2048 + 1024
     assert per_request == 24_489
     assert e["gpu_kv_cache_tokens"] == int(327_680 / per_request * 32768) == 438_458
+
+
+ASSISTANT: dict[str, Any] = {
+    "model_type": "gemma4_assistant",
+    "architectures": ["Gemma4AssistantForCausalLM"],
+    "backbone_hidden_size": 2304,
+    "use_ordered_embeddings": True,
+    "num_centroids": 50,
+    "torch_dtype": "bfloat16",
+    "text_config": {
+        "model_type": "gemma4_text",
+        "num_hidden_layers": 4,
+        "hidden_size": 1024,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "intermediate_size": 4096,
+        "vocab_size": 1000,
+        "hidden_size_per_layer_input": 0,
+        "vocab_size_per_layer_input": 0,
+        "num_kv_shared_layers": 4,
+        "sliding_window": 512,
+        "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+    },
+}
+
+
+def test_assistant_caches_nothing_and_its_weights_by_hand() -> None:
+    """Gemma-4's MTP assistant (vLLM 0.33.0 gemma4_mtp.py): every layer reads the
+    target's cache. transformers 5.20.2 ``Gemma4AssistantForCausalLM`` on the meta
+    device holds 79,475,948 values for this config besides its tied lm_head, 1,004 of
+    them buffers (4 layer_scalar, 1,000 token_ordering)."""
+    m = parse_config(ASSISTANT, source="test", name="assistant")
+    assert all(isinstance(x, NoCacheLayer) for x in m.layers) and len(m.layers) == 4
+    h, b = 1024, 2304
+    q_o = lambda hd: 2 * 8 * hd * h + hd  # noqa: E731  q_proj, o_proj, q_norm
+    c = count_params(m)
+    assert c.attention == 3 * q_o(256) + q_o(512)  # Q-only: the KV is the target's
+    assert c.dense_mlp == 4 * 3 * h * 4096
+    assert c.norms == 4 * 4 * h + h  # four per layer, the final norm
+    assert c.eagle3_fc == 2 * b * h + b * h  # pre_projection, post_projection
+    assert c.lm_head == 1000 * h + 50 * h  # its own-width table (tied), the centroids
+    assert c.embeddings == 0  # the target's embedding replaces it
+    assert c.total == 79_475_948 - 1004
+
+
+def test_assistant_plans_as_mtp_with_no_cache_of_its_own(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    (tmp_path / "a").mkdir()
+    target, assistant = folder(tmp_path / "t", TEXT), folder(tmp_path / "a", ASSISTANT)
+    args: dict[str, Any] = {
+        "engine": "vllm", "kv_budget": "40GiB", "host_budget": 0, "max_seq_len": 32768,
+        "tokens_per_block": 16, "max_num_batched_tokens": 8192,
+    }  # fmt: skip
+    p = plan(target, assistant, **args)
+    assert p.spec == "mtp"  # auto: the assistant is an MTP draft
+    alone = plan(target, spec="ngram", **args)
+    assert p.engine is not None and alone.engine is not None
+    # vLLM's pool is the target's alone (fidelity case family/gemma4-defaults mtp)
+    for key in ("kv_cache_groups", "num_gpu_blocks", "gpu_kv_cache_tokens"):
+        assert p.engine.detail[key] == alone.engine.detail[key]
+    config = p.engine.settings["--speculative-config"]
+    assert isinstance(config, dict) and config["method"] == "mtp"
+    assert config["model"] == assistant
+    with pytest.raises(InvalidArgumentError, match="not modelled for"):
+        plan(target, assistant, **{**args, "engine": "sglang"})
+    with pytest.raises(InvalidArgumentError, match="gemma4_assistant"):
+        plan(target, "Qwen/Qwen3-0.6B", spec="mtp", kv_budget="8GiB", host_budget=0)

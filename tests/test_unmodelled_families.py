@@ -45,7 +45,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "model_type": "minimax_m3_text",
         "sparse_attention_config": {"use_sparse_attention": True, "sparse_index_dim": 128},
     },
-    "gemma4_assistant": {**BASE, "model_type": "gemma4_assistant"},
 }
 
 

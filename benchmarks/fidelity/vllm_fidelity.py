@@ -258,6 +258,26 @@ FAMILY_CONFIGS["family/gemma4-eagle3-head"] = {
     "torch_dtype": "bfloat16",
 }
 FAMILY_EAGLE3 = {"family/gemma4-defaults": "family/gemma4-eagle3-head"}
+# Gemma-4's MTP assistant (gemma4_assistant; --speculative-config method "mtp" with it as
+# the model): four Q-only layers reading the target's caches (values chosen; the fields
+# Gemma4AssistantConfig requires: no PLE, every layer KV-shared)
+FAMILY_CONFIGS["family/gemma4-assistant"] = {
+    "model_type": "gemma4_assistant",
+    "architectures": ["Gemma4AssistantForCausalLM"],
+    "backbone_hidden_size": 2304,
+    "torch_dtype": "bfloat16",
+    "text_config": {
+        **_GEMMA4_TEXT,
+        "num_hidden_layers": 4,
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "hidden_size_per_layer_input": 0,
+        "vocab_size_per_layer_input": 0,
+        "num_kv_shared_layers": 4,
+        "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+    },
+}
+FAMILY_MTP_DRAFTS = {"family/gemma4-defaults": "family/gemma4-assistant"}
 # Multi-layer MTP: presets with more MTP layers than they ship (vLLM builds every one,
 # each its own KV layer: deepseek_mtp.py num_mtp_layers = num_nextn_predict_layers,
 # glm4_moe_mtp.py the same); (preset, fields overridden)
@@ -397,6 +417,8 @@ def _draft_for(target: str, spec: str, drafts: dict[str, str]) -> str | None:
         return EAGLE_HEAD
     if spec == "draft-target":
         return DRAFT_TARGET_DRAFT
+    if spec == "mtp":
+        return FAMILY_MTP_DRAFTS.get(target)
     return None
 
 
@@ -406,7 +428,7 @@ def _specs_for(name: str, model: Any, drafts: dict[str, str]) -> list[str]:
         specs.append("eagle3")
     if name in EAGLE_TARGETS:
         specs.append("eagle")
-    if model.mtp_layers:
+    if model.mtp_layers or name in FAMILY_MTP_DRAFTS:
         specs.append("mtp")
     if model.model_type == "llama" and name != DRAFT_TARGET_DRAFT:
         specs.append("draft-target")
@@ -1294,6 +1316,20 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                         vc, mc, f"drafter.model.layers.{i}", hf, i, None, attn_backend, True
                     ),
                 )
+        elif spec.use_gemma4_mtp():
+            # gemma4_mtp.py: every assistant layer reads a target layer's cache (the
+            # proposer sets kv_sharing_target_layer_name), so get_kv_cache_spec skips it
+            dmc = spec.draft_model_config
+            dhf = dmc.hf_text_config
+            for j in range(dhf.num_hidden_layers):
+                own = dhf.per_layer_config[j]
+                add(
+                    f"drafter.model.layers.{j}.self_attn.attn",
+                    _attention_layer(
+                        vc, dmc, f"drafter.model.layers.{j}", dhf, j, None, attn_backend, True,
+                        (own.num_key_value_heads, own.head_dim), "model.layers.0.self_attn.attn",
+                    ),
+                )  # fmt: skip
         elif arch == "Qwen3NextForCausalLM":
             # qwen3_next_mtp.py:63-95: full-attention layers, default one
             for j in range(getattr(hf, "num_nextn_predict_layers", 1)):

@@ -550,6 +550,8 @@ def _auto_spec(target: ModelSpec, draft: ModelSpec | None) -> tuple[str, str]:
     """The speculation mode ``spec="auto"`` picks, and why, in words."""
     if draft is not None:
         model = draft
+        if model.model_type == "gemma4_assistant":
+            return "mtp", f"--draft {model.name} is a Gemma-4 MTP assistant"
         if model.is_dflash:
             return "dflash", f"--draft {model.name} is a DFlash draft"
         if model.is_eagle3:
@@ -617,6 +619,14 @@ def _resolve_draft(
             raise InvalidArgumentError(
                 f"{model.name} is an {kind.upper()} head, not a draft model; use --spec "
                 f"{kind} with it"
+            )
+        return model
+    if mode.name == "mtp" and draft is not None:
+        model = resolve(draft)
+        if model.model_type != "gemma4_assistant":
+            raise InvalidArgumentError(
+                f"spec mtp runs the target's own MTP layers, or a Gemma-4 assistant "
+                f"(gemma4_assistant) as --draft; {model.name} is {model.model_type!r}"
             )
         return model
     if draft is not None:

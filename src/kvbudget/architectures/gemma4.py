@@ -200,6 +200,52 @@ def weights(inv: Inventory, c: ModelFields) -> None:
     final(inv, c, f"{prefix}.norm", "lm_head", tied_default=True)
 
 
+def assistant_layers(f: ConfigFields) -> list[Layer]:
+    """Gemma-4's MTP assistant: every layer reads the target's KV cache (vLLM 0.33.0
+    ``gemma4_mtp.py``: "All assistant decoder layers are KV-shared"; the proposer sets
+    their ``kv_sharing_target_layer_name``), so none caches anything."""
+    return [NoCacheLayer(index=i) for i in range(f.int("num_hidden_layers"))]
+
+
+def assistant_weights(inv: Inventory, c: ModelFields) -> None:
+    """``Gemma4MTP`` (vLLM 0.33.0 gemma4_mtp.py), all on the last PP stage: per layer a
+    Q-only attention (q_proj, o_proj, q_norm of the layer's head size), the gated MLP,
+    four norms and ``layer_scalar``; ``pre_projection`` (2 x backbone hidden -> hidden),
+    ``post_projection`` (hidden -> backbone), the final norm; the lm_head in the draft's
+    own width (tied to its embedding table, which the target's replaces as embedding);
+    with ``use_ordered_embeddings`` the centroid projection and its int64 token order."""
+    hidden, n = c.int("hidden_size"), c.int("num_hidden_layers")
+    top = top_fields(c)
+    backbone = top.int("backbone_hidden_size", 1536)  # Gemma4AssistantConfig's default
+    types = layer_types(c)
+    geo = geometry(c, types)
+    for i in range(n):
+        layer = inv.at(f"model.layers.{i}", "last", "norms")
+        kv, head_dim = geo[i]
+        attention(layer.sub("self_attn", "attention"), c, kv, head_dim, k_only=False, q_only=True)
+        gated_mlp(layer.sub("mlp", "dense_mlp"), hidden, c.int("intermediate_size"))
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            layer.norm(norm, hidden)
+        for norm in ("pre_feedforward_layernorm", "post_feedforward_layernorm"):
+            layer.norm(norm, hidden)
+        layer.tensor("layer_scalar", 1, is_param=False)
+    at = inv.at("", "last", "norms")
+    fc = at.sub("", "eagle3_fc")  # the draft's projections to and from the target's width
+    fc.linear("pre_projection", hidden, 2 * backbone, shard="column")
+    fc.linear("post_projection", backbone, hidden, shard="row")
+    at.norm("model.norm", hidden)
+    at.sub("", "lm_head").vocab("model.embed_tokens", c.int("vocab_size"), hidden)
+    if top.flag("use_ordered_embeddings", False):
+        masked = at.sub("masked_embedding", "lm_head")
+        masked.linear("centroids", top.int("num_centroids", 2048), hidden, shard="replicated")
+        masked.tensor("token_ordering", c.int("vocab_size"), fixed="int64", is_param=False)
+
+
+def top_fields(c: ModelFields) -> ModelFields:
+    """The assistant's top-level fields (beside its ``text_config``)."""
+    return ModelFields(c.model, c.model.raw_config or c.cfg)
+
+
 GEMMA4 = Architecture(
     family="gemma4",
     model_types=frozenset({"gemma4", "gemma4_text"}),
@@ -225,4 +271,16 @@ GEMMA4 = Architecture(
     unmodelled_engines=frozenset({"sglang", "trtllm"}),
 )
 
-ARCHITECTURES = (GEMMA4,)
+GEMMA4_ASSISTANT = Architecture(
+    family="gemma4",
+    model_types=frozenset({"gemma4_assistant"}),
+    layers=assistant_layers,
+    weights=assistant_weights,
+    attention=STYLE,
+    ties_embeddings=True,
+    nested_types=frozenset({"gemma4_assistant"}),
+    text_defaults=GEMMA4.text_defaults,
+    unmodelled_engines=frozenset({"sglang", "trtllm"}),
+)
+
+ARCHITECTURES = (GEMMA4, GEMMA4_ASSISTANT)
