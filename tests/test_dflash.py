@@ -133,6 +133,8 @@ def test_spec_checks(tmp_path: Path) -> None:
     draft = folder(tmp_path, SWA)
     p = plan(QWEN3_8B, draft, engine="vllm", kv_budget="8GiB", host_budget=0, max_batch_size=4)
     assert p.spec == "dflash"  # auto picks it for a DFlash draft
+    with pytest.raises(InvalidArgumentError, match="a DFlash draft, not a target model"):
+        plan(draft, spec="none", kv_budget="8GiB", host_budget=0)
     with pytest.raises(InvalidArgumentError, match="needs --draft"):
         plan(QWEN3_8B, spec="dflash", kv_budget="8GiB", host_budget=0)
     with pytest.raises(InvalidArgumentError, match="not a DFlash draft"):

@@ -412,3 +412,5 @@ def test_assistant_plans_as_mtp_with_no_cache_of_its_own(tmp_path: Path) -> None
         plan(target, assistant, **{**args, "engine": "sglang"})
     with pytest.raises(InvalidArgumentError, match="gemma4_assistant"):
         plan(target, "Qwen/Qwen3-0.6B", spec="mtp", kv_budget="8GiB", host_budget=0)
+    with pytest.raises(InvalidArgumentError, match="MTP assistant, not a target model"):
+        plan(assistant, spec="none", kv_budget="8GiB", host_budget=0)

@@ -442,7 +442,7 @@ def all_cases() -> list[Case]:
     drafts = _eagle3_drafts()
     cases: list[Case] = []
     for name, model in presets.items():
-        if model.is_head:
+        if model.is_head or name in FAMILY_MTP_DRAFTS.values():  # drafts, not targets
             continue
         length = _max_model_len(model)
         for spec in _specs_for(name, model, drafts):
@@ -519,7 +519,7 @@ def pp_cases(presets: dict[str, Any], drafts: dict[str, str]) -> list[Case]:
     per-stage refusals, fp8)."""
     cases: list[Case] = []
     for name, model in presets.items():
-        if model.is_head:
+        if model.is_head or name in FAMILY_MTP_DRAFTS.values():  # drafts, not targets
             continue
         length = _max_model_len(model)
         for spec in _specs_for(name, model, drafts):

@@ -463,10 +463,17 @@ def _models(
     """The target, the draft, the speculation mode and why ``auto`` chose it, checked
     against each other."""
     target_model = resolve(target)
-    if target_model.is_head:
+    if target_model.is_head or target_model.model_type == "gemma4_assistant":
+        kind = (
+            "a DFlash draft"
+            if target_model.is_dflash
+            else "Gemma-4's MTP assistant"
+            if not target_model.is_head
+            else f"an EAGLE{'3' if target_model.is_eagle3 else ''} draft head"
+        )
         raise InvalidArgumentError(
-            f"{target_model.name} is an EAGLE{'3' if target_model.is_eagle3 else ''} draft "
-            "head, not a target model; pass it as --draft and its base model as --target"
+            f"{target_model.name} is {kind}, not a target model; pass it as --draft and "
+            "its base model as --target"
         )
     spec_reason = None
     if spec == "auto":

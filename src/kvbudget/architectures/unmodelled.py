@@ -4,7 +4,7 @@ A config of one of these types (or a wrapper whose ``text_config`` is one) is re
 one message naming the type, what sets it apart and the supported types, rather than read
 as a generic decoder. Model types as vLLM 0.33.0 registers them
 (``vllm/transformers_utils/config.py`` ``_CONFIG_REGISTRY``, ``config/speculative.py``) and
-transformers 5.20.2 names them (``models/deepseek_v4``, ``models/gemma4_assistant``).
+transformers 5.20.2 names them (``models/deepseek_v4``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ UNMODELLED: MappingProxyType[str, str] = MappingProxyType(
         "minimax_m3_text": "MiniMax-M3: sparse attention with an index cache",
         "minimax_m3_vl": "MiniMax-M3: sparse attention with an index cache",
         "minimax_m3_mtp": "MiniMax-M3's MTP modules",
-        "gemma4_unified_assistant": "Gemma-4's MTP assistant: layers reading the target's KV cache",
+        "gemma4_unified_assistant": "the unified Gemma-4's MTP assistant",
         "step3p5": "Step-3.5: per-layer head counts and sliding layers",
     }
 )
