@@ -64,6 +64,24 @@ def test_dp_attention_layouts_split_the_tp_ranks() -> None:
     assert list(layouts(listed, 4)) == [(4, 1, 3, 1, True)]  # listed: the reason follows
 
 
+@given(
+    count=st.integers(1, 16),
+    pp=st.sets(st.integers(1, 4), min_size=1),
+    dp_attention=st.sets(st.booleans(), min_size=1),
+)
+@settings(max_examples=60, deadline=None)
+def test_every_layout_uses_the_gpu_count(count: int, pp: set[int], dp_attention: set[bool]) -> None:
+    """A layout's GPUs (``SweepConfig.gpus``, ``Parallelism.ranks``) are the count: tp x pp
+    x dp, or tp x pp under dp_attention with dp > 1 dividing tp; no layout twice."""
+    space = SweepSpace(gpu_counts=(count,), pp=tuple(sorted(pp)), dp_attention=tuple(dp_attention))
+    found = list(layouts(space, count))
+    assert len(found) == len(set(found))
+    for tp, p, dp, _, dpa in found:
+        assert p in pp and dpa in dp_attention
+        assert tp * p * (1 if dpa else dp) == count
+        assert not dpa or (dp > 1 and tp % dp == 0)
+
+
 def test_dp_attention_is_listed_with_the_reason_where_it_does_not_apply() -> None:
     """A dense target takes no dp_attention; on an MoE target dp must divide tp
     (Parallelism.checked), and TensorRT-LLM makes every rank its own attention group
