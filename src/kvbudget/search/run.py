@@ -47,6 +47,7 @@ class _Rows:
         self._rows: dict[int, SweepRow] = {}
 
     def add(self, outcome: ShardOutcome) -> None:
+        """Take one task's outcome; its configuration's row once it is the last."""
         index = outcome.task.config.index
         parts = self._parts[index]
         parts.append(outcome)
@@ -57,6 +58,7 @@ class _Rows:
                 self.progress(len(self._rows))
 
     def rows(self) -> tuple[SweepRow, ...]:
+        """Every configuration's row, in configuration order (all tasks added)."""
         return tuple(self._rows[c.index] for c in self.configs)
 
 
