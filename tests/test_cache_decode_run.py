@@ -47,3 +47,38 @@ def test_a_decode_run_needs_running_requests_without_lookahead() -> None:
     cache.preempt(b, mode="swap")
     with pytest.raises(InvalidCacheOperationError, match="swapped out"):
         cache.decode_run([b], 1)
+
+
+def test_blocks_of_output_tokens_only_are_hashed_as_commit_hashes_them() -> None:
+    """A run long enough to fill blocks made only of the run's own tokens (hashed from one
+    packed block of them) leaves the same hashes as commit: the integrity check re-hashes
+    every block from its tokens, and a prompt of the same tokens hits every block."""
+    stepwise, lazy = cache_of(12), cache_of(12)
+    rid = RequestId("r0")
+    for cache in (stepwise, lazy):
+        cache.admit(rid, list(range(1, 15)))  # 14 tokens: one block
+    for _ in range(30):  # 14 + 90 tokens: blocks 1..5 hold output tokens only
+        stepwise.reserve(rid, 4)
+        stepwise.commit(rid, [1, 1, 1])
+    run = lazy.decode_run([rid], 1)
+    assert run is not None
+    tokens = 14
+    for _ in range(30):
+        if tokens + 4 > run.blocks[0] * TPB:
+            run.take(0, 1)
+        tokens += 3
+        if tokens >= run.hash_at[0] or tokens <= (run.blocks[0] - 1) * TPB:
+            run.settle(0, tokens)
+    run.settle(0, tokens)
+    run.close([tokens])
+    lazy.check_invariants()
+    assert lazy.stats() == stepwise.stats()
+    # 104 tokens: 6 full blocks, the 6th hashed once the 97th token is there (EAGLE3)
+    assert lazy.stats().pool("target").cached_blocks == 0
+    for cache in (stepwise, lazy):
+        cache.free(rid)
+        assert cache.stats().pool("target").cached_blocks == 6  # 6 x 16 = 96 tokens hashed
+        again = RequestId("again")
+        # 14 prompt ids then 90 output ids, plus one: the hit leaves a token to compute
+        assert cache.admit(again, [*range(1, 15), *([1] * 91)]) == 6 * TPB
+        cache.check_invariants()

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from kvbudget.cache.decode_run import NEVER, DecodeRun
+from kvbudget.cache.decode_run import DecodeRun
 from kvbudget.cache.hashing import chain_root, extend_block_hashes, valid_extra_keys
 from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
 from kvbudget.cache.invariants import CacheView, check_cache
@@ -530,8 +530,8 @@ class SpecDecodeCache:
     def _settle(self, req: Request[RoleManager]) -> None:
         """After verified tokens were appended to ``req`` (no lookahead left): hash its
         newly full blocks and release the blocks past ``ceil(tokens / tpb)``, tail first
-        (:meth:`commit`'s second half, shared with :class:`~kvbudget.cache.decode_run.
-        DecodeRun`)."""
+        (:meth:`commit`'s second half; :meth:`~kvbudget.cache.decode_run.DecodeRun.settle`
+        is its copy for caches with kv pools only)."""
         tokens = req.tokens
         committed = len(tokens)
         tpb = self._tokens_per_block
@@ -559,14 +559,6 @@ class SpecDecodeCache:
                 if m.windows is not None:
                     m.windows.shrink(seq, committed)
 
-    def _hash_at(self, req: Request[RoleManager]) -> int:
-        """The verified tokens at which ``req``'s next full block is hashed (a commit
-        reaching them registers it; :data:`~kvbudget.cache.decode_run.NEVER` without
-        prefix reuse)."""
-        if not self._prefix_reuse:
-            return NEVER
-        return (len(req.hashes) + 1) * self._tokens_per_block + self._with_next
-
     def decode_run(self, request_ids: Sequence[RequestId], token_id: int) -> DecodeRun | None:
         """A :class:`~kvbudget.cache.decode_run.DecodeRun` over running ``request_ids``
         (each holding no lookahead) that commit ``token_id`` only: many decode steps with
@@ -590,7 +582,14 @@ class SpecDecodeCache:
                     f"request {rid!r} holds {req.num_reserved} reserved tokens; commit first"
                 )
             requests.append(req)
-        return DecodeRun(self, self._kv, requests, token_id, [self._hash_at(r) for r in requests])
+        return DecodeRun(
+            self._kv,
+            requests,
+            token_id,
+            tokens_per_block=self._tokens_per_block,
+            with_next=self._with_next,
+            prefix_reuse=self._prefix_reuse,
+        )
 
     def free(self, request_id: RequestId) -> None:
         """Release every block of a request in every role, tail first (its full blocks

@@ -16,7 +16,7 @@ step in which a request finishes (freed as the step-by-step loop frees it).
 from __future__ import annotations
 
 from bisect import bisect_right
-from operator import add, ge
+from operator import add, ge, sub
 from typing import TYPE_CHECKING
 
 from kvbudget.cache.decode_run import NEVER
@@ -63,7 +63,8 @@ def run_steady(
         held = blocks[j] * tpb
         return NEVER if held >= max_seq else held - slots + 1
 
-    order = range(len(running))
+    width = len(running)
+    order = range(width)
     takes = [take_at(j) for j in order]
     event_at = [min(hash_at[j], takes[j], done_at[j]) for j in order]
     took = [False] * len(running)
@@ -74,6 +75,31 @@ def run_steady(
     finished = False
     takers = [j for j in order if tokens[j] >= takes[j]]
     while steps < last and clock < until_s:
+        if not takers:
+            # steps in which no request can reach its threshold (each commits at most
+            # ``top`` tokens): draws and clock additions only, as the loop below runs them
+            quiet = (min(map(sub, event_at, tokens)) - 1) // top
+            if quiet > 0:
+                stop = min(last, steps + quiet)
+                flat: list[int] = []
+                while steps < stop and clock < until_s:
+                    drawn = [top - bisect_right(ascending, rand()) for _ in order]
+                    flat += drawn
+                    steps += 1
+                    memory_s = (weights + ctx * kv) / bandwidth
+                    if peak is None:
+                        clock += memory_s
+                    else:
+                        compute_s = (fixed_flops + per_context * ctx) / peak
+                        clock += memory_s if memory_s > compute_s else compute_s
+                    ctx += sum(drawn)
+                    if progress is not None and steps % 256 == 0:
+                        progress(rp.completed + sum(rp.reasons.values()))
+                if width == 1:
+                    tokens = [tokens[0] + sum(flat)]
+                else:
+                    tokens = [t + sum(flat[j::width]) for j, t in enumerate(tokens)]
+                continue
         if takers:  # reservations that need blocks: all fit, or the step preempts
             extra = []
             need = 0
