@@ -58,6 +58,7 @@ class DecodeRun:
     __slots__ = (
         "_base",
         "_block_bytes",
+        "_fill",
         "_gpu",
         "_kv",
         "_requests",
@@ -88,10 +89,12 @@ class DecodeRun:
         self._with_next = int(with_next)
         self._reuse = prefix_reuse
         # the bytes one block of token_id hashes (its tokens and, with_next, the next one)
-        self._block_bytes = array("q", [token_id] * (tokens_per_block + with_next)).tobytes()
+        self._fill = array("q", [token_id] * (tokens_per_block + with_next))
+        self._block_bytes = self._fill.tobytes()
         #: verified tokens the cache holds for each request (the caller may count more)
         self.tokens = [len(r.tokens) for r in requests]
-        # tokens each request held before this run: ids from there on are token_id
+        # from which token on each request's ids are known to be token_id (appended by
+        # this run, or found so by settle)
         self._base = list(self.tokens)
         #: kv blocks each request holds
         self.blocks = [len(r.table) for r in requests]
@@ -145,12 +148,18 @@ class DecodeRun:
         hashes = req.hashes
         start = len(hashes)
         if self._reuse and (tokens - self._with_next) // tpb > start:
-            if start * tpb < self._base[index] or req.extra_keys:
+            lo = start * tpb  # the first token the next block's hash reads
+            if (
+                lo < self._base[index]
+                and held[lo : self._base[index]] == self._fill[: self._base[index] - lo]
+            ):
+                self._base[index] = lo  # earlier tokens of token_id too
+            if lo < self._base[index] or req.extra_keys:
                 extend_block_hashes(
                     hashes, held, tpb, req.extra_keys, root=req.root, with_next=self._with_next
                 )
             else:  # every block to hash is token_id only: one packed copy serves all
-                parent = hashes[-1]
+                parent = hashes[-1] if hashes else req.root
                 data, sha256 = self._block_bytes, hashlib.sha256
                 for _ in range((tokens - self._with_next) // tpb - start):
                     parent = sha256(parent + data).digest()  # type: ignore[assignment]

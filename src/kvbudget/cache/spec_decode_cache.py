@@ -52,9 +52,9 @@ from kvbudget.cache.kv_tiers import GPU, HOST, KvTiers
 from kvbudget.cache.manager import RoleManager
 from kvbudget.cache.request import Request
 from kvbudget.cache.shortage import Shortage, refuse
-from kvbudget.cache.stats import CacheStats, RequestCounters, snapshot
+from kvbudget.cache.stats import CacheStats, KvCounts, RequestCounters, snapshot
 from kvbudget.cache.swap import swap_in, swap_out
-from kvbudget.cache.tokens import CheckedIds, checked_prompt, checked_tokens
+from kvbudget.cache.tokens import CheckedIds, checked_prompt_ids, checked_tokens
 from kvbudget.engines.kvbudget_cache import MODEL as OWN_CACHE
 from kvbudget.errors import (
     InvalidArgumentError,
@@ -63,7 +63,7 @@ from kvbudget.errors import (
 )
 from kvbudget.plan_types import Plan, Role
 from kvbudget.spec_modes import SPEC_MODE_TABLE
-from kvbudget.split import TIERS
+from kvbudget.split import TIERS, Tier
 
 if TYPE_CHECKING:
     import torch
@@ -372,7 +372,7 @@ class SpecDecodeCache:
             raise InvalidCacheOperationError(
                 f"request {request_id!r} is already admitted; free() it or use a new id"
             )
-        tokens, packed = checked_prompt(token_ids, request_id, self._vocab_size)
+        tokens, packed = checked_prompt_ids(token_ids, request_id, self._vocab_size)
         num_tokens = len(tokens)
         if num_tokens == 0:
             raise InvalidCacheOperationError(f"request {request_id!r} has an empty prompt")
@@ -685,6 +685,15 @@ class SpecDecodeCache:
     def stats(self) -> CacheStats:
         """A snapshot of every pool and the request counters. Reads only."""
         return snapshot(self._kv, self._managers, self._requests.values(), self._counters)
+
+    def kv_counts(self, tier: Tier = "gpu") -> KvCounts:
+        """The kv pool's counters in ``tier`` (the same in every role, one block table):
+        used, cached, offloaded and onboarded blocks, as :meth:`stats` reports them.
+        Reads only; raises InvalidArgumentError for an unknown tier."""
+        if tier not in TIERS:
+            raise InvalidArgumentError(f"tier must be one of {', '.join(TIERS)}, got {tier!r}")
+        p = self._kv.tiers[TIERS.index(tier)]
+        return KvCounts(p.num_used, p.num_cached, p.offloaded_blocks, p.onboarded_blocks)
 
     def check_invariants(self) -> None:
         """Raise AssertionError naming the first broken invariant. Reads only; O(size).
