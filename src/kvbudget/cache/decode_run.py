@@ -156,7 +156,12 @@ class DecodeRun:
                 self._base[index] = lo  # earlier tokens of token_id too
             if lo < self._base[index] or req.extra_keys:
                 extend_block_hashes(
-                    hashes, held, tpb, req.extra_keys, root=req.root, with_next=self._with_next
+                    hashes,
+                    held,
+                    tpb,
+                    req.extra_keys,
+                    root=req.root,
+                    with_next=bool(self._with_next),
                 )
             else:  # every block to hash is token_id only: one packed copy serves all
                 parent = hashes[-1] if hashes else req.root
