@@ -10,7 +10,9 @@ blocks change (:class:`~kvbudget.cache.decode_run.DecodeRun`), so the metrics ar
 of the step-by-step loop, bit for bit. It stops before a step that is not steady, one
 that reads the cache's counters (every ``sample_steps``, and ``check_every``), one whose
 reservations the GPU cannot take (the step-by-step loop preempts there), and after a
-step in which a request finishes (freed as the step-by-step loop frees it).
+step in which a request finishes (freed as the step-by-step loop frees it). Steps in
+which no request can reach its threshold (each commits at most ``K + 1`` tokens) are
+only draws and clock additions (:func:`_quiet_steps`).
 """
 
 from __future__ import annotations
@@ -63,8 +65,7 @@ def run_steady(
         held = blocks[j] * tpb
         return NEVER if held >= max_seq else held - slots + 1
 
-    width = len(running)
-    order = range(width)
+    order = range(len(running))
     takes = [take_at(j) for j in order]
     event_at = [min(hash_at[j], takes[j], done_at[j]) for j in order]
     took = [False] * len(running)
@@ -80,25 +81,9 @@ def run_steady(
             # ``top`` tokens): draws and clock additions only, as the loop below runs them
             quiet = (min(map(sub, event_at, tokens)) - 1) // top
             if quiet > 0:
-                stop = min(last, steps + quiet)
-                flat: list[int] = []
-                while steps < stop and clock < until_s:
-                    drawn = [top - bisect_right(ascending, rand()) for _ in order]
-                    flat += drawn
-                    steps += 1
-                    memory_s = (weights + ctx * kv) / bandwidth
-                    if peak is None:
-                        clock += memory_s
-                    else:
-                        compute_s = (fixed_flops + per_context * ctx) / peak
-                        clock += memory_s if memory_s > compute_s else compute_s
-                    ctx += sum(drawn)
-                    if progress is not None and steps % 256 == 0:
-                        progress(rp.completed + sum(rp.reasons.values()))
-                if width == 1:
-                    tokens = [tokens[0] + sum(flat)]
-                else:
-                    tokens = [t + sum(flat[j::width]) for j, t in enumerate(tokens)]
+                steps, clock, ctx, tokens = _quiet_steps(
+                    rp, min(last, steps + quiet), until_s, (steps, clock, ctx, tokens), progress
+                )
                 continue
         if takers:  # reservations that need blocks: all fit, or the step preempts
             extra = []
@@ -165,3 +150,39 @@ def run_steady(
     if ran:
         rp.retire(done)
     return ran
+
+
+def _quiet_steps(
+    rp: _Replay,
+    stop: int,
+    until_s: float,
+    at: tuple[int, float, int, list[int]],
+    progress: Callable[[int], None] | None,
+) -> tuple[int, float, int, list[int]]:
+    """Steps of :func:`run_steady` in which no request can reach its threshold, until
+    step ``stop`` or the clock reaches ``until_s``: the same draws, in the same order,
+    and the same clock additions, with no threshold compared. ``at`` and the result are
+    (steps, clock, summed context, each running request's tokens)."""
+    steps, clock, ctx, tokens = at
+    rand, ascending, top = rp.accept.random, rp.accept.ascending, 1 + rp.k
+    weights, kv, bandwidth, per_decoder, per_context, peak = rp.decode_terms
+    width = len(tokens)
+    fixed_flops = per_decoder * width
+    order = range(width)
+    flat: list[int] = []
+    while steps < stop and clock < until_s:
+        drawn = [top - bisect_right(ascending, rand()) for _ in order]
+        flat += drawn
+        steps += 1
+        memory_s = (weights + ctx * kv) / bandwidth
+        if peak is None:
+            clock += memory_s
+        else:
+            compute_s = (fixed_flops + per_context * ctx) / peak
+            clock += memory_s if memory_s > compute_s else compute_s
+        ctx += sum(drawn)
+        if progress is not None and steps % 256 == 0:
+            progress(rp.completed + sum(rp.reasons.values()))
+    if width == 1:
+        return steps, clock, ctx, [tokens[0] + sum(flat)]
+    return steps, clock, ctx, [t + sum(flat[j::width]) for j, t in enumerate(tokens)]
