@@ -163,6 +163,7 @@ def replay_replica(plan: Plan, settings: SweepSettings, replica: int, replicas: 
         AcceptanceModel,
         PrefixSynthesis,
         ReplayConfig,
+        cache_plan,
         default_trace_path,
         gpu_rates,
         policy_plans,
@@ -171,7 +172,6 @@ def replay_replica(plan: Plan, settings: SweepSettings, replica: int, replicas: 
         roofline_for,
         shard,
     )
-    from kvbudget.sim.engine_cache import cache_plan
 
     t = settings.traffic
     rates = gpu_rates(plan.budget.gpu_name or settings.space.gpus[0])
