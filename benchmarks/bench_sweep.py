@@ -10,10 +10,10 @@ Usage::
 Spaces (Llama-3.1-8B-Instruct + its EAGLE3 head, max_seq_len 32,768):
 
 * capacity: H200, H100, A100-80GB, L40S x 1, 2, 4, 8 GPUs (every tp x dp) x auto/fp8 KV
-  x kvbudget, vLLM, SGLang, TensorRT-LLM x batch 128/256: 480 configurations.
+  x kvbudget, vLLM, SGLang, TensorRT-LLM x batch 128/256: 640 configurations.
 * traffic: H200, H100 x 1, 2 GPUs (every tp x dp) x auto/fp8 x kvbudget, vLLM: 24
   configurations, each replaying the first ``--limit`` requests of the shipped Azure
-  trace (policy kvbudget, seed 0).
+  trace (policy kvbudget, seed 0): 32 tasks, a dp=2 layout's two replicas apart.
 
 Prints, per objective and backend: wall seconds, milliseconds per configuration, the
 speed-up against the one-process run of the same objective in this run, and whether
@@ -27,7 +27,8 @@ import os
 import time
 from typing import Any
 
-from kvbudget.search import SweepSpace, TrafficSettings, sweep
+from kvbudget.search import SweepSettings, SweepSpace, TrafficSettings, enumerate_configs, sweep
+from kvbudget.search.task import shards
 
 CAPACITY = SweepSpace(
     gpus=("h200", "h100", "a100-80gb", "l40s"),
@@ -89,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         base, base_s = _timed(objective, space, args.limit, jobs=1)
         configs = len(base.rows)
         extra = f", {args.limit} requests each" if objective == "traffic" else ""
+        settings = SweepSettings(space=space, objective=objective).checked()  # type: ignore[arg-type]
+        tasks = sum(len(shards(settings, c)) for c in enumerate_configs(settings.space))
+        extra += f", {tasks} tasks"
         print(f"{objective}: {configs} configurations{extra} ({base.counts()})")
         _line("1 process", base_s, configs, base_s, None)
         pool, pool_s = _timed(objective, space, args.limit, jobs=args.jobs)

@@ -34,6 +34,31 @@ def test_a_decode_run_matches_reserve_and_commit() -> None:
     assert lazy.stats() == stepwise.stats()
 
 
+def test_a_prompt_of_the_run_token_only_is_hashed_from_its_root() -> None:
+    """A prompt made only of the run's token id, no block hashed yet: its blocks are
+    hashed from the chain's root as commit hashes them."""
+    stepwise, lazy = cache_of(8), cache_of(8)
+    rid = RequestId("ones")
+    for cache in (stepwise, lazy):
+        cache.admit(rid, [1] * 15)  # no full block yet
+    for _ in range(5):
+        stepwise.reserve(rid, 4)
+        stepwise.commit(rid, [1, 1, 1, 1])
+    run = lazy.decode_run([rid], 1)
+    assert run is not None and run.hash_at == [TPB + 1]
+    tokens = 15
+    for _ in range(5):
+        if tokens + 4 > run.blocks[0] * TPB:
+            run.take(0, 1)
+        tokens += 4
+        run.settle(0, tokens)
+    run.close([tokens])
+    lazy.check_invariants()
+    assert len(lazy._requests[rid].hashes) == 2  # 35 tokens: blocks 0 and 1
+    assert lazy._requests[rid].hashes == stepwise._requests[rid].hashes
+    assert lazy.stats() == stepwise.stats()
+
+
 def test_a_decode_run_needs_running_requests_without_lookahead() -> None:
     from kvbudget.errors import InvalidCacheOperationError
 
@@ -47,3 +72,60 @@ def test_a_decode_run_needs_running_requests_without_lookahead() -> None:
     cache.preempt(b, mode="swap")
     with pytest.raises(InvalidCacheOperationError, match="swapped out"):
         cache.decode_run([b], 1)
+
+
+def test_blocks_of_output_tokens_only_are_hashed_as_commit_hashes_them() -> None:
+    """A run long enough to fill blocks made only of the run's own tokens (hashed from one
+    packed block of them) leaves the same hashes as commit, and a prompt of the same
+    tokens hits every block; a second run (its first block begun before it) too."""
+    stepwise, lazy = cache_of(12), cache_of(12)
+    rid = RequestId("r0")
+    for cache in (stepwise, lazy):
+        cache.admit(rid, list(range(1, 15)))  # 14 tokens: one block
+    for _ in range(30):  # 14 + 90 tokens: blocks 1..5 hold output tokens only
+        stepwise.reserve(rid, 4)
+        stepwise.commit(rid, [1, 1, 1])
+    tokens = 14
+    for steps in (13, 17):  # two runs; the second starts inside block 3
+        run = lazy.decode_run([rid], 1)
+        assert run is not None
+        for _ in range(steps):
+            if tokens + 4 > run.blocks[0] * TPB:
+                run.take(0, 1)
+            tokens += 3
+            if tokens >= run.hash_at[0] or tokens <= (run.blocks[0] - 1) * TPB:
+                run.settle(0, tokens)
+        run.settle(0, tokens)
+        run.close([tokens])
+    lazy.check_invariants()
+    assert lazy.stats() == stepwise.stats()
+    assert lazy._requests[rid].hashes == stepwise._requests[rid].hashes
+    # 104 tokens: 6 full blocks, the 6th hashed once the 97th token is there (EAGLE3)
+    assert lazy.stats().pool("target").cached_blocks == 0
+    for cache in (stepwise, lazy):
+        cache.free(rid)
+        assert cache.stats().pool("target").cached_blocks == 6  # 6 x 16 = 96 tokens hashed
+        again = RequestId("again")
+        # 14 prompt ids then 90 output ids, plus one: the hit leaves a token to compute
+        assert cache.admit(again, [*range(1, 15), *([1] * 91)]) == 6 * TPB
+        cache.check_invariants()
+
+
+def test_kv_counts_are_the_snapshot_s() -> None:
+    """kv_counts reads the counters stats() reports, in every tier; an unknown tier is
+    refused."""
+    from kvbudget.errors import InvalidArgumentError
+
+    cache = cache_of(4, host_blocks=4)
+    a, b = RequestId("a"), RequestId("b")
+    cache.admit(a, list(range(1, 34)))  # 33 tokens: 3 blocks, 2 hashed
+    cache.free(a)
+    cache.admit(b, list(range(100, 164)))  # 4 blocks: evicts a's 2 cached ones to host
+    stats = cache.stats()
+    for tier in ("gpu", "host", "disk"):
+        p = stats.pool("target", tier)
+        want = (p.used_blocks, p.cached_blocks, p.offloaded_blocks, p.onboarded_blocks)
+        assert tuple(cache.kv_counts(tier)) == want
+    assert tuple(cache.kv_counts("host")) == (0, 2, 2, 0)
+    with pytest.raises(InvalidArgumentError, match="tier"):
+        cache.kv_counts("tape")  # type: ignore[arg-type]

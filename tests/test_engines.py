@@ -88,8 +88,10 @@ def test_whole_gb_is_decimal_and_rounds_down() -> None:
 def test_every_engine_names_every_spec_mode_and_dtype(engine: str) -> None:
     facts = ENGINES[engine]
     # TensorRT-LLM's PyTorch backend runs EAGLE3 heads only (EagleDecodingConfig maps
-    # every Eagle config to EAGLE3 or EAGLE3_ONE_MODEL): --spec eagle is refused there
-    assert set(facts.spec_names) == SPEC_MODES | ({"eagle"} if engine != "trtllm" else set())
+    # every Eagle config to EAGLE3 or EAGLE3_ONE_MODEL): --spec eagle is refused there, and
+    # it has no DFlash drafts (vLLM: method "dflash"; SGLang: DFLASH)
+    both = {"eagle", "dflash"}
+    assert set(facts.spec_names) == SPEC_MODES | (both if engine != "trtllm" else set())
     assert set(facts.kv_dtype_names) == set(KV_DTYPE_NAMES) - {"auto"}
     assert all(f.kv_dtype_names["int8"] is None for f in ENGINES.values())
 

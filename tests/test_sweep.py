@@ -29,7 +29,7 @@ from kvbudget.search import (
 from kvbudget.search.prices import read_prices
 from kvbudget.search.rank import dimensions, pareto_front, ranked
 from kvbudget.search.space import enumerate_configs, layouts
-from kvbudget.search.task import evaluate
+from kvbudget.search.task import evaluate, shards
 
 RUNNER = CliRunner()
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
@@ -43,15 +43,79 @@ def test_layouts_are_every_factorisation_in_the_lists() -> None:
     """4 GPUs, tp and dp any, pp 1: tp x dp = 4 -> (1,4), (2,2), (4,1); with pp 1,2 also
     tp x pp x dp = 1x2x2 and 2x2x1 (pp 4 is not in the list)."""
     space = SweepSpace(gpu_counts=(4,))
-    assert list(layouts(space, 4)) == [(1, 1, 4, 1), (2, 1, 2, 1), (4, 1, 1, 1)]
+    off = False
+    assert list(layouts(space, 4)) == [(1, 1, 4, 1, off), (2, 1, 2, 1, off), (4, 1, 1, 1, off)]
     two = SweepSpace(gpu_counts=(4,), pp=(1, 2))
     assert sorted(layouts(two, 4)) == [
-        (1, 1, 4, 1),
-        (1, 2, 2, 1),
-        (2, 1, 2, 1),
-        (2, 2, 1, 1),
-        (4, 1, 1, 1),
+        (1, 1, 4, 1, off),
+        (1, 2, 2, 1, off),
+        (2, 1, 2, 1, off),
+        (2, 2, 1, 1, off),
+        (4, 1, 1, 1, off),
     ]
+
+
+def test_dp_attention_layouts_split_the_tp_ranks() -> None:
+    """With dp_attention the dp groups are inside tp: 4 GPUs are tp x pp = 4, and dp any
+    divisor of tp above 1 (tp 4: dp 2, 4; tp 2 pp 2: dp 2; tp 1: none)."""
+    space = SweepSpace(gpu_counts=(4,), pp=(1, 2), dp_attention=(True,))
+    assert sorted(layouts(space, 4)) == [(2, 2, 2, 1, True), (4, 1, 2, 1, True), (4, 1, 4, 1, True)]
+    listed = SweepSpace(gpu_counts=(4,), tp=(4,), dp=(3,), dp_attention=(True,))
+    assert list(layouts(listed, 4)) == [(4, 1, 3, 1, True)]  # listed: the reason follows
+
+
+@given(
+    count=st.integers(1, 16),
+    pp=st.sets(st.integers(1, 4), min_size=1),
+    dp_attention=st.sets(st.booleans(), min_size=1),
+)
+@settings(max_examples=60, deadline=None)
+def test_every_layout_uses_the_gpu_count(count: int, pp: set[int], dp_attention: set[bool]) -> None:
+    """A layout's GPUs (``SweepConfig.gpus``, ``Parallelism.ranks``) are the count: tp x pp
+    x dp, or tp x pp under dp_attention with dp > 1 dividing tp; no layout twice."""
+    space = SweepSpace(gpu_counts=(count,), pp=tuple(sorted(pp)), dp_attention=tuple(dp_attention))
+    found = list(layouts(space, count))
+    assert len(found) == len(set(found))
+    for tp, p, dp, _, dpa in found:
+        assert p in pp and dpa in dp_attention
+        assert tp * p * (1 if dpa else dp) == count
+        assert not dpa or (dp > 1 and tp % dp == 0)
+
+
+def test_dp_attention_is_listed_with_the_reason_where_it_does_not_apply() -> None:
+    """A dense target takes no dp_attention; on an MoE target dp must divide tp
+    (Parallelism.checked), and TensorRT-LLM makes every rank its own attention group
+    (engines/trtllm.py check: dp == tp), so tp 8 dp 2 is a setting it does not take. A dp-attention
+    deployment is tp x pp GPUs: 8, not 16."""
+    dense = enumerate_configs(SweepSpace(gpu_counts=(2,), tp=(2,), dp_attention=(True,)))
+    assert [c.problem for c in dense] == [
+        "dp_attention: meta-llama/Llama-3.1-8B-Instruct has no routed experts (data-parallel "
+        "attention is swept for MoE targets; use plain --dp replicas)"
+    ]
+    moe = SweepSpace(
+        target="deepseek-ai/DeepSeek-V3",
+        gpu_counts=(8,),
+        tp=(8,),
+        dp=(1, 2, 3, 8),
+        dp_attention=(False, True),
+        specs=("none",),
+        engines=("sglang", "trtllm"),
+        max_seq_len=32768,
+    )
+    configs = enumerate_configs(moe)
+    problems = {(c.dp, c.dp_attention): c.problem for c in configs}
+    assert problems[(1, False)] is None and problems[(2, True)] is None
+    assert (
+        problems[(3, True)] is not None and "dp=3 must be > 1 and divide tp" in problems[(3, True)]
+    )
+    assert {c.gpus for c in configs} == {8}
+    result = sweep(moe)
+    rows = {(r.config.engine.split("@")[0], r.config.dp): r for r in result.rows}
+    refused = rows[("trtllm", 2)]
+    assert refused.status == "invalid" and refused.reason is not None
+    assert "use --dp 8" in refused.reason
+    assert rows[("sglang", 2)].status == "ok" and rows[("trtllm", 8)].status == "ok"
+    assert "--dp-attention" in shlex.split(rows[("sglang", 8)].command)
 
 
 def test_layouts_the_model_cannot_run_carry_the_reason() -> None:
@@ -195,14 +259,58 @@ def test_no_front_row_is_dominated_and_every_other_row_is(points: list[tuple[int
         assert (i in front) == (not dominated(i))
 
 
-def test_one_process_and_two_give_the_same_rows() -> None:
-    """The traffic objective (a seeded replay per configuration) over 1 and 2 processes."""
+@pytest.mark.parametrize("router", ["round-robin", "least-loaded"])
+def test_one_process_and_two_give_the_same_rows(router: str) -> None:
+    """The traffic objective (a seeded replay per configuration x DP replica) over 1 and
+    2 processes; the dp=2 layout is two tasks whose replicas' requests add up to the
+    trace's 60."""
     space = SweepSpace(gpu_counts=(1, 2), max_seq_len=16384)
-    traffic = TrafficSettings(limit=60, rate_scale=4.0)
+    traffic = TrafficSettings(limit=60, rate_scale=4.0, dp_router=router)
     one = sweep(space, objective="traffic", traffic=traffic, jobs=1)
     two = sweep(space, objective="traffic", traffic=traffic, jobs=2)
     assert one.rows == two.rows and one.front == two.front
     assert all(r.traffic is not None and r.traffic.requests == 60 for r in one.rows)
+    settings_ = SweepSettings(space=space, objective="traffic", traffic=traffic).checked()
+    configs = enumerate_configs(settings_.space)
+    assert [len(shards(settings_, c)) for c in configs] == [1, 2, 1]  # 1 GPU; dp2; tp2
+    (dp2,) = [r for r in one.rows if r.config.dp == 2]
+    assert dp2.traffic is not None and (dp2.traffic.replicas, dp2.traffic.router) == (2, router)
+
+
+@pytest.fixture(scope="module")
+def traffic_doc() -> dict[str, Any]:
+    args = ["sweep", "--gpu-count", "1,2", "--engine", "kvbudget,vllm", "--max-seq-len"]
+    args += ["16384", "--objective", "traffic", "--limit", "80", "--rate-scale", "4"]
+    result = run(*args, "--dp-router", "least-loaded", "--jobs", "1", "--json")
+    assert result.exit_code == 0, result.output
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def test_sampled_traffic_rows_equal_what_their_simulate_command_prints(
+    traffic_doc: dict[str, Any],
+) -> None:
+    """Every traffic row carries ``kvbudget simulate ...``; its policy's metrics are the
+    row's modelled columns (DP rows included: the same replicas, routed alike)."""
+    rows = traffic_doc["rows"]
+    assert len(rows) == 2 * 3 and all(r["simulate_command"] for r in rows)
+    dp_rows = [r for r in rows if r["config"]["dp"] == 2]
+    assert len(dp_rows) == 2
+    for row in [rows[0], *dp_rows, rows[-1]]:
+        args = shlex.split(row["simulate_command"])
+        assert args[:2] == ["kvbudget", "simulate"] and "--dp-router" in args
+        out = run(*args[1:], "--json")
+        assert out.exit_code == 0, out.output
+        sim = json.loads(out.stdout)
+        (policy,) = sim["policies"]
+        modelled = row["modelled"]
+        assert modelled["replicas"] == sim["plan"]["engine"]["capacity"]["kv_groups"]
+        for key in ("policy", "requests", "completed", "output_tokens_per_s"):
+            assert modelled[key] == policy[key], key
+        for key in ("ttft_s", "tpot_s"):
+            assert modelled[key] == {p: policy[key][p] for p in ("p50", "p90", "p99", "mean")}
+        per_gpu = policy["output_tokens_per_s"] / row["config"]["gpus"]
+        assert modelled["output_tokens_per_s_per_gpu"] == per_gpu
 
 
 def test_traffic_rows_meet_or_miss_the_slo() -> None:
@@ -274,6 +382,8 @@ def _closed_port() -> int:
         (["--tp", "two"], "--tp takes integers and ranges"),
         (["--objective", "speed"], "--objective must be one of capacity, traffic"),
         (["--objective", "traffic", "--policy", "nope"], "unknown policies"),
+        (["--objective", "traffic", "--dp-router", "random"], "--dp-router must be one of"),
+        (["--dp-attention", "maybe"], "--dp-attention takes off, on or off,on"),
         (["--slo-ttft", "-1"], "--slo-ttft must be a number of seconds > 0"),
         (["--target", "no/such-model-anywhere"], ""),
     ],

@@ -33,19 +33,26 @@ def local_ray() -> Iterator[Any]:
             os.environ["PYTHONPATH"] = old
 
 
-def test_ray_tasks_give_the_rows_of_one_process(local_ray: Any) -> None:
+@pytest.mark.parametrize("router", ["round-robin", "prefix"])
+def test_ray_tasks_give_the_rows_of_one_process(local_ray: Any, router: str) -> None:
+    """One Ray task per configuration x DP replica: the dp=2 rows are two tasks each,
+    merged as in one process."""
     space = SweepSpace(
         gpu_counts=(1, 2),
         engines=("kvbudget", "vllm"),
         kv_dtypes=("auto", "fp8"),
         max_seq_len=16384,
     )
-    traffic = TrafficSettings(limit=40, rate_scale=4.0)
+    traffic = TrafficSettings(limit=40, rate_scale=4.0, dp_router=router)
     one = sweep(space, objective="traffic", traffic=traffic, jobs=1)
     on_ray = sweep(space, objective="traffic", traffic=traffic, ray=True)
     assert on_ray.backend == "ray"
     assert on_ray.rows == one.rows and on_ray.front == one.front
     assert len(one.rows) == 2 * 2 * 3  # engines x dtypes x (1 GPU, tp2, dp2)
+    dp_rows = [r for r in one.rows if r.config.dp == 2]
+    assert len(dp_rows) == 4
+    assert all(r.traffic is not None and r.traffic.replicas == 2 for r in dp_rows)
+    assert all(r.traffic.requests == 40 for r in dp_rows if r.traffic is not None)
 
 
 def test_the_cli_with_ray_prints_the_rows_of_one_process(local_ray: Any) -> None:

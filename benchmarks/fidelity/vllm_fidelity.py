@@ -56,7 +56,12 @@ Stand-ins, for what a CPU-only process cannot ask vLLM (each one documented wher
   size; ``_mamba2_layer``);
 * Gemma-3 (a multimodal ``Gemma3ForConditionalGeneration``) is built from its
   ``text_config`` as ``Gemma3ForCausalLM``, because inspecting the multimodal class needs
-  torchvision; its vision tower caches nothing, so the KV cache is the same.
+  torchvision; its vision tower caches nothing, so the KV cache is the same (Gemma-4's
+  ``Gemma4ForConditionalGeneration`` likewise, as ``Gemma4ForCausalLM``).
+
+Families without a preset (Gemma-4, DFlash drafts, deeper MTP stacks) run from configs
+the harness writes (``FAMILY_CONFIGS``, ``FAMILY_DERIVED``; ids ``family/...``), which
+kvbudget reads from a local folder and vLLM through ``ModelConfig``.
 
 The kvbudget side is ``kvbudget.plan(..., engine="vllm@<version>", ...)``; its
 ``to_dict()["engine"]["detail"]`` (schema 3) is compared field by field (``max_concurrency``
@@ -123,11 +128,192 @@ VLLM_METHOD = {
     "eagle": "eagle",
     "mtp": "mtp",
     "draft-target": "draft_model",
+    "dflash": "dflash",
 }
 # EAGLE-1 head cases: the head preset, next to a Llama-3 target and (to exercise vLLM's
 # hybrid manager turned off for chunked local attention + eagle) Llama-4 Scout
 EAGLE_HEAD = "yuhuili/EAGLE-LLaMA3-Instruct-8B"
 EAGLE_TARGETS = ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-4-Scout-17B-16E-Instruct")
+
+
+# --------------------------------------------------------------------------- family configs
+
+# Families without a verbatim Hub config in this project (no preset): configs the harness
+# writes, each named ``family/<what it exercises>``, both sides reading the same file.
+# Field values are the config class's defaults (transformers 5.20.2
+# ``Gemma4TextConfig``: 30 layers, hidden 2304, 8 heads, 4 KV heads, head 256, global head
+# 512, window 512, PLE 256) or, where a variant exercises a field, values chosen for it
+# (not a released model's); every field either side reads is written out.
+_GEMMA4_TEXT = {
+    "model_type": "gemma4_text",
+    "vocab_size": 262144,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "global_head_dim": 512,
+    "max_position_embeddings": 131072,
+    "sliding_window": 512,
+    "hidden_size_per_layer_input": 256,
+    "vocab_size_per_layer_input": 262144,
+    "torch_dtype": "bfloat16",
+}
+FAMILY_CONFIGS: dict[str, dict[str, Any]] = {
+    # the multimodal checkpoint, with Gemma4TextConfig's defaults
+    "family/gemma4-defaults": {
+        "model_type": "gemma4",
+        "architectures": ["Gemma4ForConditionalGeneration"],
+        "torch_dtype": "bfloat16",
+        "text_config": _GEMMA4_TEXT,
+    },
+    # KV sharing (the last 20 of 35 layers read earlier layers' caches), one KV head,
+    # k_eq_v global layers with their own KV head count, a double-wide MLP
+    "family/gemma4-kv-shared": {
+        **_GEMMA4_TEXT,
+        "architectures": ["Gemma4ForCausalLM"],
+        "num_hidden_layers": 35,
+        "hidden_size": 1536,
+        "num_key_value_heads": 1,
+        "num_kv_shared_layers": 20,
+        "attention_k_eq_v": True,
+        "num_global_key_value_heads": 1,
+        "use_double_wide_mlp": True,
+    },
+    # MoE beside the dense MLP, 8 KV heads on sliding layers, 2 on global (k_eq_v), a
+    # 1024-token window, no PLE
+    "family/gemma4-moe": {
+        **_GEMMA4_TEXT,
+        "architectures": ["Gemma4ForCausalLM"],
+        "hidden_size": 2816,
+        "intermediate_size": 2112,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "attention_k_eq_v": True,
+        "num_global_key_value_heads": 2,
+        "sliding_window": 1024,
+        "hidden_size_per_layer_input": 0,
+        "num_experts": 128,
+        "top_k_experts": 8,
+        "moe_intermediate_size": 704,
+    },
+}
+# DFlash block drafts (vLLM method "dflash", qwen3_dflash.py) for the Qwen3-8B preset:
+# Qwen3-8B's attention geometry (8 KV heads of 128), five layers, the fused target layers
+# named in dflash_config; values chosen to exercise each window rule of
+# ``_resolve_layer_attention`` (not a released draft's config)
+_DFLASH_QWEN3_8B = {
+    "model_type": "qwen3",
+    "architectures": ["DFlashDraftModel"],
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 5,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+    "dflash_config": {"target_layer_ids": [1, 9, 17, 25, 33], "mask_token_id": 151669},
+}
+FAMILY_CONFIGS.update(
+    {
+        # every layer full attention (no layer_types, no use_swa)
+        "family/dflash-full": _DFLASH_QWEN3_8B,
+        # use_swa: every layer slides over swa_window_size
+        "family/dflash-swa": {
+            **_DFLASH_QWEN3_8B,
+            "dflash_config": {**_DFLASH_QWEN3_8B["dflash_config"], "use_swa": True,
+                              "swa_window_size": 2048},
+        },
+        # mixed layer_types over the top-level sliding_window (the V2 runner's case;
+        # Qwen3Config keeps the window only with use_sliding_window)
+        "family/dflash-mixed": {
+            **_DFLASH_QWEN3_8B,
+            "use_sliding_window": True,
+            "sliding_window": 4096,
+            "layer_types": ["sliding_attention"] * 4 + ["full_attention"],
+        },
+    }
+)  # fmt: skip
+DFLASH_TARGETS = {name: "Qwen/Qwen3-8B" for name in FAMILY_CONFIGS if "dflash" in name}
+# An EAGLE3 head for the Gemma-4 defaults (a one-layer Llama head at the target's hidden
+# size, its own 4 KV heads of 256; values chosen, not a released head's)
+FAMILY_CONFIGS["family/gemma4-eagle3-head"] = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "vocab_size": 262144,
+    "draft_vocab_size": 32000,
+    "target_hidden_size": 2304,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+}
+FAMILY_EAGLE3 = {"family/gemma4-defaults": "family/gemma4-eagle3-head"}
+# Gemma-4's MTP assistant (gemma4_assistant; --speculative-config method "mtp" with it as
+# the model): four Q-only layers reading the target's caches (values chosen; the fields
+# Gemma4AssistantConfig requires: no PLE, every layer KV-shared)
+FAMILY_CONFIGS["family/gemma4-assistant"] = {
+    "model_type": "gemma4_assistant",
+    "architectures": ["Gemma4AssistantForCausalLM"],
+    "backbone_hidden_size": 2304,
+    "torch_dtype": "bfloat16",
+    "text_config": {
+        **_GEMMA4_TEXT,
+        "num_hidden_layers": 4,
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "hidden_size_per_layer_input": 0,
+        "vocab_size_per_layer_input": 0,
+        "num_kv_shared_layers": 4,
+        "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+    },
+}
+FAMILY_MTP_DRAFTS = {"family/gemma4-defaults": "family/gemma4-assistant"}
+# Multi-layer MTP: presets with more MTP layers than they ship (vLLM builds every one,
+# each its own KV layer: deepseek_mtp.py num_mtp_layers = num_nextn_predict_layers,
+# glm4_moe_mtp.py the same); (preset, fields overridden)
+FAMILY_DERIVED: dict[str, tuple[str, dict[str, Any]]] = {
+    "family/deepseek-v3-mtp3": ("deepseek-ai/DeepSeek-V3", {"num_nextn_predict_layers": 3}),
+    "family/glm-4.5-air-mtp2": ("zai-org/GLM-4.5-Air", {"num_nextn_predict_layers": 2}),
+}
+
+
+def _is_family(name: str | None) -> bool:
+    return name in FAMILY_CONFIGS or name in FAMILY_DERIVED
+
+
+# KV dtypes a family's cases run: kvbudget's vLLM model refuses fp8 for Gemma-4 (its
+# 512-wide layers run FlashAttention 4's 64-token fp8 pages on SM90, engines/vllm.py check)
+FAMILY_KV_DTYPES = {"gemma4": ("bf16",)}
+
+
+def _config_of(name: str) -> dict[str, Any]:
+    """The config.json of a preset or a family config."""
+    if name in FAMILY_CONFIGS:
+        return copy.deepcopy(FAMILY_CONFIGS[name])
+    if name in FAMILY_DERIVED:
+        base, fields = FAMILY_DERIVED[name]
+        return {**_config_of(base), **fields}
+    from importlib import resources
+
+    file_name = name.replace("/", "--", 1) + ".json"
+    return json.loads(
+        (resources.files("kvbudget") / "data" / "models" / file_name).read_text("utf-8")
+    )
+
+
+def _kv_dtypes(model: Any) -> tuple[str, ...]:
+    family = model.model_type.removesuffix("_text")
+    return FAMILY_KV_DTYPES.get(family, KV_DTYPES)
 
 
 # --------------------------------------------------------------------------- cases
@@ -160,8 +346,11 @@ class Case:
         budget = f"{gib:g}GiB" if gib == int(gib) else f"{self.kv_budget}B"
         pc = "" if self.enable_prefix_caching else " no-prefix-cache"
         pp = f" pp{self.pp}" if self.pp > 1 else ""
+        spec = f"dflash({self.draft})" if self.spec == "dflash" else self.spec
+        if self.num_speculative_tokens != NUM_SPECULATIVE_TOKENS:
+            spec += f" k{self.num_speculative_tokens}"
         return (
-            f"{self.target} {self.spec} {budget} tp{self.tp}{pp} {self.kv_dtype} "
+            f"{self.target} {spec} {budget} tp{self.tp}{pp} {self.kv_dtype} "
             f"len{self.max_model_len}{pc}"
         )
 
@@ -205,13 +394,16 @@ def _presets() -> dict[str, Any]:
     kb = _kvbudget()
     from kvbudget.model import list_presets
 
-    return {name: kb.load_model(name) for name in list_presets()}
+    models = {name: kb.load_model(name) for name in list_presets()}
+    families = [*FAMILY_CONFIGS, *FAMILY_DERIVED]
+    models.update({name: kb.load_model(str(_model_file(name))) for name in families})
+    return models
 
 
 def _eagle3_drafts() -> dict[str, str]:
     from kvbudget.planner import EAGLE3_DRAFTS
 
-    return dict(EAGLE3_DRAFTS)
+    return {**EAGLE3_DRAFTS, **FAMILY_EAGLE3}
 
 
 def _max_model_len(model: Any) -> int:
@@ -225,6 +417,8 @@ def _draft_for(target: str, spec: str, drafts: dict[str, str]) -> str | None:
         return EAGLE_HEAD
     if spec == "draft-target":
         return DRAFT_TARGET_DRAFT
+    if spec == "mtp":
+        return FAMILY_MTP_DRAFTS.get(target)
     return None
 
 
@@ -234,7 +428,7 @@ def _specs_for(name: str, model: Any, drafts: dict[str, str]) -> list[str]:
         specs.append("eagle3")
     if name in EAGLE_TARGETS:
         specs.append("eagle")
-    if model.mtp_layers:
+    if model.mtp_layers or name in FAMILY_MTP_DRAFTS:
         specs.append("mtp")
     if model.model_type == "llama" and name != DRAFT_TARGET_DRAFT:
         specs.append("draft-target")
@@ -248,14 +442,14 @@ def all_cases() -> list[Case]:
     drafts = _eagle3_drafts()
     cases: list[Case] = []
     for name, model in presets.items():
-        if model.is_head:
+        if model.is_head or name in FAMILY_MTP_DRAFTS.values():  # drafts, not targets
             continue
         length = _max_model_len(model)
         for spec in _specs_for(name, model, drafts):
             draft = _draft_for(name, spec, drafts)
             for budget in BUDGETS:
                 for tp in TPS:
-                    for dtype in KV_DTYPES:
+                    for dtype in _kv_dtypes(model):
                         cases.append(Case(name, spec, draft, budget, tp, dtype, length))
             if model.model_type in MAMBA_TYPES:
                 # prefix caching off: mamba_cache_mode "none" (one state + K per request)
@@ -264,7 +458,36 @@ def all_cases() -> list[Case]:
                         Case(name, spec, draft, 40 * GiB, tp, "bf16", length,
                              enable_prefix_caching=False)
                     )  # fmt: skip
-    return cases + pp_cases(presets, drafts)
+    return cases + pp_cases(presets, drafts) + dflash_cases(presets) + mtp_depth_cases(presets)
+
+
+def mtp_depth_cases(presets: dict[str, Any]) -> list[Case]:
+    """Multi-layer MTP with num_speculative_tokens a multiple of the layers (vLLM refuses
+    the others, and so does kvbudget): 1x and 2x the depth, TP 1 and 8."""
+    cases = []
+    for name in FAMILY_DERIVED:
+        model = presets[name]
+        depth = len(model.mtp_layers)
+        for k in (depth, 2 * depth):
+            for tp in TPS:
+                cases.append(
+                    Case(name, "mtp", None, 40 * GiB, tp, "bf16", _max_model_len(model),
+                         num_speculative_tokens=k)
+                )  # fmt: skip
+    return cases
+
+
+def dflash_cases(presets: dict[str, Any]) -> list[Case]:
+    """Each DFlash draft with its target: budgets x TP x KV dtype, and PP 2."""
+    cases = []
+    for draft, target in DFLASH_TARGETS.items():
+        length = _max_model_len(presets[target])
+        for budget in BUDGETS:
+            for tp in TPS:
+                for dtype in KV_DTYPES:
+                    cases.append(Case(target, "dflash", draft, budget, tp, dtype, length))
+        cases.append(Case(target, "dflash", draft, 40 * GiB, 1, "bf16", length, pp=2))
+    return cases
 
 
 # target, spec, budget GiB, tp, pp, kv dtype, prefix caching: PP cases beyond the sweep
@@ -296,7 +519,7 @@ def pp_cases(presets: dict[str, Any], drafts: dict[str, str]) -> list[Case]:
     per-stage refusals, fp8)."""
     cases: list[Case] = []
     for name, model in presets.items():
-        if model.is_head:
+        if model.is_head or name in FAMILY_MTP_DRAFTS.values():  # drafts, not targets
             continue
         length = _max_model_len(model)
         for spec in _specs_for(name, model, drafts):
@@ -383,12 +606,14 @@ def _model_dir(preset: str) -> Path:
     """A directory holding the preset's config.json, as vLLM reads a local checkpoint."""
     if preset in _MODEL_DIRS:
         return _MODEL_DIRS[preset]
-    from importlib import resources
-
-    file_name = preset.replace("/", "--", 1) + ".json"
-    cfg = json.loads(
-        (resources.files("kvbudget") / "data" / "models" / file_name).read_text("utf-8")
-    )
+    cfg = _config_of(preset)
+    if cfg.get("model_type") == "gemma4":
+        # Stand-in, as for Gemma-3: the text model (Gemma4ForCausalLM, gemma4.py) of the
+        # multimodal checkpoint; its vision and audio towers keep no KV cache
+        text = dict(cfg["text_config"])
+        text["architectures"] = ["Gemma4ForCausalLM"]
+        text.setdefault("torch_dtype", cfg.get("torch_dtype"))
+        cfg = text
     if cfg.get("model_type") == "llama4":
         # Stand-in, as for Gemma-3: the text model (Llama4ForCausalLM, llama4.py) of the
         # multimodal checkpoint, whose class vLLM cannot inspect without its vision deps
@@ -411,14 +636,17 @@ def _model_dir(preset: str) -> Path:
     return path
 
 
-def _original_architecture(preset: str) -> str:
-    from importlib import resources
+def _model_file(name: str) -> Path:
+    """A family config as the user would pass it to kvbudget: the config as written
+    (the multimodal wrapper too), in its own folder."""
+    path = Path(_TMP.name) / "kvbudget" / name.replace("/", "--")
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(_config_of(name)), "utf-8")
+    return path
 
-    file_name = preset.replace("/", "--", 1) + ".json"
-    cfg = json.loads(
-        (resources.files("kvbudget") / "data" / "models" / file_name).read_text("utf-8")
-    )
-    return (cfg.get("architectures") or [""])[0]
+
+def _original_architecture(preset: str) -> str:
+    return (_config_of(preset).get("architectures") or [""])[0]
 
 
 # ---- vLLM release adapters (0.33.0 / 0.29.0) ----------------------------------------------
@@ -735,17 +963,27 @@ def _check_tp_heads(what: str, heads: int, kv_heads: int, tp: int) -> None:
         raise Skip(f"{what}: TP {tp} not a multiple of {kv_heads} KV heads")
 
 
-def _attention_layer(vc, model_config, name, hf, layer_idx, window, backend, draft):
-    """vLLM's Attention as the model's __init__ sets it (attention.py:240-345)."""
+def _attention_layer(
+    vc, model_config, name, hf, layer_idx, window, backend, draft, geometry=None, shares=None
+):
+    """vLLM's Attention as the model's __init__ sets it (attention.py:240-345).
+
+    ``geometry``: the layer's own ``(num_kv_heads, head_dim)`` where the model reads
+    them per layer (Gemma-4's ``per_layer_config``); ``shares``: the layer whose KV cache
+    it reads (``kv_sharing_target_layer_name``).
+    """
     from vllm.model_executor.layers.attention.attention import Attention
     from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
     from vllm.v1.attention.backend import AttentionType
 
     tp = vc.parallel_config.tensor_parallel_size
     heads = hf.num_attention_heads
-    kv_heads = getattr(hf, "num_key_value_heads", None) or heads
+    if geometry is not None:
+        kv_heads, head_dim = geometry
+    else:
+        kv_heads = getattr(hf, "num_key_value_heads", None) or heads
+        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // heads
     _check_tp_heads(name, heads, kv_heads, tp)
-    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // heads
     cache_config = vc.cache_config
     layer = _bare(Attention)
     # per-layer window from the model code, else the model-level one (attention.py:265-273)
@@ -758,7 +996,7 @@ def _attention_layer(vc, model_config, name, hf, layer_idx, window, backend, dra
     layer.head_size_v = head_dim
     layer.attn_type = AttentionType.DECODER
     layer.attn_backend = backend
-    layer.kv_sharing_target_layer_name = None
+    layer.kv_sharing_target_layer_name = shares
     layer.layer_name = name
     layer.is_draft_layer = draft
     return layer
@@ -885,6 +1123,31 @@ def _target_window(arch: str, hf, idx: int) -> int | None:
     return None
 
 
+def _gemma4_attention(vc, mc, hf, i: int, backend):
+    """Gemma-4's layer ``i`` as ``Gemma4Attention.__init__`` sets it (gemma4.py:365-520):
+    ``per_layer_config[i]``'s KV heads and head size, the window on sliding layers, and
+    for the last ``num_kv_shared_layers`` layers the last earlier layer of the same type
+    as the cache they read."""
+    layer_type = hf.layer_types[i]
+    window = hf.sliding_window if layer_type == "sliding_attention" else None
+    first_shared = hf.num_hidden_layers - getattr(hf, "num_kv_shared_layers", 0)
+    shares = None
+    if i >= first_shared:
+        before = list(hf.layer_types[:first_shared])
+        target = len(before) - 1 - before[::-1].index(layer_type)
+        shares = f"model.layers.{target}.self_attn.attn"
+        if vc.parallel_config.pipeline_parallel_size > 1:
+            raise Skip(
+                "KV-shared layers read earlier layers' caches by name, which PP puts on "
+                "other stages (kvbudget refuses it too)"
+            )
+    own = hf.per_layer_config[i]
+    geometry = (own.num_key_value_heads, own.head_dim)
+    return _attention_layer(
+        vc, mc, f"model.layers.{i}", hf, i, window, backend, False, geometry, shares
+    )
+
+
 def stage_layers(num_layers: int, pp: int) -> list[range]:
     """The target layers each PP stage owns: vLLM's own ``get_pp_indices`` split
     (vllm/distributed/utils.py:198-240), as ``make_layers`` applies it to the decoder."""
@@ -965,6 +1228,10 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
             if chunked:
                 layer = _chunked(layer, hf.attention_chunk_size)
             add(f"model.layers.{i}.self_attn.attn", layer)
+    elif arch == "Gemma4ForCausalLM":
+        backend_names.append(attn_name)
+        for i in range(n):
+            add(f"model.layers.{i}.self_attn.attn", _gemma4_attention(vc, mc, hf, i, attn_backend))
     elif arch == "Qwen3NextForCausalLM":
         backend_names.append(attn_name)
         for i, lt in enumerate(hf.layer_types):
@@ -1013,6 +1280,22 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                     True,
                 ),
             )
+    elif case.spec == "dflash":
+        # qwen3_dflash.py DFlashQwen3Model: the draft's layers after the target's, each
+        # window as vLLM's own _resolve_layer_attention resolves it
+        from vllm.model_executor.models.qwen3_dflash import _resolve_layer_attention
+
+        dmc = spec.draft_model_config
+        dhf = dmc.hf_config
+        for j in range(dhf.num_hidden_layers):
+            i = n + j
+            window, _causal = _resolve_layer_attention(dhf, j)
+            add(
+                f"drafter.model.layers.{i}.self_attn.attn",
+                _attention_layer(
+                    vc, dmc, f"drafter.model.layers.{i}", dhf, j, window, attn_backend, True
+                ),
+            )
     elif case.spec == "mtp":
         if arch in ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"):
             # deepseek_mtp.py:151-162: num_nextn_predict_layers MLA layers after the model's
@@ -1033,6 +1316,20 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                         vc, mc, f"drafter.model.layers.{i}", hf, i, None, attn_backend, True
                     ),
                 )
+        elif spec.use_gemma4_mtp():
+            # gemma4_mtp.py: every assistant layer reads a target layer's cache (the
+            # proposer sets kv_sharing_target_layer_name), so get_kv_cache_spec skips it
+            dmc = spec.draft_model_config
+            dhf = dmc.hf_text_config
+            for j in range(dhf.num_hidden_layers):
+                own = dhf.per_layer_config[j]
+                add(
+                    f"drafter.model.layers.{j}.self_attn.attn",
+                    _attention_layer(
+                        vc, dmc, f"drafter.model.layers.{j}", dhf, j, None, attn_backend, True,
+                        (own.num_key_value_heads, own.head_dim), "model.layers.0.self_attn.attn",
+                    ),
+                )  # fmt: skip
         elif arch == "Qwen3NextForCausalLM":
             # qwen3_next_mtp.py:63-95: full-attention layers, default one
             for j in range(getattr(hf, "num_nextn_predict_layers", 1)):
@@ -1270,9 +1567,13 @@ def kvbudget_side(case: Case, engine: str = "vllm") -> tuple[dict[str, Any] | No
     ``vllm@0.33.0``, ...), or (None, why not)."""
     try:
         kb = _kvbudget()
+        target = str(_model_file(case.target)) if _is_family(case.target) else case.target
+        draft = case.draft
+        if _is_family(draft):
+            draft = str(_model_file(draft))
         p = kb.plan(
-            case.target,
-            case.draft,
+            target,
+            draft,
             spec=case.spec,
             kv_budget=case.kv_budget,
             host_budget=0,

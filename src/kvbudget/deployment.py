@@ -479,10 +479,17 @@ def _models(
     """The target, the draft, the speculation mode and why ``auto`` chose it, checked
     against each other."""
     target_model = resolve(target)
-    if target_model.is_head:
+    if target_model.is_head or target_model.model_type == "gemma4_assistant":
+        kind = (
+            "a DFlash draft"
+            if target_model.is_dflash
+            else "Gemma-4's MTP assistant"
+            if not target_model.is_head
+            else f"an EAGLE{'3' if target_model.is_eagle3 else ''} draft head"
+        )
         raise InvalidArgumentError(
-            f"{target_model.name} is an EAGLE{'3' if target_model.is_eagle3 else ''} draft "
-            "head, not a target model; pass it as --draft and its base model as --target"
+            f"{target_model.name} is {kind}, not a target model; pass it as --draft and "
+            "its base model as --target"
         )
     spec_reason = None
     if spec == "auto":
@@ -566,6 +573,10 @@ def _auto_spec(target: ModelSpec, draft: ModelSpec | None) -> tuple[str, str]:
     """The speculation mode ``spec="auto"`` picks, and why, in words."""
     if draft is not None:
         model = draft
+        if model.model_type == "gemma4_assistant":
+            return "mtp", f"--draft {model.name} is a Gemma-4 MTP assistant"
+        if model.is_dflash:
+            return "dflash", f"--draft {model.name} is a DFlash draft"
         if model.is_eagle3:
             return "eagle3", f"--draft {model.name} is an EAGLE3 head"
         if model.is_eagle_head:
@@ -595,6 +606,18 @@ def _resolve_draft(
                 )
             return _checked_eagle3(resolve(default, given=False))
         return _checked_eagle3(resolve(draft))
+    if mode.name == "dflash":
+        if draft is None:
+            raise InvalidArgumentError(
+                f"spec dflash needs --draft (the DFlash draft trained for {target.name})"
+            )
+        model = resolve(draft)
+        if not model.is_dflash:
+            raise InvalidArgumentError(
+                f"{model.name} is not a DFlash draft (no dflash_config, no DFlash "
+                "architecture name); pick the --spec its kind runs"
+            )
+        return model
     if mode.name == "eagle":
         if draft is None:
             raise InvalidArgumentError(
@@ -615,10 +638,18 @@ def _resolve_draft(
             raise InvalidArgumentError(f"spec {mode.name} needs --draft (the small model)")
         model = resolve(draft)
         if model.is_head:
-            kind = "eagle3" if model.is_eagle3 else "eagle"
+            kind = "dflash" if model.is_dflash else "eagle3" if model.is_eagle3 else "eagle"
             raise InvalidArgumentError(
                 f"{model.name} is an {kind.upper()} head, not a draft model; use --spec "
                 f"{kind} with it"
+            )
+        return model
+    if mode.name == "mtp" and draft is not None:
+        model = resolve(draft)
+        if model.model_type != "gemma4_assistant":
+            raise InvalidArgumentError(
+                f"spec mtp runs the target's own MTP layers, or a Gemma-4 assistant "
+                f"(gemma4_assistant) as --draft; {model.name} is {model.model_type!r}"
             )
         return model
     if draft is not None:

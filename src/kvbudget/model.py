@@ -40,6 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 from kvbudget.architectures import SUPPORTED_MODEL_TYPES, architecture_for
 from kvbudget.architectures.decoder import attention_layers, uniform_window
+from kvbudget.architectures.dflash import is_dflash
+from kvbudget.architectures.dflash import layers as dflash_layers
+from kvbudget.architectures.unmodelled import MARKER_FIELDS, UNMODELLED
 from kvbudget.config_fields import MAX_CONFIG_COUNT, ConfigFields
 from kvbudget.dtypes import normalize_dtype_name
 from kvbudget.errors import (
@@ -237,6 +240,7 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         raise outer.error("model_type", "required but missing (cannot tell the architecture)")
     if not isinstance(model_type, str):
         raise outer.error("model_type", f"expected a string, got {model_type!r}")
+    _refuse_unmodelled(cfg, model_type, source)
     architectures = cfg.get("architectures") or []
     if not isinstance(architectures, list):
         raise outer.error("architectures", f"expected a list, got {architectures!r}")
@@ -255,12 +259,17 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
     text_cfg, prefix, dtype_raw, assumed = _text_config(cfg, arch, model_type, dtype_raw, name)
     f = ConfigFields(text_cfg, source, prefix)
 
-    if arch is not None:
+    dflash_draft = is_dflash(cfg, architectures)
+    if dflash_draft:
+        layers = dflash_layers(f)
+    elif arch is not None:
         layers = arch.layers(f)
     else:
         layers, assumed = _generic_layers(f, model_type, source)
-    mtp_layers = _mtp_layers(arch, f, len(layers), model_type)
-    is_eagle3, is_eagle_head = _eagle_kind(cfg, architectures, name)
+    mtp_layers = () if dflash_draft else _mtp_layers(arch, f, len(layers), model_type)
+    is_eagle3, is_eagle_head = (
+        (False, False) if dflash_draft else _eagle_kind(cfg, architectures, name)
+    )
     dtype = normalize_dtype_name(dtype_raw) if isinstance(dtype_raw, str) else None
     if isinstance(dtype_raw, str) and dtype is None:
         raise outer.error("torch_dtype", f"unknown dtype {dtype_raw!r}")
@@ -286,6 +295,7 @@ def parse_config(cfg: Mapping[str, Any], *, source: str, name: str) -> ModelSpec
         mtp_layers=mtp_layers,
         is_eagle3=is_eagle3,
         is_eagle_head=is_eagle_head,
+        is_dflash=dflash_draft,
         ssm_state_dtype=ssm_dtype,
         assumed=assumed,
         config=MappingProxyType(dict(text_cfg)),
@@ -351,6 +361,21 @@ def _eagle_kind(cfg: Mapping[str, Any], architectures: list[Any], name: str) -> 
     return is_eagle3, not is_eagle3 and ("eagle" in arch_text or "eagle-" in name.lower())
 
 
+def _refuse_unmodelled(cfg: Mapping[str, Any], model_type: str, source: str) -> None:
+    """UnsupportedArchitectureError for a family kvbudget knows but does not model
+    (:mod:`kvbudget.architectures.unmodelled`), at the top or in ``text_config``."""
+    inner = cfg.get("text_config")
+    inner_type = inner.get("model_type") if isinstance(inner, Mapping) else None
+    for key, t in (("model_type", model_type), ("text_config.model_type", inner_type)):
+        if isinstance(t, str) and t in UNMODELLED:
+            raise UnsupportedArchitectureError(
+                f"model_type {t!r} ({UNMODELLED[t]}) is not modelled yet; supported: "
+                f"{', '.join(SUPPORTED_MODEL_TYPES)}",
+                source=source,
+                field=key,
+            )
+
+
 def _wrapped(
     cfg: Mapping[str, Any], inner: Mapping[str, Any], model_type: str, *, source: str, name: str
 ) -> ModelSpec:
@@ -379,6 +404,7 @@ _NON_STANDARD_FIELDS = (
     ("hybrid_override_pattern", "a hybrid layer pattern"),
     ("attention_chunk_size", "chunked local attention"),
     ("text_config", "a nested text model (a multimodal wrapper)"),
+    *MARKER_FIELDS,
 )
 
 

@@ -44,6 +44,7 @@ class ModelSpec:
     mtp_layers: tuple[Layer, ...] = ()
     is_eagle3: bool = False
     is_eagle_head: bool = False  # an EAGLE-1/EAGLE-2 draft head
+    is_dflash: bool = False  # a DFlash block draft (kvbudget.architectures.dflash)
     ssm_state_dtype: str | None = None
     location: str | None = None  # absolute folder of a local config; None for a preset
     assumed: tuple[str, ...] = ()  # notes on how it was read (an unknown model_type, ...)
@@ -58,9 +59,9 @@ class ModelSpec:
 
     @property
     def is_head(self) -> bool:
-        """An EAGLE or EAGLE3 draft head: it runs on the target's hidden states, shares
+        """An EAGLE, EAGLE3 or DFlash draft head: it runs on the target's hidden states, shares
         its embeddings (and lm_head unless it has its own), and sits on the last stage."""
-        return self.is_eagle3 or self.is_eagle_head
+        return self.is_eagle3 or self.is_eagle_head or self.is_dflash
 
     @property
     def num_layers(self) -> int:
@@ -78,7 +79,15 @@ class ModelSpec:
             counts[key] = counts.get(key, 0) + 1
         parts = ", ".join(f"{n} {k}" for k, n in counts.items())
         extra = f", {len(self.mtp_layers)} mtp" if self.mtp_layers else ""
-        tag = " [eagle3 head]" if self.is_eagle3 else " [eagle head]" if self.is_eagle_head else ""
+        tag = (
+            " [dflash draft]"
+            if self.is_dflash
+            else " [eagle3 head]"
+            if self.is_eagle3
+            else " [eagle head]"
+            if self.is_eagle_head
+            else ""
+        )
         return f"{self.name}: {parts}{extra}{tag}"
 
 

@@ -338,7 +338,8 @@ def _managers(d: Deployment) -> Managers:
     stage (a separate draft's KV split over its own ``draft_kv_tp`` ranks)."""
     pp = d.parallel.pp
     last = pp - 1
-    mtp_in_target = d.spec.draft == "mtp" and not d.separate_draft_cache
+    # (an MTP draft model, Gemma-4's assistant, is a draft of its own)
+    mtp_in_target = d.spec.draft == "mtp" and not d.separate_draft_cache and d.draft is None
     target_layers: LayerSelection = "all" if mtp_in_target else "model"
     target = d.target
     managers: Managers = {

@@ -211,6 +211,8 @@ def _provenance(plan: Plan) -> str | None:
 
 def _draft(plan: Plan) -> str:
     """The speculation mode in words."""
+    if plan.spec == "mtp" and plan.draft is not None:  # a Gemma-4 assistant
+        return f"{plan.draft} (mtp: reads the target's KV cache)"
     if plan.spec == "mtp":
         own = plan.manager("draft") is not None
         return f"the target's MTP layers (mtp, {'own cache' if own else 'in the target cache'})"

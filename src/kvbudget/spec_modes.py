@@ -55,6 +55,16 @@ SPEC_MODE_TABLE: MappingProxyType[str, SpecModeInfo] = MappingProxyType(
                 managers="target + a separate draft manager for the EAGLE-1/EAGLE-2 head",
             ),
             SpecModeInfo(
+                name="dflash",
+                draft="head",
+                lookahead=True,
+                # its draft KV at a position comes from the target's hidden state alone:
+                # no trailing-block drop (vLLM 0.33.0 SpeculativeConfig
+                # .needs_eagle_block_drop, config/speculative.py)
+                draft_prefix="same_tokens",
+                managers="target + a separate draft manager for the DFlash draft's layers",
+            ),
+            SpecModeInfo(
                 name="mtp",
                 draft="mtp",
                 lookahead=True,

@@ -1,11 +1,13 @@
 """Model architectures: one module per family, registered by ``model_type``.
 
-Each family module (``llama``, ``llama4``, ``qwen``, ``gemma``, ``gpt_oss``, ``minimax_m2``,
-``deepseek``, ``glm4_moe``, ``qwen3_next``, ``nemotron_h``) builds one or more :class:`Architecture`
-values from the same parsed config fields (:class:`~kvbudget.config_fields.ConfigFields`):
-its cache layers (read by :mod:`kvbudget.model`) and its weight inventory (read by
-:mod:`kvbudget.weights`). EAGLE3 heads (:mod:`~kvbudget.architectures.eagle3`) are read
-as their family's layers with their own weights.
+Each family module (``llama``, ``llama4``, ``qwen``, ``gemma``, ``gemma4``, ``gpt_oss``,
+``minimax_m2``, ``deepseek``, ``glm4_moe``, ``qwen3_next``, ``nemotron_h``) builds one or
+more :class:`Architecture` values from the same parsed config fields
+(:class:`~kvbudget.config_fields.ConfigFields`): its cache layers (read by
+:mod:`kvbudget.model`) and its weight inventory (read by :mod:`kvbudget.weights`).
+EAGLE3 heads (:mod:`~kvbudget.architectures.eagle3`) are read
+as their family's layers with their own weights; DFlash block drafts
+(:mod:`~kvbudget.architectures.dflash`) by their own module, whatever their ``model_type``.
 
 Adding a family is one module here, listed in :data:`ARCHITECTURES`, plus its preset
 config and tests (the README's "Adding a model" section shows one).
@@ -17,9 +19,11 @@ from types import MappingProxyType
 
 from kvbudget.architectures import (
     deepseek,
+    dflash,
     eagle,
     eagle3,
     gemma,
+    gemma4,
     glm4_moe,
     gpt_oss,
     llama,
@@ -40,6 +44,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     *llama4.ARCHITECTURES,
     *qwen.ARCHITECTURES,
     *gemma.ARCHITECTURES,
+    *gemma4.ARCHITECTURES,
     *gpt_oss.ARCHITECTURES,
     *minimax_m2.ARCHITECTURES,
     *deepseek.ARCHITECTURES,
@@ -67,7 +72,9 @@ def model_inventory(model: ModelSpec) -> tuple[Weight, ...]:
     c = ModelFields(model)
     inv = Inventory()
     arch = architecture_for(model.model_type)
-    if model.is_head:
+    if model.is_dflash:  # vLLM builds every DFlash draft as DFlashQwen3ForCausalLM
+        dflash.weights(inv, c)
+    elif model.is_head:
         if arch is None or not arch.draft_heads:
             raise UnsupportedArchitectureError(
                 f"{model.name}: EAGLE heads are modelled for Llama-style configs, not "

@@ -33,7 +33,9 @@ class Architecture:
       family reuses it); ``draft_heads``: EAGLE and EAGLE3 heads of this family are modelled;
     * ``ties_embeddings``: ``tie_word_embeddings`` when the config leaves it out;
     * ``ssm_state_dtype``: the recurrent state's dtype when the config names none;
-    * ``text_only_note``: a note for nested types whose vision weights are not counted.
+    * ``text_only_note``: a note for nested types whose vision weights are not counted;
+    * ``unmodelled_engines``: engine models (``sglang``, ``trtllm``, ...) that do not
+      model this family's pools and refuse it (:func:`kvbudget.engines.common.refuse_unmodelled`).
     """
 
     family: str
@@ -48,6 +50,7 @@ class Architecture:
     ties_embeddings: bool = False
     ssm_state_dtype: str | None = None
     text_only_note: bool = False
+    unmodelled_engines: frozenset[str] = frozenset()
 
 
 __all__ = ["Architecture", "LayersReader", "MtpReader", "WeightsBuilder"]

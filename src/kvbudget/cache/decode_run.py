@@ -26,45 +26,85 @@ state pools or real storage.
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from kvbudget.cache.hashing import extend_block_hashes
+
 if TYPE_CHECKING:
     from kvbudget.cache.block_pool import BlockPool
+    from kvbudget.cache.ids import BlockHash
     from kvbudget.cache.kv_tiers import KvTiers
     from kvbudget.cache.manager import RoleManager
     from kvbudget.cache.request import Request
-    from kvbudget.cache.spec_decode_cache import SpecDecodeCache
 
 NEVER = 1 << 62  # a token count no request reaches: no block left to hash
 
 
 class DecodeRun:
     """Decode steps of ``requests`` (running, no lookahead held, each holding
-    ``ceil(tokens / tokens_per_block)`` blocks); see the module docstring. Mutable;
-    made by :meth:`SpecDecodeCache.decode_run`, used until the next other cache call."""
+    ``ceil(tokens / tokens_per_block)`` blocks, only kv pools); see the module docstring.
+    Mutable; made by :meth:`SpecDecodeCache.decode_run`, used until the next other cache
+    call.
 
-    __slots__ = ("_cache", "_gpu", "_kv", "_requests", "_token", "blocks", "hash_at", "tokens")
+    ``tokens_per_block``, ``with_next`` and ``prefix_reuse`` are the cache's settings
+    (``with_next``: a block's hash covers the token after it). A block made only of
+    tokens this run appended (all ``token_id``) is hashed from one packed copy of those
+    ids, the same bytes :func:`~kvbudget.cache.hashing.extend_block_hashes` would pack;
+    a block holding earlier tokens is hashed by that function."""
+
+    __slots__ = (
+        "_base",
+        "_block_bytes",
+        "_fill",
+        "_gpu",
+        "_kv",
+        "_requests",
+        "_reuse",
+        "_token",
+        "_tpb",
+        "_with_next",
+        "blocks",
+        "hash_at",
+        "tokens",
+    )
 
     def __init__(
         self,
-        cache: SpecDecodeCache,
         kv: KvTiers,
         requests: list[Request[RoleManager]],
         token_id: int,
-        hash_at: list[int],
+        *,
+        tokens_per_block: int,
+        with_next: bool,
+        prefix_reuse: bool,
     ) -> None:
-        self._cache = cache
         self._kv = kv
         self._gpu: BlockPool = kv.gpu
         self._requests = requests
         self._token = token_id
+        self._tpb = tokens_per_block
+        self._with_next = int(with_next)
+        self._reuse = prefix_reuse
+        # the bytes one block of token_id hashes (its tokens and, with_next, the next one)
+        self._fill = array("q", [token_id] * (tokens_per_block + with_next))
+        self._block_bytes = self._fill.tobytes()
         #: verified tokens the cache holds for each request (the caller may count more)
         self.tokens = [len(r.tokens) for r in requests]
+        # from which token on each request's ids are known to be token_id (appended by
+        # this run, or found so by settle)
+        self._base = list(self.tokens)
         #: kv blocks each request holds
         self.blocks = [len(r.table) for r in requests]
         #: the verified tokens at which each request's next block is hashed
-        self.hash_at = hash_at
+        self.hash_at = [self._next_hash_at(r.hashes) for r in requests]
+
+    def _next_hash_at(self, hashes: list[BlockHash]) -> int:
+        if not self._reuse:
+            return NEVER
+        return (len(hashes) + 1) * self._tpb + self._with_next
 
     def available(self) -> int:
         """GPU blocks a reservation may take now: free plus evictable."""
@@ -96,12 +136,42 @@ class DecodeRun:
     def settle(self, index: int, tokens: int) -> None:
         """Request ``index`` has ``tokens`` verified tokens (at least what it had): the
         missing ones are appended, full blocks hashed, unused blocks released; updates
-        ``tokens``, ``blocks`` and ``hash_at`` at ``index``."""
+        ``tokens``, ``blocks`` and ``hash_at`` at ``index``. The same as the cache's
+        ``commit`` of the missing tokens (:meth:`SpecDecodeCache._settle
+        <kvbudget.cache.SpecDecodeCache>` with only kv pools)."""
         req = self._requests[index]
-        add = tokens - len(req.tokens)
+        held = req.tokens
+        add = tokens - len(held)
         if add:
-            req.tokens.extend([self._token] * add)
-        self._cache._settle(req)
+            held.extend([self._token] * add)
+        tpb, table = self._tpb, req.table
+        hashes = req.hashes
+        start = len(hashes)
+        if self._reuse and (tokens - self._with_next) // tpb > start:
+            lo = start * tpb  # the first token the next block's hash reads
+            if (
+                lo < self._base[index]
+                and held[lo : self._base[index]] == self._fill[: self._base[index] - lo]
+            ):
+                self._base[index] = lo  # earlier tokens of token_id too
+            if lo < self._base[index] or req.extra_keys:
+                extend_block_hashes(
+                    hashes,
+                    held,
+                    tpb,
+                    req.extra_keys,
+                    root=req.root,
+                    with_next=bool(self._with_next),
+                )
+            else:  # every block to hash is token_id only: one packed copy serves all
+                parent = hashes[-1] if hashes else req.root
+                data, sha256 = self._block_bytes, hashlib.sha256
+                for _ in range((tokens - self._with_next) // tpb - start):
+                    parent = sha256(parent + data).digest()  # type: ignore[assignment]
+                    hashes.append(parent)
+            self._gpu.register(table, hashes, start)
+            self.hash_at[index] = (len(hashes) + 1) * tpb + self._with_next
+        if len(table) * tpb - tokens >= tpb:  # blocks past ceil(tokens / tpb)
+            self._gpu.release_tail(table, len(table) + (-tokens // tpb))
         self.tokens[index] = tokens
-        self.blocks[index] = len(req.table)
-        self.hash_at[index] = self._cache._hash_at(req)
+        self.blocks[index] = len(table)

@@ -71,6 +71,11 @@ class KvTiers:
     def take_gpu(self, table: list[BlockId], count: int) -> None:
         """Append ``count`` new GPU blocks to ``table``; evicted cached blocks move down.
         Precondition: the GPU tier has ``count`` blocks available."""
+        if count == 1:  # a decode step's reservation, most often
+            one = self.gpu.take_one_into(table)
+            if one is not None:
+                self._evicted(GPU, [one])
+            return
         evicted = self.gpu.take_into(table, count)
         if evicted:
             self._evicted(GPU, evicted)

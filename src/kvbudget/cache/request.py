@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -39,7 +40,7 @@ class SeqBlocks:
 class Request(Generic[M]):
     """A request's shared state: its verified tokens, lookahead and blocks.
 
-    ``tokens`` are the verified tokens (prompt plus committed); ``hashes`` the chained
+    ``tokens`` are the verified tokens (prompt plus committed, int64); ``hashes`` the chained
     hashes of their full blocks from ``root`` (the ``cache_salt``'s chain root, see
     :func:`~kvbudget.cache.hashing.chain_root`; kept only while prefix reuse is on);
     ``num_reserved`` the unverified lookahead tokens it holds room for; ``table[i]`` the kv block of
@@ -63,7 +64,7 @@ class Request(Generic[M]):
 
     def __init__(
         self,
-        tokens: list[int],
+        tokens: array[int],
         extra_keys: tuple[Hashable, ...],
         root: BlockHash,
         managers: tuple[M, ...],

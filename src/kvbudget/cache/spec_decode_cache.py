@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from kvbudget.cache.decode_run import NEVER, DecodeRun
+from kvbudget.cache.decode_run import DecodeRun
 from kvbudget.cache.hashing import chain_root, extend_block_hashes, valid_extra_keys
 from kvbudget.cache.ids import BlockId, DraftPrefixPolicy, PreemptMode, RequestId
 from kvbudget.cache.invariants import CacheView, check_cache
@@ -52,9 +52,9 @@ from kvbudget.cache.kv_tiers import GPU, HOST, KvTiers
 from kvbudget.cache.manager import RoleManager
 from kvbudget.cache.request import Request
 from kvbudget.cache.shortage import Shortage, refuse
-from kvbudget.cache.stats import CacheStats, RequestCounters, snapshot
+from kvbudget.cache.stats import CacheStats, KvCounts, RequestCounters, snapshot
 from kvbudget.cache.swap import swap_in, swap_out
-from kvbudget.cache.tokens import CheckedIds, checked_prompt, checked_tokens
+from kvbudget.cache.tokens import CheckedIds, checked_prompt_ids, checked_tokens
 from kvbudget.engines.kvbudget_cache import MODEL as OWN_CACHE
 from kvbudget.errors import (
     InvalidArgumentError,
@@ -63,7 +63,7 @@ from kvbudget.errors import (
 )
 from kvbudget.plan_types import Plan, Role
 from kvbudget.spec_modes import SPEC_MODE_TABLE
-from kvbudget.split import TIERS
+from kvbudget.split import TIERS, Tier
 
 if TYPE_CHECKING:
     import torch
@@ -372,7 +372,7 @@ class SpecDecodeCache:
             raise InvalidCacheOperationError(
                 f"request {request_id!r} is already admitted; free() it or use a new id"
             )
-        tokens, packed = checked_prompt(token_ids, request_id, self._vocab_size)
+        tokens, packed = checked_prompt_ids(token_ids, request_id, self._vocab_size)
         num_tokens = len(tokens)
         if num_tokens == 0:
             raise InvalidCacheOperationError(f"request {request_id!r} has an empty prompt")
@@ -530,8 +530,8 @@ class SpecDecodeCache:
     def _settle(self, req: Request[RoleManager]) -> None:
         """After verified tokens were appended to ``req`` (no lookahead left): hash its
         newly full blocks and release the blocks past ``ceil(tokens / tpb)``, tail first
-        (:meth:`commit`'s second half, shared with :class:`~kvbudget.cache.decode_run.
-        DecodeRun`)."""
+        (:meth:`commit`'s second half; :meth:`~kvbudget.cache.decode_run.DecodeRun.settle`
+        is its copy for caches with kv pools only)."""
         tokens = req.tokens
         committed = len(tokens)
         tpb = self._tokens_per_block
@@ -559,14 +559,6 @@ class SpecDecodeCache:
                 if m.windows is not None:
                     m.windows.shrink(seq, committed)
 
-    def _hash_at(self, req: Request[RoleManager]) -> int:
-        """The verified tokens at which ``req``'s next full block is hashed (a commit
-        reaching them registers it; :data:`~kvbudget.cache.decode_run.NEVER` without
-        prefix reuse)."""
-        if not self._prefix_reuse:
-            return NEVER
-        return (len(req.hashes) + 1) * self._tokens_per_block + self._with_next
-
     def decode_run(self, request_ids: Sequence[RequestId], token_id: int) -> DecodeRun | None:
         """A :class:`~kvbudget.cache.decode_run.DecodeRun` over running ``request_ids``
         (each holding no lookahead) that commit ``token_id`` only: many decode steps with
@@ -590,7 +582,14 @@ class SpecDecodeCache:
                     f"request {rid!r} holds {req.num_reserved} reserved tokens; commit first"
                 )
             requests.append(req)
-        return DecodeRun(self, self._kv, requests, token_id, [self._hash_at(r) for r in requests])
+        return DecodeRun(
+            self._kv,
+            requests,
+            token_id,
+            tokens_per_block=self._tokens_per_block,
+            with_next=self._with_next,
+            prefix_reuse=self._prefix_reuse,
+        )
 
     def free(self, request_id: RequestId) -> None:
         """Release every block of a request in every role, tail first (its full blocks
@@ -686,6 +685,15 @@ class SpecDecodeCache:
     def stats(self) -> CacheStats:
         """A snapshot of every pool and the request counters. Reads only."""
         return snapshot(self._kv, self._managers, self._requests.values(), self._counters)
+
+    def kv_counts(self, tier: Tier = "gpu") -> KvCounts:
+        """The kv pool's counters in ``tier`` (the same in every role, one block table):
+        used, cached, offloaded and onboarded blocks, as :meth:`stats` reports them.
+        Reads only; raises InvalidArgumentError for an unknown tier."""
+        if tier not in TIERS:
+            raise InvalidArgumentError(f"tier must be one of {', '.join(TIERS)}, got {tier!r}")
+        p = self._kv.tiers[TIERS.index(tier)]
+        return KvCounts(p.num_used, p.num_cached, p.offloaded_blocks, p.onboarded_blocks)
 
     def check_invariants(self) -> None:
         """Raise AssertionError naming the first broken invariant. Reads only; O(size).

@@ -1,6 +1,7 @@
 """What ``SpecDecodeCache.stats()`` returns, and how it is assembled.
 
 * :class:`PoolStats`, :class:`CacheStats`: immutable snapshots (public);
+* :class:`KvCounts`: the counters of one tier's kv pool (public, a tuple);
 * :class:`RequestCounters`: the coordinator's running totals (mutable, internal);
 * :func:`snapshot`: reads every manager's pools and the counters into a
   :class:`CacheStats`.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.plan_types import Role
@@ -73,6 +74,17 @@ class CacheStats:
             if p.role == role and p.tier == tier and p.kind == kind:
                 return p
         raise InvalidArgumentError(f"no {kind} pool for role {role!r} in tier {tier!r}")
+
+
+class KvCounts(NamedTuple):
+    """The counters of the shared kv pool of one tier, as in its :class:`PoolStats`
+    (:meth:`SpecDecodeCache.kv_counts <kvbudget.SpecDecodeCache.kv_counts>`: what a
+    caller reading them every few steps needs, without a whole snapshot)."""
+
+    used_blocks: int
+    cached_blocks: int
+    offloaded_blocks: int
+    onboarded_blocks: int
 
 
 @dataclass(slots=True)

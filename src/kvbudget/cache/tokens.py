@@ -83,6 +83,21 @@ def checked_prompt(token_ids: Any, request_id: object, vocab_size: int) -> tuple
     return tokens, array("q", tokens).tobytes()
 
 
+def checked_prompt_ids(
+    token_ids: Any, request_id: object, vocab_size: int
+) -> tuple[array[int], bytes]:
+    """A prompt as (a new ``array("q")`` of its token ids, their int64 bytes); the rules
+    and errors of :func:`checked_prompt`. A :class:`CheckedIds` within ``vocab_size`` is
+    copied as it is (no list of its ids is made)."""
+    if type(token_ids) is CheckedIds and token_ids.bound <= vocab_size:
+        ids = token_ids.ids[:]
+        return ids, ids.tobytes()
+    _, packed = checked_prompt(token_ids, request_id, vocab_size)
+    ids = array("q")
+    ids.frombytes(packed)
+    return ids, packed
+
+
 @dataclass(frozen=True, init=False, eq=False)
 class CheckedIds:
     """Token ids checked once, packed as int64, with a bound on them: every id is in

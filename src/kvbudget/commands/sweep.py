@@ -56,6 +56,14 @@ def sweep_command(
     pp: Annotated[str, _Opt(metavar="LIST", help="PP sizes.")] = "1",
     dp: Annotated[str, _Opt(metavar="LIST", help="DP sizes (default: any divisor).")] = "any",
     ep: Annotated[str, _Opt(metavar="LIST", help="Expert-parallel sizes.")] = "1",
+    dp_attention: Annotated[
+        str,
+        _Opt(
+            metavar="LIST",
+            help="Data-parallel attention: off, on or off,on (--dp groups inside --tp; "
+            "MoE targets only).",
+        ),
+    ] = "off",
     kv_dtype: Annotated[str, _Opt(metavar="LIST", help="KV dtypes (auto, fp8, ...).")] = "auto",
     engine: Annotated[
         str,
@@ -85,6 +93,14 @@ def sweep_command(
     policy: Annotated[
         str, _Opt(metavar="NAME", help="Simulator policy each row is replayed with.")
     ] = "kvbudget",
+    dp_router: Annotated[
+        str,
+        _Opt(
+            metavar="ROUTER",
+            help="How requests reach a row's --dp replicas (each replayed with its own "
+            "cache): round-robin, least-loaded or prefix.",
+        ),
+    ] = "round-robin",
     slo_ttft: Annotated[float | None, _Opt(metavar="S", help="TTFT limit, seconds.")] = None,
     slo_tpot: Annotated[float | None, _Opt(metavar="S", help="TPOT limit, seconds.")] = None,
     slo_percentile: Annotated[str, _Opt(metavar="P", help="p50, p90 or p99.")] = "p99",
@@ -116,6 +132,7 @@ def sweep_command(
             pp=_ints("--pp", pp),
             dp=None if dp == "any" else _ints("--dp", dp),
             ep=_ints("--ep", ep),
+            dp_attention=_switches("--dp-attention", dp_attention),
             kv_dtypes=_strings("--kv-dtype", kv_dtype),
             engines=_engines(engine),
             max_batch_sizes=_ints("--max-batch-size", max_batch_size),
@@ -134,6 +151,7 @@ def sweep_command(
         acceptance=acceptance,
         seed=seed,
         policies=(policy,),
+        dp_router=dp_router,
     )
     if html is not None:
         from kvbudget.commands.simulate import _check_output
@@ -237,6 +255,18 @@ def _ints(flag: str, text: str) -> tuple[int, ...]:
             raise InvalidArgumentError(f"{flag}: {item!r} is not a range of integers >= 1")
         out += range(first, last + 1)
     return tuple(dict.fromkeys(out))
+
+
+def _switches(flag: str, text: str) -> tuple[bool, ...]:
+    """``off``, ``on`` or both, as a list; raises InvalidArgumentError."""
+    from kvbudget.errors import InvalidArgumentError
+
+    values = {"off": False, "on": True}
+    items = _strings(flag, text)
+    unknown = [i for i in items if i not in values]
+    if unknown:
+        raise InvalidArgumentError(f"{flag} takes off, on or off,on, got {text!r}")
+    return tuple(values[i] for i in items)
 
 
 def _engines(text: str) -> tuple[str, ...]:

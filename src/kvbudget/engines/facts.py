@@ -152,6 +152,7 @@ ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
                 {
                     "eagle3": "eagle3",
                     "eagle": "eagle",
+                    "dflash": "dflash",
                     "mtp": "mtp",
                     "draft-target": "draft_model",
                     "ngram": "ngram",
@@ -186,6 +187,7 @@ ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
                 {
                     "eagle3": "EAGLE3",
                     "eagle": "EAGLE",
+                    "dflash": "DFLASH",
                     "mtp": "NEXTN",
                     "draft-target": "STANDALONE",
                     "ngram": "NGRAM",

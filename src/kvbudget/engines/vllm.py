@@ -133,8 +133,10 @@ SpecKind = Literal["full_attention", "sliding_window", "chunked_local", "mla", "
 
 # speculative methods that make vLLM turn its hybrid KV cache manager off for chunked
 # local attention (VllmConfig: "not yet supported with chunked local attention + eagle";
-# SpeculativeConfig.use_eagle: eagle, eagle3, mtp): every layer is then full attention
-_NO_HYBRID_WITH_CHUNKS = frozenset({"eagle", "eagle3", "mtp"})
+# SpeculativeConfig.use_eagle: eagle, eagle3, mtp, dflash): every layer is then full
+# attention
+# (dflash too: use_eagle() includes it in 0.33.0, config/speculative.py)
+_NO_HYBRID_WITH_CHUNKS = frozenset({"eagle", "eagle3", "mtp", "dflash"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -909,8 +911,45 @@ def render(plan: Plan) -> str:
 
 
 def check(d: Deployment) -> None:
-    """InvalidArgumentError for what this model of vLLM does not cover."""
+    """InvalidArgumentError for what this model of vLLM does not cover.
+
+    Besides :func:`refuse_unmodelled`: an fp8 KV cache for a model whose attention head
+    sizes differ and exceed 256 (Gemma-4's 512-wide global layers). On SM90 vLLM then
+    runs those layers on FlashAttention 4, whose fp8 kernel pages 64 tokens
+    (``Gemma4Config.verify_and_update_config``, model_executor/models/config.py;
+    ``FlashAttentionBackend._get_sm90_fa4_fp8_kv_block_size``,
+    v1/attention/backends/flash_attn.py), which this model does not follow.
+    """
     refuse_unmodelled(d, "vllm")
+    steps, layers = d.max_draft_len, len(d.target.mtp_layers)
+    if d.spec.name == "mtp" and layers and steps > layers and steps % layers:
+        # SpeculativeConfig.__post_init__ (config/speculative.py): MTP layers are reused
+        # in whole rounds
+        raise InvalidArgumentError(
+            f"vLLM refuses --speculative-config num_speculative_tokens {steps} with "
+            f"{d.target.name}'s {layers} MTP layers: num_speculative_tokens:{steps} must be "
+            f"divisible by n_predict={layers}; pick --max-draft-len {layers} or a multiple"
+        )
+    shared = d.target.config.get("num_kv_shared_layers")
+    if d.parallel.pp > 1 and isinstance(shared, int) and shared > 0:
+        # Gemma-4's KV-shared layers read an earlier layer's cache by name
+        # (kv_sharing_target_layer_name, gemma4.py Gemma4Attention), which a PP split
+        # puts on another stage
+        raise InvalidArgumentError(
+            f"--engine vllm is not modelled for {d.target.name} with --pp {d.parallel.pp}: "
+            f"its last {shared} layers read earlier layers' KV caches across the stages; "
+            "plan --pp 1, or --engine kvbudget"
+        )
+    if d.kv_dtype_value.bits > 8:
+        return
+    for model in (d.target, *([d.draft] if d.draft else [])):
+        dims = {x.head_dim for x in model.layers if isinstance(x, AttentionLayer)}
+        if len(dims) > 1 and max(dims) > 256:
+            raise InvalidArgumentError(
+                f"--engine vllm is not modelled for {model.name} with a {d.kv_dtype} KV cache "
+                f"(head sizes {sorted(dims)}: vLLM runs the widest on FlashAttention 4 with "
+                "its own fp8 page); plan --kv-dtype bf16, or --engine kvbudget"
+            )
 
 
 def source(release: VllmRelease) -> EngineSource:

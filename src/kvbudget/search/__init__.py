@@ -6,7 +6,8 @@ Module map (data flows down; nothing here is imported by the planner or the simu
     space.py     SweepSpace (the axes), SweepConfig (one point), the valid layouts
     settings.py  SweepSettings: space, objective, replay, SLO, prices (one frozen value)
     prices.py    the user's price-per-GPU-hour CSV
-    task.py      evaluate(settings, config) -> SweepRow: the one pure task
+    task.py      evaluate_shard(settings, config x replica): the one pure task;
+                 combine(): a configuration's row from its replicas' outcomes
     row.py       SweepRow, TrafficMetrics; which columns are exact, which modelled
     run.py       where tasks run: this process, a process pool, Ray tasks
     rank.py      score, ranking, the Pareto front

@@ -80,7 +80,7 @@ def compare_policies(result: SweepResult) -> Any:
     None without a winner. Raises what planning or the simulator raises."""
     from kvbudget.deployment import resolve_deployment
     from kvbudget.planner import build_plan
-    from kvbudget.search.task import shards, simulate_plan
+    from kvbudget.search.task import simulate_plan
     from kvbudget.sim import POLICIES
 
     winner = result.winner
@@ -88,14 +88,13 @@ def compare_policies(result: SweepResult) -> Any:
         return None
     s = result.settings
     plan = build_plan(resolve_deployment(**winner.config.plan_kwargs(s.space)))  # type: ignore[arg-type]
-    (shard,) = shards(s, winner.config)
-    return simulate_plan(plan, s, shard.rate_scale, POLICIES)
+    return simulate_plan(plan, s, winner.config.dp, POLICIES)
 
 
 def _policy_table(sim: Any) -> str:
     e = html.escape
     rows: tuple[tuple[str, Callable[[Any], str]], ...] = (
-        ("output tokens/s (replica)", lambda m: f"{m.output_tokens_per_s:.1f}"),
+        ("output tokens/s", lambda m: f"{m.output_tokens_per_s:.1f}"),
         ("completed / requests", lambda m: f"{m.completed} / {m.requests}"),
         ("TTFT p50 / p99 s", lambda m: f"{m.ttft_s.p50 or 0:.4g} / {m.ttft_s.p99 or 0:.4g}"),
         ("TPOT p50 / p99 s", lambda m: f"{m.tpot_s.p50 or 0:.4g} / {m.tpot_s.p99 or 0:.4g}"),

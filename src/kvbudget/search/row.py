@@ -38,19 +38,19 @@ MODELLED_COLUMNS = ("output_tokens_per_s_per_gpu", "ttft_s", "tpot_s", "cost_per
 
 @dataclass(frozen=True, kw_only=True)
 class TrafficMetrics:
-    """One configuration's replay (the first policy of the sweep's traffic settings).
-
-    One DP replica is replayed with ``1/replicas`` of the trace's arrival rate (every
-    request of the trace, arrivals stretched ``replicas`` times): the replicas share no
-    cache, and each is given an equal share of the traffic. Tokens/s per GPU is the
-    replica's times ``replicas`` over the deployment's GPUs.
+    """One configuration's replay (the first policy of the sweep's traffic settings):
+    its ``replicas`` DP replicas each replayed on the requests ``router`` sends them
+    through a cache of their own, merged (exact: replicas share no cache), as
+    ``kvbudget simulate --dp`` reports it. Tokens/s is the deployment's; per GPU over
+    its GPUs.
     """
 
     policy: str
     requests: int
     completed: int
     replicas: int
-    output_tokens_per_s: float  # one replica
+    router: str
+    output_tokens_per_s: float  # the whole deployment
     output_tokens_per_s_per_gpu: float
     ttft_s: Mapping[str, float | None]  # p50 / p90 / p99 / mean
     tpot_s: Mapping[str, float | None]
@@ -62,7 +62,8 @@ class TrafficMetrics:
             "requests": self.requests,
             "completed": self.completed,
             "replicas": self.replicas,
-            "output_tokens_per_s_per_replica": self.output_tokens_per_s,
+            "router": self.router,
+            "output_tokens_per_s": self.output_tokens_per_s,
             "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
             "ttft_s": dict(self.ttft_s),
             "tpot_s": dict(self.tpot_s),
@@ -72,11 +73,15 @@ class TrafficMetrics:
 @dataclass(frozen=True, kw_only=True)
 class SweepRow:
     """One configuration's outcome. ``capacity`` is ``Capacity.to_dict()`` of its plan
-    (None when no plan was made); ``price_per_gpu_hour`` None without prices."""
+    (None when no plan was made); ``price_per_gpu_hour`` None without prices.
+    ``command`` is the ``kvbudget plan`` that reproduces the exact columns,
+    ``simulate_command`` (traffic objective) the ``kvbudget simulate`` that reproduces
+    the modelled ones."""
 
     config: SweepConfig
     command: str
     status: Status
+    simulate_command: str | None = None
     reason: str | None = None
     capacity: Mapping[str, Any] | None = None
     gpus: int = 0
@@ -143,6 +148,7 @@ class SweepRow:
             "status": self.status,
             "reason": self.reason,
             "command": self.command,
+            "simulate_command": self.simulate_command,
             "config": {
                 "target": c.target,
                 "draft": c.draft,
@@ -152,6 +158,7 @@ class SweepRow:
                 "tp": c.tp,
                 "pp": c.pp,
                 "dp": c.dp,
+                "dp_attention": c.dp_attention,
                 "ep": c.ep,
                 "kv_dtype": c.kv_dtype,
                 "engine": c.engine,

@@ -51,7 +51,9 @@ class Slo:
 @dataclass(frozen=True, kw_only=True)
 class TrafficSettings:
     """The replay of each configuration (``kvbudget simulate``'s options of the same
-    names); ``trace`` None: the shipped Azure conversation trace."""
+    names); ``trace`` None: the shipped Azure conversation trace. A configuration's
+    ``dp`` replicas are each replayed on the requests ``dp_router`` sends them
+    (:mod:`kvbudget.sim.shards`)."""
 
     trace: str | None = None
     limit: int | None = 2000
@@ -59,6 +61,20 @@ class TrafficSettings:
     acceptance: str = "0.7"
     seed: int = 0
     policies: tuple[str, ...] = ("kvbudget",)  # replayed per row; the first ranks
+    dp_router: str = "round-robin"
+
+    def simulate_args(self) -> list[str]:
+        """``kvbudget simulate``'s flags of these settings (after the plan's): the first
+        policy, the one each row is replayed with."""
+        args = [] if self.trace is None else ["--trace", self.trace]
+        if self.limit is not None:
+            args += ["--limit", str(self.limit)]
+        return [
+            *args,
+            *("--rate-scale", repr(self.rate_scale), "--acceptance", self.acceptance),
+            *("--seed", str(self.seed), "--policies", self.policies[0]),
+            *("--dp-router", self.dp_router),
+        ]
 
 
 @dataclass(frozen=True, kw_only=True)

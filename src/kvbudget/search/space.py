@@ -3,14 +3,17 @@
 
 A point is a full ``kvbudget plan`` deployment: the target, a draft and speculation
 mode, a GPU preset, a layout of ``gpus`` GPUs (``tp x pp x dp``, ``ep`` routed-expert
-ranks), a KV dtype, an engine (``name@version``) and ``max_batch_size``; the options
+ranks; with ``dp_attention`` the ``dp`` groups split the ``tp`` ranks' attention, so
+``tp x pp`` GPUs), a KV dtype, an engine (``name@version``) and ``max_batch_size``; the options
 every point shares (``max_seq_len``, ``max_draft_len``, ...) are the space's own fields.
 :meth:`SweepConfig.plan_args` is the ``kvbudget plan`` command line of a point: a
 sweep row is reproduced by running it.
 
 Layouts: for each GPU count ``n``, every ``tp x pp x dp == n`` with ``tp``, ``pp``,
-``dp`` in their lists (``None``: any divisor), for each ``ep`` of its list. A layout the
-model cannot run is listed with the reason (:func:`layout_problem`), not dropped.
+``dp`` in their lists (``None``: any divisor), for each ``ep`` of its list; with
+``dp_attention`` every ``tp x pp == n`` and ``dp`` of its list (``None``: every divisor
+of ``tp`` above 1). A layout the model cannot run is listed with the reason
+(:func:`layout_problem`), not dropped.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class SweepSpace:
     pp: tuple[int, ...] = (1,)
     dp: tuple[int, ...] | None = None
     ep: tuple[int, ...] = (1,)
+    dp_attention: tuple[bool, ...] = (False,)
     kv_dtypes: tuple[str, ...] = ("auto",)
     engines: tuple[str, ...] = ("kvbudget",)
     max_batch_sizes: tuple[int, ...] = (256,)
@@ -73,6 +77,7 @@ class SweepSpace:
             "gpu_counts": self.gpu_counts,
             "pp": self.pp,
             "ep": self.ep,
+            "dp_attention": self.dp_attention,
             "kv_dtypes": self.kv_dtypes,
             "engines": self.engines,
             "max_batch_sizes": self.max_batch_sizes,
@@ -88,6 +93,10 @@ class SweepSpace:
                     raise InvalidArgumentError(
                         f"the sweep's {name} must be integers >= 1, got {value!r}"
                     )
+        if any(not isinstance(v, bool) for v in self.dp_attention):
+            raise InvalidArgumentError(
+                f"the sweep's dp_attention must be True/False, got {self.dp_attention!r}"
+            )
         for spec in self.specs:
             if spec != "auto" and spec not in SPEC_MODES:
                 raise InvalidArgumentError(
@@ -120,12 +129,13 @@ class SweepConfig:
     kv_dtype: str
     engine: str
     max_batch_size: int
+    dp_attention: bool = False
     problem: str | None = field(default=None, compare=False)  # why it cannot run
 
     @property
     def gpus(self) -> int:
-        """GPUs of the deployment."""
-        return self.tp * self.pp * self.dp
+        """GPUs of the deployment (``Parallelism.ranks``)."""
+        return self.tp * self.pp * (1 if self.dp_attention else self.dp)
 
     def plan_kwargs(self, space: SweepSpace) -> dict[str, object]:
         """:func:`kvbudget.plan`'s keyword arguments of this point."""
@@ -137,6 +147,7 @@ class SweepConfig:
             "tp": self.tp,
             "pp": self.pp,
             "dp": self.dp,
+            "dp_attention": self.dp_attention,
             "ep": self.ep,
             "kv_dtype": self.kv_dtype,
             "engine": self.engine,
@@ -153,8 +164,11 @@ class SweepConfig:
         """The ``kvbudget plan`` flags of this point (the command that reproduces it)."""
         args = []
         for name, value in self.plan_kwargs(space).items():
-            if value is not None:
-                args += [f"--{name.replace('_', '-')}", str(value)]
+            flag = f"--{name.replace('_', '-')}"
+            if value is True:
+                args.append(flag)  # a switch (--dp-attention)
+            elif value is not None and value is not False:
+                args += [flag, str(value)]
         return args
 
     def command(self, space: SweepSpace) -> str:
@@ -162,10 +176,12 @@ class SweepConfig:
         return shlex.join(["kvbudget", "plan", *self.plan_args(space)])
 
     def label(self) -> str:
-        """A short description: ``H200x2 tp2 pp1 dp1 ep1 fp8 vllm@0.33.0 b256``."""
+        """A short description: ``H200x2 tp2 pp1 dp1 ep1 fp8 vllm@0.33.0 b256``
+        (``dp2a``: two data-parallel attention groups)."""
         spec = self.spec if self.draft is None else f"{self.spec}:{self.draft}"
+        dp = f"dp{self.dp}{'a' if self.dp_attention else ''}"
         return (
-            f"{self.gpu}x{self.gpus} tp{self.tp} pp{self.pp} dp{self.dp} ep{self.ep} "
+            f"{self.gpu}x{self.gpus} tp{self.tp} pp{self.pp} {dp} ep{self.ep} "
             f"{self.kv_dtype} {self.engine} b{self.max_batch_size} {spec}"
         )
 
@@ -174,20 +190,36 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def layouts(space: SweepSpace, count: int) -> Iterator[tuple[int, int, int, int]]:
-    """``(tp, pp, dp, ep)`` with ``tp x pp x dp == count``, each in its list."""
-    for tp in _divisors(count):
-        if space.tp is not None and tp not in space.tp:
-            continue
-        for pp in _divisors(count // tp):
-            dp = count // (tp * pp)
-            if pp not in space.pp or (space.dp is not None and dp not in space.dp):
+def layouts(space: SweepSpace, count: int) -> Iterator[tuple[int, int, int, int, bool]]:
+    """``(tp, pp, dp, ep, dp_attention)`` on ``count`` GPUs, each in its list (module
+    docstring): ``tp x pp x dp == count``, or ``tp x pp == count`` under dp_attention."""
+    for dp_attention in dict.fromkeys(space.dp_attention):
+        for tp in _divisors(count):
+            if space.tp is not None and tp not in space.tp:
                 continue
-            for ep in space.ep:
-                yield tp, pp, dp, ep
+            for pp in _divisors(count // tp):
+                if pp not in space.pp:
+                    continue
+                for dp in _dp_sizes(space, count, tp, pp, dp_attention):
+                    for ep in space.ep:
+                        yield tp, pp, dp, ep, dp_attention
 
 
-def layout_problem(target: ModelSpec, tp: int, pp: int, dp: int, ep: int) -> str | None:
+def _dp_sizes(space: SweepSpace, count: int, tp: int, pp: int, dp_attention: bool) -> list[int]:
+    """The ``dp`` of each layout of ``tp`` and ``pp`` on ``count`` GPUs."""
+    if not dp_attention:
+        dp = count // (tp * pp)
+        return [dp] if space.dp is None or dp in space.dp else []
+    if tp * pp != count:
+        return []
+    if space.dp is None:
+        return [d for d in _divisors(tp) if d > 1]
+    return list(space.dp)
+
+
+def layout_problem(
+    target: ModelSpec, tp: int, pp: int, dp: int, ep: int, dp_attention: bool = False
+) -> str | None:
     """Why ``target`` cannot run on this layout, or None.
 
     * ``tp`` must divide the attention heads: engines shard query heads evenly (vLLM
@@ -197,6 +229,12 @@ def layout_problem(target: ModelSpec, tp: int, pp: int, dp: int, ep: int) -> str
     * ``pp`` at most the layer count: a stage with no layer is not a stage.
     * ``ep > 1`` only for a model with routed experts, and as
       :meth:`~kvbudget.deployment.Parallelism.checked` takes it (dividing ``tp x dp``).
+    * ``dp_attention`` only for a model with routed experts (the sweep's rule: data-
+      parallel attention pairs with an expert FFN that stays parallel over all ``tp``
+      ranks; a dense target's equivalent is plain ``dp`` replicas), with ``dp > 1``
+      dividing ``tp`` as :meth:`~kvbudget.deployment.Parallelism.checked` takes it.
+      What one engine refuses beyond that (TensorRT-LLM: ``dp == tp``) is the engine's
+      reason on the row.
     """
     heads = target.num_attention_heads
     if heads % tp:
@@ -205,8 +243,13 @@ def layout_problem(target: ModelSpec, tp: int, pp: int, dp: int, ep: int) -> str
         return f"pp={pp} is more stages than the target's {target.num_layers} layers"
     if ep > 1 and not _has_experts(target):
         return f"ep={ep}: {target.name} has no routed experts"
+    if dp_attention and not _has_experts(target):
+        return (
+            f"dp_attention: {target.name} has no routed experts (data-parallel attention "
+            "is swept for MoE targets; use plain --dp replicas)"
+        )
     try:
-        Parallelism.checked(tp=tp, pp=pp, dp=dp, ep=ep)
+        Parallelism.checked(tp=tp, pp=pp, dp=dp, ep=ep, dp_attention=dp_attention)
     except InvalidArgumentError as exc:
         return str(exc)
     return None
@@ -241,8 +284,8 @@ def enumerate_configs(space: SweepSpace) -> tuple[SweepConfig, ...]:
             load_model(draft)
     out: list[SweepConfig] = []
     for gpu, count in product(space.gpus, dict.fromkeys(space.gpu_counts)):
-        for tp, pp, dp, ep in layouts(space, count):
-            problem = layout_problem(target, tp, pp, dp, ep)
+        for tp, pp, dp, ep, dp_attention in layouts(space, count):
+            problem = layout_problem(target, tp, pp, dp, ep, dp_attention)
             for (draft, spec), kv, engine, batch in product(
                 _draft_pairs(space), space.kv_dtypes, space.engines, space.max_batch_sizes
             ):
@@ -260,6 +303,7 @@ def enumerate_configs(space: SweepSpace) -> tuple[SweepConfig, ...]:
                         kv_dtype=kv,
                         engine=engine,
                         max_batch_size=batch,
+                        dp_attention=dp_attention,
                         problem=problem,
                     )
                 )

@@ -1,64 +1,121 @@
-"""One sweep task: :func:`evaluate`, a pure function of (settings, configuration).
+"""A sweep's tasks: :func:`evaluate_shard`, a pure function of (settings, one replica of
+one configuration), and :func:`combine`, the row of a configuration from its replicas.
 
-It plans the configuration as ``kvbudget plan`` does (``resolve_deployment`` then
+A task plans the configuration as ``kvbudget plan`` does (``resolve_deployment`` then
 ``build_plan``: the same code, so the row and its reproduce command agree) and, for the
-traffic objective, replays the trace through the simulator's public entry point
-(:func:`kvbudget.sim.simulate`). A refusal is a row with the engine's reason, never an
-exception: one bad configuration does not stop a sweep.
+traffic objective, replays its replica of the trace: the requests the sweep's
+``dp_router`` sends to replica ``i`` of ``dp`` (:func:`kvbudget.sim.shard`), through a
+cache of its own (:func:`kvbudget.sim.replay_shard`), as ``kvbudget simulate --dp``
+does. Replicas share no cache, so the replays are independent tasks and their merge
+(:func:`kvbudget.sim.merge_shards`) is the deployment's exact replay: the row's
+``simulate_command`` prints the same figures. A refusal is a row with the engine's
+reason, never an exception: one bad configuration does not stop a sweep.
 
-Trace shards: a task is one configuration x the whole trace today (one DP replica
-replayed at ``1/dp`` of the rate, :class:`~kvbudget.search.row.TrafficMetrics`).
-:func:`shards` is the seam where a configuration's replay splits into independent
-replicas (the simulator's DP routing): each shard then becomes its own task and
-:func:`evaluate` the reduction of their metrics.
+:func:`shards` lists a configuration's tasks (``dp`` of them for the traffic
+objective, else one); :func:`evaluate` runs them in this process and combines them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from kvbudget.errors import EngineRefusedError, InfeasibleBudgetError, KvBudgetError
+from kvbudget.errors import (
+    EngineRefusedError,
+    InfeasibleBudgetError,
+    InvalidArgumentError,
+    KvBudgetError,
+)
 from kvbudget.search.row import Status, SweepRow, TrafficMetrics
 from kvbudget.search.settings import SweepSettings
 from kvbudget.search.space import SweepConfig
 
 if TYPE_CHECKING:
     from kvbudget.plan_types import Plan
+    from kvbudget.sim import PolicyMetrics, ShardResult
 
 
 @dataclass(frozen=True, kw_only=True)
-class TraceShard:
-    """The part of the trace one replay sees: ``rate_scale`` (arrivals divided by it)
-    and the replicas it stands for."""
+class ShardTask:
+    """One task: replica ``replica`` of ``replicas`` of ``config`` (one replica, the
+    whole trace, for a configuration that is not replayed)."""
 
-    rate_scale: float
-    replicas: int
+    config: SweepConfig
+    replica: int = 0
+    replicas: int = 1
 
 
-def shards(settings: SweepSettings, config: SweepConfig) -> tuple[TraceShard, ...]:
-    """The replays of ``config``: one replica standing for all ``dp`` (module
-    docstring), at ``rate_scale / dp``."""
-    return (TraceShard(rate_scale=settings.traffic.rate_scale / config.dp, replicas=config.dp),)
+@dataclass(frozen=True, kw_only=True)
+class ShardOutcome:
+    """A task's result: the configuration's row without traffic (the same from every
+    replica) and the replica's replay, or why the replay failed."""
+
+    task: ShardTask
+    row: SweepRow
+    shard: ShardResult | None = None
+    error: str | None = None
+
+
+def shards(settings: SweepSettings, config: SweepConfig) -> tuple[ShardTask, ...]:
+    """The tasks of ``config``: one per DP replica for the traffic objective (a layout
+    that cannot run has one, its refusal), else one."""
+    n = config.dp if settings.objective == "traffic" and config.problem is None else 1
+    return tuple(ShardTask(config=config, replica=r, replicas=n) for r in range(n))
 
 
 def evaluate(settings: SweepSettings, config: SweepConfig) -> SweepRow:
-    """The row of ``config`` under ``settings`` (checked). Pure: the same arguments give
-    an equal row in any process. Never raises a :class:`KvBudgetError`: a refusal, an
-    infeasible budget or a setting the engine does not take is the row's status."""
+    """The row of ``config`` under ``settings`` (checked), its tasks run in this
+    process. Pure: the same arguments give an equal row in any process."""
+    return combine(settings, [evaluate_shard(settings, t) for t in shards(settings, config)])
+
+
+def evaluate_shard(settings: SweepSettings, task: ShardTask) -> ShardOutcome:
+    """Plan ``task.config`` and, for the traffic objective, replay its replica. Pure;
+    never raises a :class:`KvBudgetError` (a refusal is the row's status)."""
+    row, plan = plan_row(settings, task.config)
+    if plan is None or settings.objective != "traffic":
+        return ShardOutcome(task=task, row=row)
+    try:
+        result = replay_replica(plan, settings, task.replica, task.replicas)
+    except KvBudgetError as exc:
+        return ShardOutcome(task=task, row=row, error=f"simulate: {exc}")
+    return ShardOutcome(task=task, row=row, shard=result)
+
+
+def combine(settings: SweepSettings, outcomes: Sequence[ShardOutcome]) -> SweepRow:
+    """The row of one configuration from every one of its tasks' outcomes (any order):
+    the plan's row, with the replicas' merged replay and the SLO verdict for traffic."""
+    ordered = sorted(outcomes, key=lambda o: o.task.replica)
+    row = ordered[0].row
+    if settings.objective != "traffic" or row.status != "ok":
+        return row
+    errors = [o.error for o in ordered if o.error is not None]
+    if errors:
+        return replace(row, status="invalid", reason=errors[0])
+    parts = [o.shard for o in ordered if o.shard is not None]
+    return with_traffic(row, merged(parts), settings)
+
+
+def plan_row(settings: SweepSettings, config: SweepConfig) -> tuple[SweepRow, Plan | None]:
+    """``config``'s row from its plan, and the plan (None: the row says why not)."""
     base = SweepRow(
-        config=config, command=config.command(settings.space), status="invalid", gpus=config.gpus
+        config=config,
+        command=config.command(settings.space),
+        simulate_command=simulate_command(settings, config),
+        status="invalid",
+        gpus=config.gpus,
     )
     if config.problem is not None:
-        return replace(base, reason=config.problem)
+        return replace(base, reason=config.problem), None
     try:
         plan = _plan(config, settings)
     except EngineRefusedError as exc:
-        return replace(base, status="infeasible", reason=f"{config.engine}: {exc}")
+        return replace(base, status="infeasible", reason=f"{config.engine}: {exc}"), None
     except InfeasibleBudgetError as exc:
-        return replace(base, status="infeasible", reason=str(exc))
+        return replace(base, status="infeasible", reason=str(exc)), None
     except KvBudgetError as exc:
-        return replace(base, reason=str(exc))
+        return replace(base, reason=str(exc)), None
     row = replace(
         base,
         status="ok",
@@ -69,16 +126,25 @@ def evaluate(settings: SweepSettings, config: SweepConfig) -> SweepRow:
         warnings=tuple(plan.warnings),
         price_per_gpu_hour=settings.prices.get(config.gpu),
     )
-    if settings.objective == "traffic":
-        return _with_traffic(row, plan, settings)
-    if plan.capacity.max_concurrency == 0:
+    if settings.objective == "capacity" and plan.capacity.max_concurrency == 0:
         # the engine starts (and serves shorter sequences): not a capacity answer
         held = (
             f"holds no whole sequence of {plan.capacity.max_seq_len} tokens at once "
             "(the engine starts; shorter sequences fit)"
         )
-        return replace(row, status="infeasible", reason=held)
-    return row
+        return replace(row, status="infeasible", reason=held), None
+    return row, plan
+
+
+def simulate_command(settings: SweepSettings, config: SweepConfig) -> str | None:
+    """``kvbudget simulate ...`` reproducing ``config``'s traffic figures (quoted for a
+    POSIX shell); None for the capacity objective."""
+    import shlex
+
+    if settings.objective != "traffic":
+        return None
+    args = [*config.plan_args(settings.space), *settings.traffic.simulate_args()]
+    return shlex.join(["kvbudget", "simulate", *args])
 
 
 def _plan(config: SweepConfig, settings: SweepSettings) -> Plan:
@@ -88,21 +154,67 @@ def _plan(config: SweepConfig, settings: SweepSettings) -> Plan:
     return build_plan(resolve_deployment(**config.plan_kwargs(settings.space)))  # type: ignore[arg-type]
 
 
-def _with_traffic(row: SweepRow, plan: Plan, settings: SweepSettings) -> SweepRow:
-    """``row`` with its replay's metrics and SLO verdict."""
-    (shard,) = shards(settings, row.config)
-    try:
-        result = simulate_plan(plan, settings, shard.rate_scale, settings.traffic.policies[:1])
-    except KvBudgetError as exc:
-        return replace(row, status="invalid", reason=f"simulate: {exc}")
-    m = result.policies[0]
+def replay_replica(plan: Plan, settings: SweepSettings, replica: int, replicas: int) -> ShardResult:
+    """Replica ``replica`` of ``replicas``' replay of the sweep's first policy, with
+    ``kvbudget simulate``'s settings (its defaults for what the sweep does not set).
+    Raises InvalidArgumentError (a GPU without a FLOPs figure, a bad trace row, a plan
+    the cache cannot be built from), OSError (an unreadable trace)."""
+    from kvbudget.sim import (
+        AcceptanceModel,
+        PrefixSynthesis,
+        ReplayConfig,
+        cache_plan,
+        default_trace_path,
+        gpu_rates,
+        policy_plans,
+        read_trace,
+        replay_shard,
+        roofline_for,
+        shard,
+    )
+
+    t = settings.traffic
+    rates = gpu_rates(plan.budget.gpu_name or settings.space.gpus[0])
+    if rates.peak_flops_per_s is None:
+        raise InvalidArgumentError(
+            f"no peak FLOPs figure for {rates.name} in gpu_flops.csv; sweep another --gpu"
+        )
+    (variant,) = policy_plans(cache_plan(plan), t.policies[:1])
+    config = ReplayConfig(
+        acceptance=AcceptanceModel.parse(t.acceptance),
+        max_num_batched_tokens=settings.space.max_num_batched_tokens,
+        preempt="auto",
+        sample_steps=64,
+        seed=t.seed,
+        fast_forward=True,
+    )
+    path = t.trace if t.trace is not None else default_trace_path()
+    requests: Any = read_trace(
+        path, prefixes=PrefixSynthesis(seed=t.seed), rate_scale=t.rate_scale, limit=t.limit
+    )
+    if replicas > 1:
+        requests = shard(requests, replicas, t.dp_router, replica)  # type: ignore[arg-type]
+    return replay_shard(variant, requests, roofline_for(plan, rates), config, replica=replica)
+
+
+def merged(parts: Sequence[ShardResult]) -> PolicyMetrics:
+    """The replicas' metrics as ``kvbudget simulate`` reports them: one replica's own,
+    or their :func:`~kvbudget.sim.merge_shards`."""
+    from kvbudget.sim import merge_shards
+
+    return parts[0].metrics if len(parts) == 1 else merge_shards(parts)
+
+
+def with_traffic(row: SweepRow, m: PolicyMetrics, settings: SweepSettings) -> SweepRow:
+    """``row`` with the deployment's replay metrics ``m`` and its SLO verdict."""
     traffic = TrafficMetrics(
         policy=m.policy,
         requests=m.requests,
         completed=m.completed,
-        replicas=shard.replicas,
+        replicas=row.config.dp,
+        router=settings.traffic.dp_router,
         output_tokens_per_s=m.output_tokens_per_s,
-        output_tokens_per_s_per_gpu=m.output_tokens_per_s * shard.replicas / row.gpus,
+        output_tokens_per_s_per_gpu=m.output_tokens_per_s / row.gpus,
         ttft_s=_percentiles(m.ttft_s),
         tpot_s=_percentiles(m.tpot_s),
     )
@@ -111,11 +223,10 @@ def _with_traffic(row: SweepRow, plan: Plan, settings: SweepSettings) -> SweepRo
     return replace(row, traffic=traffic, status=status, reason="; ".join(missed) or None)
 
 
-def simulate_plan(
-    plan: Plan, settings: SweepSettings, rate_scale: float, policies: tuple[str, ...]
-) -> Any:
-    """``kvbudget.sim.simulate`` of ``plan`` with the sweep's traffic settings (one
-    process). Raises what it raises (InvalidArgumentError, OSError)."""
+def simulate_plan(plan: Plan, settings: SweepSettings, dp: int, policies: tuple[str, ...]) -> Any:
+    """``kvbudget.sim.simulate`` of ``plan`` over ``dp`` replicas with the sweep's
+    traffic settings (one process; the HTML report's policy comparison). Raises what
+    it raises (InvalidArgumentError, OSError)."""
     from kvbudget.sim import PrefixSynthesis, simulate
 
     t = settings.traffic
@@ -124,12 +235,14 @@ def simulate_plan(
         t.trace,
         policies=policies,
         acceptance=t.acceptance,
-        rate_scale=rate_scale,
+        rate_scale=t.rate_scale,
         limit=t.limit,
         prefixes=PrefixSynthesis(seed=t.seed),
         max_num_batched_tokens=settings.space.max_num_batched_tokens,
         seed=t.seed,
         jobs=1,
+        dp=dp,
+        dp_router=t.dp_router,
     )
 
 
@@ -153,4 +266,18 @@ def slo_misses(traffic: TrafficMetrics, settings: SweepSettings) -> list[str]:
     return out
 
 
-__all__ = ["TraceShard", "evaluate", "shards", "simulate_plan", "slo_misses"]
+__all__ = [
+    "ShardOutcome",
+    "ShardTask",
+    "combine",
+    "evaluate",
+    "evaluate_shard",
+    "merged",
+    "plan_row",
+    "replay_replica",
+    "shards",
+    "simulate_command",
+    "simulate_plan",
+    "slo_misses",
+    "with_traffic",
+]

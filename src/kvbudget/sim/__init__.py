@@ -18,6 +18,7 @@ Module map (data flows down; nothing here is imported by the planner or the cach
 """
 
 from kvbudget.sim.acceptance import AcceptanceModel
+from kvbudget.sim.engine_cache import cache_plan
 from kvbudget.sim.metrics import Percentiles, PolicyMetrics
 from kvbudget.sim.policies import POLICIES, PolicyPlan, policy_plans
 from kvbudget.sim.replay import ReplayConfig, replay
@@ -53,6 +54,7 @@ __all__ = [
     "ShardResult",
     "SimulationResult",
     "TraceRequest",
+    "cache_plan",
     "default_trace_path",
     "engine_flags_for",
     "gpu_rates",

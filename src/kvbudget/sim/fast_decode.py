@@ -10,13 +10,15 @@ blocks change (:class:`~kvbudget.cache.decode_run.DecodeRun`), so the metrics ar
 of the step-by-step loop, bit for bit. It stops before a step that is not steady, one
 that reads the cache's counters (every ``sample_steps``, and ``check_every``), one whose
 reservations the GPU cannot take (the step-by-step loop preempts there), and after a
-step in which a request finishes (freed as the step-by-step loop frees it).
+step in which a request finishes (freed as the step-by-step loop frees it). Steps in
+which no request can reach its threshold (each commits at most ``K + 1`` tokens) are
+only draws and clock additions (:func:`_quiet_steps`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from operator import add, ge
+from operator import add, ge, sub
 from typing import TYPE_CHECKING
 
 from kvbudget.cache.decode_run import NEVER
@@ -74,6 +76,15 @@ def run_steady(
     finished = False
     takers = [j for j in order if tokens[j] >= takes[j]]
     while steps < last and clock < until_s:
+        if not takers:
+            # steps in which no request can reach its threshold (each commits at most
+            # ``top`` tokens): draws and clock additions only, as the loop below runs them
+            quiet = (min(map(sub, event_at, tokens)) - 1) // top
+            if quiet > 0:
+                steps, clock, ctx, tokens = _quiet_steps(
+                    rp, min(last, steps + quiet), until_s, (steps, clock, ctx, tokens), progress
+                )
+                continue
         if takers:  # reservations that need blocks: all fit, or the step preempts
             extra = []
             need = 0
@@ -139,3 +150,39 @@ def run_steady(
     if ran:
         rp.retire(done)
     return ran
+
+
+def _quiet_steps(
+    rp: _Replay,
+    stop: int,
+    until_s: float,
+    at: tuple[int, float, int, list[int]],
+    progress: Callable[[int], None] | None,
+) -> tuple[int, float, int, list[int]]:
+    """Steps of :func:`run_steady` in which no request can reach its threshold, until
+    step ``stop`` or the clock reaches ``until_s``: the same draws, in the same order,
+    and the same clock additions, with no threshold compared. ``at`` and the result are
+    (steps, clock, summed context, each running request's tokens)."""
+    steps, clock, ctx, tokens = at
+    rand, ascending, top = rp.accept.random, rp.accept.ascending, 1 + rp.k
+    weights, kv, bandwidth, per_decoder, per_context, peak = rp.decode_terms
+    width = len(tokens)
+    fixed_flops = per_decoder * width
+    order = range(width)
+    flat: list[int] = []
+    while steps < stop and clock < until_s:
+        drawn = [top - bisect_right(ascending, rand()) for _ in order]
+        flat += drawn
+        steps += 1
+        memory_s = (weights + ctx * kv) / bandwidth
+        if peak is None:
+            clock += memory_s
+        else:
+            compute_s = (fixed_flops + per_context * ctx) / peak
+            clock += memory_s if memory_s > compute_s else compute_s
+        ctx += sum(drawn)
+        if progress is not None and steps % 256 == 0:
+            progress(rp.completed + sum(rp.reasons.values()))
+    if width == 1:
+        return steps, clock, ctx, [tokens[0] + sum(flat)]
+    return steps, clock, ctx, [t + sum(flat[j::width]) for j, t in enumerate(tokens)]

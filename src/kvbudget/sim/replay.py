@@ -468,9 +468,8 @@ class _Replay:
     def _sample(self) -> None:
         """4. every sample_steps steps: the window's host copies (they delay the clock
         only by what they take beyond the window) and one series point."""
-        stats = self.cache.stats()
-        gpu_pool = stats.pool(self.role, "gpu")
-        host_pool = stats.pool(self.role, "host")
+        gpu_pool = self.cache.kv_counts("gpu")
+        host_pool = self.cache.kv_counts("host")
         if self.host_blocks:
             moved = host_pool.offloaded_blocks + host_pool.onboarded_blocks
             copied = (moved - self.host_moved_blocks) * self.block_pair_bytes
