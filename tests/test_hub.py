@@ -192,6 +192,12 @@ def test_emitted_settings_pin_the_commits_the_plan_was_made_from(
     # vllm/engine/arg_utils.py, vllm/config/speculative.py)
     assert f"--revision {target}" in done.stdout
     assert f'"revision": "{draft}"' in done.stdout
+    done = kvbudget(env(tmp_path, hub), "plan", *args, "--emit", "sglang")
+    assert done.returncode == 0, done.stderr
+    # SGLang 0.5.23: ServerArgs.revision and .speculative_draft_model_revision, flags
+    # named from the fields (srt/arg_groups/arg_utils.py, field_order.py)
+    assert f"--revision {target}" in done.stdout
+    assert f"--speculative-draft-model-revision {draft}" in done.stdout
     done = kvbudget(env(tmp_path, hub), "plan", *args, "--emit", "trtllm")
     assert done.returncode == 0, done.stderr
     # TensorRT-LLM: BaseLlmArgs.revision (tensorrt_llm/llmapi/llm_args.py); its

@@ -794,6 +794,8 @@ def _settings(
         facts.kv_dtype_knob: dtype,
         facts.token_knob: chosen.full_tokens,
     }
+    if d.target_revision:  # ServerArgs.revision (sglang 0.5.23, srt/arg_groups)
+        settings["--revision"] = d.target_revision
     if layout.dp > 1:
         settings["--dp-size"] = layout.dp
     if layout.dp_attention:
@@ -812,6 +814,8 @@ def _settings(
         settings[facts.spec_knob] = facts.spec_names[spec]
         if d.draft_source:
             settings[facts.draft_model_knob] = d.draft_source
+        if d.draft_revision:  # ServerArgs.speculative_draft_model_revision (0.5.23)
+            settings["--speculative-draft-model-revision"] = d.draft_revision
         k = d.lookahead_tokens
         if spec != "ngram":
             settings[facts.draft_len_knob] = k
