@@ -173,23 +173,11 @@ class BlockPool:
         return evicted
 
     def take_one_into(self, table: list[BlockId]) -> tuple[BlockId, BlockHash] | None:
-        """:meth:`take_into` of one block: returns the evicted ``(block, hash)`` pair, or
-        None when a free block was taken."""
-        free = self.free
-        self.num_used += 1
-        if free:
-            b = free.pop()
-            self.refcount[b] = 1
-            table.append(b)
-            return None
-        b, _ = self.cached.popitem(last=False)
-        old = self.block_hash[b]
-        assert old is not None
-        del self.by_hash[old]
-        self.block_hash[b] = None
-        self.refcount[b] = 1
-        table.append(b)
-        return b, old
+        """:meth:`take_into` of one block (:meth:`take`, appended to ``table``): returns
+        the evicted ``(block, hash)`` pair, or None when a free block was taken."""
+        block, old = self.take()
+        table.append(block)
+        return None if old is None else (block, old)
 
     def release_tail(self, table: list[BlockId], count: int) -> None:
         """Release the last ``count`` blocks of ``table``, tail first, and drop them from it
