@@ -45,6 +45,7 @@ import pstats
 import random
 import sys
 import time
+from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -378,7 +379,7 @@ def ablated_exactness() -> Iterator[None]:
     """Inside: the cache hashes blocks with Python's ``hash`` and skips token checks."""
     from kvbudget.cache import spec_decode_cache as module
 
-    saved = (module.extend_block_hashes, module.checked_prompt)
+    saved = (module.extend_block_hashes, module.checked_prompt_ids)
 
     def python_hashes(
         hashes: list[Any],
@@ -397,15 +398,15 @@ def ablated_exactness() -> Iterator[None]:
             hashes.append(parent)
         return max(0, end - start)
 
-    def unchecked(token_ids: Any, request_id: object, vocab_size: int) -> tuple[list[int], None]:
-        return list(token_ids), None
+    def unchecked(token_ids: Any, request_id: object, vocab_size: int) -> tuple[Any, None]:
+        return array("q", token_ids), None
 
     module.extend_block_hashes = python_hashes  # type: ignore[assignment]
-    module.checked_prompt = unchecked  # type: ignore[assignment]
+    module.checked_prompt_ids = unchecked  # type: ignore[assignment]
     try:
         yield
     finally:
-        module.extend_block_hashes, module.checked_prompt = saved
+        module.extend_block_hashes, module.checked_prompt_ids = saved
 
 
 if __name__ == "__main__":

@@ -52,16 +52,26 @@ def checked_tokens(token_ids: Any, what: str, request_id: object, vocab_size: in
 
 
 def checked_prompt(token_ids: Any, request_id: object, vocab_size: int) -> tuple[list[int], bytes]:
-    """A prompt as (a new list of int token ids, their int64 bytes); see
+    """A prompt as (a new list of int token ids, their int64 bytes): the ids of
+    :func:`checked_prompt_ids` as a list."""
+    ids, packed = checked_prompt_ids(token_ids, request_id, vocab_size)
+    return ids.tolist(), packed
+
+
+def checked_prompt_ids(
+    token_ids: Any, request_id: object, vocab_size: int
+) -> tuple[array[int], bytes]:
+    """A prompt as (a new ``array("q")`` of its token ids, their int64 bytes); see
     :func:`checked_tokens` for the rules and errors. Lists, tuples and ranges take a
     C-speed path (pack, then min/max; ``array`` takes bools as ints, so their types are
     looked up too; an ``array("q")`` is packed already; a :class:`CheckedIds` is checked
-    already, its bound only compared) and fall back to the element loop only to name a
-    bad element."""
+    already, its bound only compared, and copied as it is) and fall back to the element
+    loop only to name a bad element."""
     kind = type(token_ids)
     if kind is CheckedIds:
         if token_ids.bound <= vocab_size:
-            return token_ids.ids.tolist(), token_ids.ids.tobytes()
+            ids = token_ids.ids[:]
+            return ids, ids.tobytes()
         token_ids = token_ids.ids  # name the id outside the vocabulary
         kind = array
     if (
@@ -69,33 +79,17 @@ def checked_prompt(token_ids: Any, request_id: object, vocab_size: int) -> tuple
         and token_ids.typecode == "q"
         and (not token_ids or (min(token_ids) >= 0 and max(token_ids) < vocab_size))
     ):
-        return token_ids.tolist(), token_ids.tobytes()
+        ids = token_ids[:]
+        return ids, ids.tobytes()
     if kind is range or (kind in (list, tuple) and bool not in set(map(type, token_ids))):
         try:
             packed = array("q", token_ids)
         except (TypeError, OverflowError):
             packed = None
-        if packed is not None:
-            tokens = packed.tolist()
-            if not tokens or (min(tokens) >= 0 and max(tokens) < vocab_size):
-                return tokens, packed.tobytes()
-    tokens = checked_tokens(token_ids, "the prompt", request_id, vocab_size)
-    return tokens, array("q", tokens).tobytes()
-
-
-def checked_prompt_ids(
-    token_ids: Any, request_id: object, vocab_size: int
-) -> tuple[array[int], bytes]:
-    """A prompt as (a new ``array("q")`` of its token ids, their int64 bytes); the rules
-    and errors of :func:`checked_prompt`. A :class:`CheckedIds` within ``vocab_size`` is
-    copied as it is (no list of its ids is made)."""
-    if type(token_ids) is CheckedIds and token_ids.bound <= vocab_size:
-        ids = token_ids.ids[:]
-        return ids, ids.tobytes()
-    _, packed = checked_prompt(token_ids, request_id, vocab_size)
-    ids = array("q")
-    ids.frombytes(packed)
-    return ids, packed
+        if packed is not None and (not packed or (min(packed) >= 0 and max(packed) < vocab_size)):
+            return packed, packed.tobytes()
+    ids = array("q", checked_tokens(token_ids, "the prompt", request_id, vocab_size))
+    return ids, ids.tobytes()
 
 
 @dataclass(frozen=True, init=False, eq=False)
@@ -114,10 +108,8 @@ class CheckedIds:
     def of(cls, token_ids: Sequence[int]) -> CheckedIds:
         """``token_ids`` checked: non-negative ints (no bools), packed. Raises
         InvalidCacheOperationError naming the first bad element."""
-        tokens, packed = checked_prompt(token_ids, "CheckedIds", 2**63)
-        ids = array("q")
-        ids.frombytes(packed)
-        return cls._make(ids, max(tokens, default=-1) + 1)
+        ids, _ = checked_prompt_ids(token_ids, "CheckedIds", 2**63)
+        return cls._make(ids, max(ids, default=-1) + 1)
 
     @classmethod
     def join(cls, parts: Sequence[CheckedIds]) -> CheckedIds:
