@@ -60,7 +60,8 @@ Stand-ins, for what a CPU-only process cannot ask vLLM (each one documented wher
   ``Gemma4ForConditionalGeneration`` likewise, as ``Gemma4ForCausalLM``).
 
 Families without a preset (Gemma-4, DFlash drafts, deeper MTP stacks) run from configs
-the harness writes (``FAMILY_CONFIGS``, ``FAMILY_DERIVED``; ids ``family/...``), which
+the harness writes (``FAMILY_CONFIGS`` from tests/family_configs.py, which the tests
+read too, and ``FAMILY_DERIVED``; ids ``family/...``), which
 kvbudget reads from a local folder and vLLM through ``ModelConfig``.
 
 The kvbudget side is ``kvbudget.plan(..., engine="vllm@<version>", ...)``; its
