@@ -1,19 +1,20 @@
 """DFlash block drafts: their own multi-layer KV (sometimes all sliding), ``--spec dflash``.
 
-No verbatim DFlash config is available to this project: the configs are written here,
-with Qwen3-8B's attention geometry (8 KV heads of 128, hidden 4096) and five layers,
-each exercising one rule of vLLM 0.33.0's ``_resolve_layer_attention``
-(model_executor/models/qwen3_dflash.py). The vLLM figures are also what vLLM 0.33.0's
-own code gives (benchmarks/fidelity/vllm_fidelity.py, ``dflash(family/...)`` cases).
+No verbatim DFlash config is available to this project: the configs are written in
+tests/family_configs.py (shared with the vLLM fidelity harness), with Qwen3-8B's
+attention geometry (8 KV heads of 128, hidden 4096) and five layers, each exercising one
+rule of vLLM 0.33.0's ``_resolve_layer_attention`` (model_executor/models/qwen3_dflash.py).
+The vLLM figures are also what vLLM 0.33.0's own code gives
+(benchmarks/fidelity/vllm_fidelity.py, ``dflash(family/...)`` cases).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from family_configs import DFLASH_FULL, DFLASH_SWA, folder
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,24 +25,8 @@ from kvbudget.model import parse_config
 
 GIB = 1024**3
 QWEN3_8B = "Qwen/Qwen3-8B"
-DRAFT: dict[str, Any] = {
-    "model_type": "qwen3",
-    "architectures": ["DFlashDraftModel"],
-    "hidden_size": 4096,
-    "intermediate_size": 12288,
-    "num_hidden_layers": 5,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 151936,
-    "max_position_embeddings": 40960,
-    "torch_dtype": "bfloat16",
-    "dflash_config": {"target_layer_ids": [1, 9, 17, 25, 33], "mask_token_id": 151669},
-}
-SWA = {
-    **DRAFT,
-    "dflash_config": {**DRAFT["dflash_config"], "use_swa": True, "swa_window_size": 2048},
-}
+DRAFT = DFLASH_FULL
+SWA = DFLASH_SWA
 
 
 def windows(cfg: dict[str, Any]) -> list[int | None]:
@@ -52,11 +37,6 @@ def windows(cfg: dict[str, Any]) -> list[int | None]:
         assert isinstance(x, AttentionLayer) and (x.num_kv_heads, x.head_dim) == (8, 128)
         out.append(x.sliding_window)
     return out
-
-
-def folder(tmp_path: Path, cfg: dict[str, Any]) -> str:
-    (tmp_path / "config.json").write_text(json.dumps(cfg), "utf-8")
-    return str(tmp_path)
 
 
 def test_window_rules() -> None:

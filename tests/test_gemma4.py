@@ -1,20 +1,21 @@
 """Gemma-4: per-layer head sizes, sliding and global layers, KV-shared layers, weights.
 
 No verbatim Gemma-4 config is available to this project, so the configs are written
-here: fields at transformers 5.20.2 ``Gemma4TextConfig``'s defaults (30 layers, hidden
-2304, 8 heads, 4 KV heads, head 256, ``global_head_dim`` 512, window 512, PLE 256), or
-values chosen to exercise a field. Expected figures are by hand; the vLLM ones are also
-what vLLM 0.33.0's own code gives for the same configs
-(benchmarks/fidelity/vllm_fidelity.py, ``family/gemma4-*`` cases).
+in tests/family_configs.py (shared with the vLLM fidelity harness) or here: fields at
+transformers 5.20.2 ``Gemma4TextConfig``'s defaults (30 layers, hidden 2304, 8 heads,
+4 KV heads, head 256, ``global_head_dim`` 512, window 512, PLE 256), or values chosen to
+exercise a field. Expected figures are by hand; the vLLM ones are also what vLLM
+0.33.0's own code gives for the same configs (benchmarks/fidelity/vllm_fidelity.py,
+``family/gemma4-*`` cases).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from family_configs import GEMMA4_EAGLE3_HEAD, GEMMA4_KV_SHARED, GEMMA4_TEXT, folder
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,40 +25,12 @@ from kvbudget.layers import AttentionLayer, NoCacheLayer
 from kvbudget.model import parse_config
 
 GIB = 1024**3
-TEXT: dict[str, Any] = {
-    "model_type": "gemma4_text",
-    "vocab_size": 262144,
-    "hidden_size": 2304,
-    "intermediate_size": 9216,
-    "num_hidden_layers": 30,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "head_dim": 256,
-    "global_head_dim": 512,
-    "max_position_embeddings": 131072,
-    "sliding_window": 512,
-    "torch_dtype": "bfloat16",
-}
-# the last 20 of 35 layers share KV; one KV head; k_eq_v global layers
-KV_SHARED = {
-    **TEXT,
-    "num_hidden_layers": 35,
-    "hidden_size": 1536,
-    "num_key_value_heads": 1,
-    "num_kv_shared_layers": 20,
-    "attention_k_eq_v": True,
-    "num_global_key_value_heads": 1,
-    "use_double_wide_mlp": True,
-}
+TEXT = GEMMA4_TEXT
+KV_SHARED = GEMMA4_KV_SHARED
 
 
 def parse(cfg: dict[str, Any]) -> Any:
     return parse_config(cfg, source="test", name="gemma4-test")
-
-
-def folder(tmp_path: Path, cfg: dict[str, Any]) -> str:
-    (tmp_path / "config.json").write_text(json.dumps(cfg), "utf-8")
-    return str(tmp_path)
 
 
 def test_default_pattern_five_sliding_one_global_with_wider_heads() -> None:
@@ -272,7 +245,6 @@ def test_engines_that_do_not_model_it_refuse(tmp_path: Path) -> None:
             plan(target, spec="none", engine=engine, kv_budget="8GiB", host_budget=0)
     with pytest.raises(InvalidArgumentError, match="FlashAttention 4"):
         plan(target, spec="none", engine="vllm", kv_budget="8GiB", host_budget=0, kv_dtype="fp8")
-    (tmp_path / "shared").mkdir()
     shared = folder(tmp_path / "shared", KV_SHARED)
     with pytest.raises(InvalidArgumentError, match="--pp 2"):
         plan(shared, spec="none", engine="vllm", kv_budget="8GiB", host_budget=0, pp=2)
@@ -301,25 +273,9 @@ def test_vllm_with_an_eagle3_head_by_hand(tmp_path: Path) -> None:
     buckets of 25, 5 and 1 layers; group size 1 (the fewest), so 31 groups of one layer.
     vLLM 0.33.0's own code gives the same (fidelity case ``family/gemma4-defaults
     eagle3``: 327,680 blocks, 438,458 tokens)."""
-    (tmp_path / "target").mkdir()
-    (tmp_path / "head").mkdir()
-    head = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "hidden_size": 2304,
-        "intermediate_size": 9216,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "vocab_size": 262144,
-        "draft_vocab_size": 32000,
-        "max_position_embeddings": 131072,
-        "torch_dtype": "bfloat16",
-    }
     p = plan(
         folder(tmp_path / "target", TEXT),
-        folder(tmp_path / "head", head),
+        folder(tmp_path / "head", GEMMA4_EAGLE3_HEAD),
         spec="eagle3",
         engine="vllm",
         kv_budget="40GiB",
@@ -391,8 +347,6 @@ def test_assistant_caches_nothing_and_its_weights_by_hand() -> None:
 
 
 def test_assistant_plans_as_mtp_with_no_cache_of_its_own(tmp_path: Path) -> None:
-    (tmp_path / "t").mkdir()
-    (tmp_path / "a").mkdir()
     target, assistant = folder(tmp_path / "t", TEXT), folder(tmp_path / "a", ASSISTANT)
     args: dict[str, Any] = {
         "engine": "vllm", "kv_budget": "40GiB", "host_budget": 0, "max_seq_len": 32768,

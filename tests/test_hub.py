@@ -285,3 +285,14 @@ def test_offline_by_default_in_tests_and_from_hub_checked() -> None:
         kvbudget.load_model("acme/absent")
     with pytest.raises(InvalidArgumentError, match="from_hub must be True or False"):
         kvbudget.plan("acme/absent", from_hub="yes")  # type: ignore[arg-type]
+
+
+def test_from_hub_on_a_preset_id_offline_does_not_call_it_no_preset() -> None:
+    import kvbudget
+    from kvbudget.errors import UnknownModelError
+
+    assert "Qwen/Qwen3-8B" in kvbudget.list_presets()
+    with pytest.raises(UnknownModelError) as caught:
+        kvbudget.load_model("Qwen/Qwen3-8B", from_hub=True)  # conftest: offline, empty cache
+    assert "no preset" not in str(caught.value)
+    assert str(caught.value).startswith("Qwen/Qwen3-8B: its config.json is not in the")

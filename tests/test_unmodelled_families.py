@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from kvbudget.architectures import SUPPORTED_MODEL_TYPES
+from kvbudget.architectures.unmodelled import UNMODELLED
 from kvbudget.cli import app
 from kvbudget.errors import UnsupportedArchitectureError
 from kvbudget.model import parse_config
@@ -62,12 +64,20 @@ def test_known_unmodelled_family_is_refused(model_type: str) -> None:
         ("compress_rates", {"compressed_sparse_attention": 4}),
         ("hybrid_layer_pattern", [0, 1, 0, 1]),
         ("num_kv_shared_layers", 2),
+        ("index_head_dim", 128),
+        ("per_layer_config", {"0": {"head_dim": 512}}),
     ],
 )
 def test_unknown_type_with_a_family_marker_is_not_read_as_generic(field: str, value: Any) -> None:
     cfg = {**BASE, "model_type": "some_new_model", field: value}
     with pytest.raises(UnsupportedArchitectureError, match=field):
         parse_config(cfg, source="test", name="t")
+
+
+def test_no_supported_model_type_is_listed_as_unmodelled() -> None:
+    """The refusal by name runs before any family reads the config: a supported type
+    listed in UNMODELLED would refuse its presets."""
+    assert not set(UNMODELLED) & set(SUPPORTED_MODEL_TYPES)
 
 
 def test_cli_prints_one_error_line(tmp_path: Path) -> None:

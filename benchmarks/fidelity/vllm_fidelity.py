@@ -60,7 +60,8 @@ Stand-ins, for what a CPU-only process cannot ask vLLM (each one documented wher
   ``Gemma4ForConditionalGeneration`` likewise, as ``Gemma4ForCausalLM``).
 
 Families without a preset (Gemma-4, DFlash drafts, deeper MTP stacks) run from configs
-the harness writes (``FAMILY_CONFIGS``, ``FAMILY_DERIVED``; ids ``family/...``), which
+the harness writes (``FAMILY_CONFIGS`` from tests/family_configs.py, which the tests
+read too, and ``FAMILY_DERIVED``; ids ``family/...``), which
 kvbudget reads from a local folder and vLLM through ``ModelConfig``.
 
 The kvbudget side is ``kvbudget.plan(..., engine="vllm@<version>", ...)``; its
@@ -138,145 +139,14 @@ EAGLE_TARGETS = ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-4-Scout-1
 
 # --------------------------------------------------------------------------- family configs
 
-# Families without a verbatim Hub config in this project (no preset): configs the harness
-# writes, each named ``family/<what it exercises>``, both sides reading the same file.
-# Field values are the config class's defaults (transformers 5.20.2
-# ``Gemma4TextConfig``: 30 layers, hidden 2304, 8 heads, 4 KV heads, head 256, global head
-# 512, window 512, PLE 256) or, where a variant exercises a field, values chosen for it
-# (not a released model's); every field either side reads is written out.
-_GEMMA4_TEXT = {
-    "model_type": "gemma4_text",
-    "vocab_size": 262144,
-    "hidden_size": 2304,
-    "intermediate_size": 9216,
-    "num_hidden_layers": 30,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "head_dim": 256,
-    "global_head_dim": 512,
-    "max_position_embeddings": 131072,
-    "sliding_window": 512,
-    "hidden_size_per_layer_input": 256,
-    "vocab_size_per_layer_input": 262144,
-    "torch_dtype": "bfloat16",
-}
-FAMILY_CONFIGS: dict[str, dict[str, Any]] = {
-    # the multimodal checkpoint, with Gemma4TextConfig's defaults
-    "family/gemma4-defaults": {
-        "model_type": "gemma4",
-        "architectures": ["Gemma4ForConditionalGeneration"],
-        "torch_dtype": "bfloat16",
-        "text_config": _GEMMA4_TEXT,
-    },
-    # KV sharing (the last 20 of 35 layers read earlier layers' caches), one KV head,
-    # k_eq_v global layers with their own KV head count, a double-wide MLP
-    "family/gemma4-kv-shared": {
-        **_GEMMA4_TEXT,
-        "architectures": ["Gemma4ForCausalLM"],
-        "num_hidden_layers": 35,
-        "hidden_size": 1536,
-        "num_key_value_heads": 1,
-        "num_kv_shared_layers": 20,
-        "attention_k_eq_v": True,
-        "num_global_key_value_heads": 1,
-        "use_double_wide_mlp": True,
-    },
-    # MoE beside the dense MLP, 8 KV heads on sliding layers, 2 on global (k_eq_v), a
-    # 1024-token window, no PLE
-    "family/gemma4-moe": {
-        **_GEMMA4_TEXT,
-        "architectures": ["Gemma4ForCausalLM"],
-        "hidden_size": 2816,
-        "intermediate_size": 2112,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-        "attention_k_eq_v": True,
-        "num_global_key_value_heads": 2,
-        "sliding_window": 1024,
-        "hidden_size_per_layer_input": 0,
-        "num_experts": 128,
-        "top_k_experts": 8,
-        "moe_intermediate_size": 704,
-    },
-}
-# DFlash block drafts (vLLM method "dflash", qwen3_dflash.py) for the Qwen3-8B preset:
-# Qwen3-8B's attention geometry (8 KV heads of 128), five layers, the fused target layers
-# named in dflash_config; values chosen to exercise each window rule of
-# ``_resolve_layer_attention`` (not a released draft's config)
-_DFLASH_QWEN3_8B = {
-    "model_type": "qwen3",
-    "architectures": ["DFlashDraftModel"],
-    "hidden_size": 4096,
-    "intermediate_size": 12288,
-    "num_hidden_layers": 5,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 151936,
-    "max_position_embeddings": 40960,
-    "rms_norm_eps": 1e-6,
-    "torch_dtype": "bfloat16",
-    "dflash_config": {"target_layer_ids": [1, 9, 17, 25, 33], "mask_token_id": 151669},
-}
-FAMILY_CONFIGS.update(
-    {
-        # every layer full attention (no layer_types, no use_swa)
-        "family/dflash-full": _DFLASH_QWEN3_8B,
-        # use_swa: every layer slides over swa_window_size
-        "family/dflash-swa": {
-            **_DFLASH_QWEN3_8B,
-            "dflash_config": {**_DFLASH_QWEN3_8B["dflash_config"], "use_swa": True,
-                              "swa_window_size": 2048},
-        },
-        # mixed layer_types over the top-level sliding_window (the V2 runner's case;
-        # Qwen3Config keeps the window only with use_sliding_window)
-        "family/dflash-mixed": {
-            **_DFLASH_QWEN3_8B,
-            "use_sliding_window": True,
-            "sliding_window": 4096,
-            "layer_types": ["sliding_attention"] * 4 + ["full_attention"],
-        },
-    }
-)  # fmt: skip
+# Families without a verbatim Hub config in this project (no preset): the configs the
+# tests read too (tests/family_configs.py, plain dicts), each named ``family/<what it
+# exercises>``, both sides reading the same file.
+sys.path.insert(0, str(REPO / "tests"))
+from family_configs import FAMILY_CONFIGS  # noqa: E402
+
 DFLASH_TARGETS = {name: "Qwen/Qwen3-8B" for name in FAMILY_CONFIGS if "dflash" in name}
-# An EAGLE3 head for the Gemma-4 defaults (a one-layer Llama head at the target's hidden
-# size, its own 4 KV heads of 256; values chosen, not a released head's)
-FAMILY_CONFIGS["family/gemma4-eagle3-head"] = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLMEagle3"],
-    "hidden_size": 2304,
-    "intermediate_size": 9216,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "head_dim": 256,
-    "vocab_size": 262144,
-    "draft_vocab_size": 32000,
-    "target_hidden_size": 2304,
-    "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-6,
-    "torch_dtype": "bfloat16",
-}
 FAMILY_EAGLE3 = {"family/gemma4-defaults": "family/gemma4-eagle3-head"}
-# Gemma-4's MTP assistant (gemma4_assistant; --speculative-config method "mtp" with it as
-# the model): four Q-only layers reading the target's caches (values chosen; the fields
-# Gemma4AssistantConfig requires: no PLE, every layer KV-shared)
-FAMILY_CONFIGS["family/gemma4-assistant"] = {
-    "model_type": "gemma4_assistant",
-    "architectures": ["Gemma4AssistantForCausalLM"],
-    "backbone_hidden_size": 2304,
-    "torch_dtype": "bfloat16",
-    "text_config": {
-        **_GEMMA4_TEXT,
-        "num_hidden_layers": 4,
-        "hidden_size": 1024,
-        "intermediate_size": 4096,
-        "hidden_size_per_layer_input": 0,
-        "vocab_size_per_layer_input": 0,
-        "num_kv_shared_layers": 4,
-        "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
-    },
-}
 FAMILY_MTP_DRAFTS = {"family/gemma4-defaults": "family/gemma4-assistant"}
 # Multi-layer MTP: presets with more MTP layers than they ship (vLLM builds every one,
 # each its own KV layer: deepseek_mtp.py num_mtp_layers = num_nextn_predict_layers,

@@ -246,7 +246,7 @@ def hub_error(exc: BaseException, repo: str, revision: str | None, s: HubSetting
         return UnknownModelError(f"{at} is not a valid Hugging Face id: {exc}")
     if isinstance(exc, errors.LocalEntryNotFoundError) and s.offline:
         return UnknownModelError(
-            f"{at} is no preset and its config.json is not in the Hugging Face cache "
+            f"{at}: its config.json is not in the Hugging Face cache "
             f"({s.cache_dir}), and HF_HUB_OFFLINE=1 forbids downloading it: unset "
             f"HF_HUB_OFFLINE to fetch it once, point HF_HUB_CACHE at a cache that holds it, {_ELSE}"
         )

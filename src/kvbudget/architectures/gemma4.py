@@ -36,34 +36,31 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from kvbudget.architectures.base import Architecture
-from kvbudget.architectures.decoder import AttentionStyle, final, gated_mlp
+from kvbudget.architectures.decoder import AttentionStyle, final, gated_mlp, sliding_flags
 from kvbudget.config_fields import ConfigFields
 from kvbudget.inventory import At, Inventory, ModelFields
 from kvbudget.layers import AttentionLayer, Layer, NoCacheLayer
 
-SLIDING, FULL = "sliding_attention", "full_attention"
 PATTERN = 6  # Gemma4TextConfig.__post_init__: "by default 5:1"
 STYLE = AttentionStyle(qk_norm="head")
 
 
-def layer_types(f: ConfigFields) -> list[str]:
-    """``sliding_attention`` / ``full_attention`` per layer, the last one full."""
-    n = f.int("num_hidden_layers")
-    if f.has("layer_types"):
-        types = list(f.str_list("layer_types", n))
-        for i, t in enumerate(types):
-            if t not in (SLIDING, FULL):
-                raise f.error("layer_types", f"entry {i} is {t!r}; expected {SLIDING} or {FULL}")
-    else:
-        types = [SLIDING if (i + 1) % PATTERN else FULL for i in range(n)]
-    types[-1] = FULL  # transformers: "Last layer must use `full_attention`"
-    return types
+def _every_sixth_full(f: ConfigFields, n: int) -> list[bool]:
+    return [(i + 1) % PATTERN != 0 for i in range(n)]
 
 
-def geometry(f: ConfigFields, types: list[str]) -> list[tuple[int, int]]:
+def sliding(f: ConfigFields) -> list[bool]:
+    """Whether each layer is ``sliding_attention`` (else ``full_attention``): the
+    ``layer_types`` list, else every sixth layer full; the last layer always full."""
+    flags = sliding_flags(f, f.int("num_hidden_layers"), _every_sixth_full)
+    flags[-1] = False  # transformers: "Last layer must use `full_attention`"
+    return flags
+
+
+def geometry(f: ConfigFields, slides: list[bool]) -> list[tuple[int, int]]:
     """``(num_kv_heads, head_dim)`` of every layer, as ``per_layer_config`` sets them."""
     kv, head_dim = f.int("num_key_value_heads"), f.int("head_dim")
-    out = [(kv, head_dim)] * len(types)
+    out = [(kv, head_dim)] * len(slides)
     given = f.get("per_layer_config")
     if given is not None:
         if not isinstance(given, Mapping):
@@ -71,7 +68,7 @@ def geometry(f: ConfigFields, types: list[str]) -> list[tuple[int, int]]:
                 "per_layer_config", f"expected a mapping of layer overrides, got {given!r}"
             )
         for key, over in given.items():
-            if not (str(key).isdigit() and int(key) < len(types) and isinstance(over, Mapping)):
+            if not (str(key).isdigit() and int(key) < len(slides) and isinstance(over, Mapping)):
                 raise f.error("per_layer_config", f"entry {key!r} is not a layer's overrides")
             sub = ConfigFields(over, f.source, f"{f.prefix}per_layer_config.{key}.")
             i = int(key)
@@ -81,7 +78,7 @@ def geometry(f: ConfigFields, types: list[str]) -> list[tuple[int, int]]:
     global_kv = kv
     if f.flag("attention_k_eq_v", False) and f.has("num_global_key_value_heads"):
         global_kv = f.int("num_global_key_value_heads")
-    return [(global_kv, global_dim) if t == FULL else g for t, g in zip(types, out, strict=True)]
+    return [g if s else (global_kv, global_dim) for s, g in zip(slides, out, strict=True)]
 
 
 def sliding_window(f: ConfigFields) -> int:
@@ -102,12 +99,12 @@ def first_kv_shared(f: ConfigFields) -> int:
 
 def layers(f: ConfigFields) -> list[Layer]:
     """Sliding and full attention layers of their own geometry; KV-shared ones cache nothing."""
-    types = layer_types(f)
-    geo = geometry(f, types)
-    window = sliding_window(f) if SLIDING in types else None
+    slides = sliding(f)
+    geo = geometry(f, slides)
+    window = sliding_window(f) if any(slides) else None
     shared_from = first_kv_shared(f)
     out: list[Layer] = []
-    for i, (t, (kv, head_dim)) in enumerate(zip(types, geo, strict=True)):
+    for i, (s, (kv, head_dim)) in enumerate(zip(slides, geo, strict=True)):
         if i >= shared_from:
             out.append(NoCacheLayer(index=i))
             continue
@@ -116,7 +113,7 @@ def layers(f: ConfigFields) -> list[Layer]:
                 index=i,
                 num_kv_heads=kv,
                 head_dim=head_dim,
-                sliding_window=window if t == SLIDING else None,
+                sliding_window=window if s else None,
             )
         )
     return out
@@ -158,8 +155,8 @@ def weights(inv: Inventory, c: ModelFields) -> None:
     """Embeddings (and PLE tables), decoder layers, final norm; the lm_head is tied."""
     prefix = "model.language_model" if c.model.model_type == "gemma4" else "model"
     hidden, n = c.int("hidden_size"), c.int("num_hidden_layers")
-    types = layer_types(c)
-    geo = geometry(c, types)
+    slides = sliding(c)
+    geo = geometry(c, slides)
     shared_from = first_kv_shared(c)
     k_eq_v = c.flag("attention_k_eq_v", False)
     ple = c.int("hidden_size_per_layer_input", 0, minimum=0)
@@ -180,7 +177,7 @@ def weights(inv: Inventory, c: ModelFields) -> None:
             c,
             kv,
             head_dim,
-            k_only=k_eq_v and types[i] == FULL,
+            k_only=k_eq_v and not slides[i],
             q_only=shared,
         )
         inter = c.int("intermediate_size") * (2 if double and shared else 1)
@@ -217,8 +214,7 @@ def assistant_weights(inv: Inventory, c: ModelFields) -> None:
     hidden, n = c.int("hidden_size"), c.int("num_hidden_layers")
     top = top_fields(c)
     backbone = top.int("backbone_hidden_size", 1536)  # Gemma4AssistantConfig's default
-    types = layer_types(c)
-    geo = geometry(c, types)
+    geo = geometry(c, sliding(c))
     for i in range(n):
         layer = inv.at(f"model.layers.{i}", "last", "norms")
         kv, head_dim = geo[i]
