@@ -163,7 +163,8 @@ def runnable(configs: tuple[SweepConfig, ...]) -> tuple[SweepConfig, ...]:
 def check_traffic(traffic: TrafficSettings) -> None:
     """Fail before any task on a bad replay setting: an unknown policy or DP router, an
     unreadable trace (its first row read), a bad acceptance or rate scale."""
-    from kvbudget.sim import POLICIES, ROUTERS, AcceptanceModel, default_trace_path, read_trace
+    from kvbudget.sim import POLICIES, AcceptanceModel, default_trace_path, read_trace
+    from kvbudget.sim.shards import require_router
     from kvbudget.sim.trace import require_rate_scale
 
     unknown = [p for p in traffic.policies if p not in POLICIES]
@@ -171,10 +172,7 @@ def check_traffic(traffic: TrafficSettings) -> None:
         raise InvalidArgumentError(
             f"unknown policies {unknown or traffic.policies}; choose from {', '.join(POLICIES)}"
         )
-    if traffic.dp_router not in ROUTERS:
-        raise InvalidArgumentError(
-            f"--dp-router must be one of {', '.join(ROUTERS)}, got {traffic.dp_router!r}"
-        )
+    require_router(traffic.dp_router)
     require_rate_scale(traffic.rate_scale)
     AcceptanceModel.parse(traffic.acceptance)
     if traffic.limit is not None and traffic.limit < 1:
