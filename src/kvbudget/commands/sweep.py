@@ -118,9 +118,12 @@ def sweep_command(
         str | None, _Opt(metavar="FILE", help="Write an HTML report (needs matplotlib).")
     ] = None,
 ) -> None:
-    from kvbudget.cli import _run
+    from kvbudget.cli import _raise, _run
+    from kvbudget.errors import InvalidArgumentError
     from kvbudget.search import Slo, SweepSpace, TrafficSettings, sweep
 
+    if top < 0:  # checked before the sweep runs, not after it
+        _run(_raise(InvalidArgumentError(f"--top must be an integer >= 0, got {top}")))
     space = _run(
         lambda: SweepSpace(
             target=target,
