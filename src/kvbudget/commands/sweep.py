@@ -208,21 +208,12 @@ def _report(
 def _with_progress(go: Callable[[Callable[[int], None] | None], Any]) -> Any:
     """``go(progress)`` with a progress bar on a terminal's stderr (never on stdout,
     which --json owns), else ``go(None)``."""
-    from rich.console import Console
+    from kvbudget.commands.simulate import stderr_progress
 
-    stderr = Console(stderr=True)
-    if not stderr.is_terminal:
+    bar = stderr_progress("configurations")
+    if bar is None:
         return go(None)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    with Progress(
-        "configurations",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-    ) as bar:
+    with bar:
         task = bar.add_task("sweep", total=None)
 
         def update(done: int) -> None:
