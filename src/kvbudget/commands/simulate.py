@@ -234,7 +234,7 @@ def run_simulate(
                     limit=limit,
                     prefixes=synth,
                     peak_tflops=peak_tflops,
-                    max_num_batched_tokens=int(plan_kwargs.get("max_num_batched_tokens", 8192)),
+                    max_num_batched_tokens=deployment.max_num_batched_tokens,
                     preempt=preempt,
                     seed=seed,
                     sample_steps=sample_steps,
