@@ -399,6 +399,7 @@ def _closed_port() -> int:
         (["--objective", "speed"], "--objective must be one of capacity, traffic"),
         (["--objective", "traffic", "--policy", "nope"], "unknown policies"),
         (["--objective", "traffic", "--dp-router", "random"], "--dp-router must be one of"),
+        (["--dp-router", "random"], "--dp-router must be one of"),
         (["--top", "-1"], "--top must be an integer >= 0, got -1"),
         (["--gpu", " , "], "--gpu needs at least one value"),
         (["--host-budget", "bogus"], "--host-budget: cannot read 'bogus' as a byte size"),

@@ -108,8 +108,9 @@ def sweep(
     ``progress(done)`` is called as configurations finish.
 
     Raises InvalidArgumentError (an empty space, an unknown GPU, engine or policy, a bad
-    price file or SLO, Ray missing or not answering), ConfigError (an unknown model),
-    OSError (an unreadable trace or price file).
+    price file, SLO or replay setting (checked for either objective), Ray missing or not
+    answering), ConfigError (an unknown model), OSError (an unreadable trace or price
+    file).
     """
     if space is None:
         space = SweepSpace(**_tupled(axes))
@@ -123,8 +124,8 @@ def sweep(
         slo=slo or Slo(),
         prices=table,
     ).checked()
-    if settings.objective == "traffic":
-        check_traffic(settings.traffic)
+    # checked for the capacity objective too: a bad flag is an error, not ignored
+    check_traffic(settings.traffic)
     configs = runnable(enumerate_configs(settings.space))
     start = time.perf_counter()
     if ray or ray_address is not None:
