@@ -365,6 +365,22 @@ def test_a_bad_price_file_is_one_error_line(tmp_path: Path, text: str, message: 
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
 
 
+def test_a_price_file_saved_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
+    """A spreadsheet's CSV starts with U+FEFF; the header still matches."""
+    path = tmp_path / "prices.csv"
+    path.write_bytes("\ufeffgpu,price_per_gpu_hour\nH200,2.5\n".encode())
+    assert read_prices(path) == {"h200": 2.5}
+
+
+def test_a_price_file_that_is_not_text_is_one_error_line(tmp_path: Path) -> None:
+    path = tmp_path / "prices.csv"
+    path.write_bytes(b"\xff\xfe\x00gpu")
+    result = run("sweep", "--prices", str(path), "--max-seq-len", "4096")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "not UTF-8" in lines[0], lines
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -383,6 +399,16 @@ def _closed_port() -> int:
         (["--objective", "speed"], "--objective must be one of capacity, traffic"),
         (["--objective", "traffic", "--policy", "nope"], "unknown policies"),
         (["--objective", "traffic", "--dp-router", "random"], "--dp-router must be one of"),
+        (["--dp-router", "random"], "--dp-router must be one of"),
+        (["--top", "-1"], "--top must be an integer >= 0, got -1"),
+        (["--gpu", " , "], "--gpu needs at least one value"),
+        (["--host-budget", "bogus"], "--host-budget: cannot read 'bogus' as a byte size"),
+        (["--max-seq-len", "0"], "--max-seq-len must be >= 1, got 0"),
+        (["--tokens-per-block", "0"], "--tokens-per-block must be >= 1, got 0"),
+        (["--max-draft-len", "-1"], "--max-draft-len must be >= 0, got -1"),
+        (["--gpus-per-node", "0"], "--gpus-per-node must be >= 1, got 0"),
+        (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens must be >= 1, got 0"),
+        (["--prices", "/nonexistent/prices.csv"], "No such file or directory"),
         (["--dp-attention", "maybe"], "--dp-attention takes off, on or off,on"),
         (["--slo-ttft", "-1"], "--slo-ttft must be a number of seconds > 0"),
         (["--target", "no/such-model-anywhere"], ""),

@@ -14,9 +14,12 @@ import sys
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 SIMULATE_HELP = (
     "Replay a request trace against the plan and its budget policies, side by side.\n\n"
@@ -231,7 +234,7 @@ def run_simulate(
                     limit=limit,
                     prefixes=synth,
                     peak_tflops=peak_tflops,
-                    max_num_batched_tokens=int(plan_kwargs.get("max_num_batched_tokens", 8192)),
+                    max_num_batched_tokens=deployment.max_num_batched_tokens,
                     preempt=preempt,
                     seed=seed,
                     sample_steps=sample_steps,
@@ -305,27 +308,35 @@ def _with_progress(
 ) -> Any:
     """``run(progress)``, with a progress bar per policy (of ``total`` requests) on a
     terminal's stderr, else ``run(None)``."""
-    from rich.console import Console
-
-    stderr = Console(stderr=True)
-    if not stderr.is_terminal:
+    bar = stderr_progress("[progress.description]{task.description}")
+    if bar is None:
         return run(None)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-    ) as bar:
+    with bar:
         tasks = {n: bar.add_task(n, total=total) for n in names}
 
         def update(name: str, done: int) -> None:
             bar.update(tasks[name], completed=done)
 
         return run(update)
+
+
+def stderr_progress(label: str) -> Progress | None:
+    """A transient progress bar (``label``, bar, done of total, time) on stderr when it
+    is a terminal (never on stdout, which --json owns), else None."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    stderr = Console(stderr=True)
+    if not stderr.is_terminal:
+        return None
+    return Progress(
+        label,
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    )
 
 
 def _check_output(flag: str, path: Path, is_dir: bool) -> None:

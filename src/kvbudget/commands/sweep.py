@@ -118,9 +118,12 @@ def sweep_command(
         str | None, _Opt(metavar="FILE", help="Write an HTML report (needs matplotlib).")
     ] = None,
 ) -> None:
-    from kvbudget.cli import _run
+    from kvbudget.cli import _raise, _run
+    from kvbudget.errors import InvalidArgumentError
     from kvbudget.search import Slo, SweepSpace, TrafficSettings, sweep
 
+    if top < 0:  # checked before the sweep runs, not after it
+        _run(_raise(InvalidArgumentError(f"--top must be an integer >= 0, got {top}")))
     space = _run(
         lambda: SweepSpace(
             target=target,
@@ -205,21 +208,12 @@ def _report(
 def _with_progress(go: Callable[[Callable[[int], None] | None], Any]) -> Any:
     """``go(progress)`` with a progress bar on a terminal's stderr (never on stdout,
     which --json owns), else ``go(None)``."""
-    from rich.console import Console
+    from kvbudget.commands.simulate import stderr_progress
 
-    stderr = Console(stderr=True)
-    if not stderr.is_terminal:
+    bar = stderr_progress("configurations")
+    if bar is None:
         return go(None)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    with Progress(
-        "configurations",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-    ) as bar:
+    with bar:
         task = bar.add_task("sweep", total=None)
 
         def update(done: int) -> None:

@@ -108,8 +108,9 @@ def sweep(
     ``progress(done)`` is called as configurations finish.
 
     Raises InvalidArgumentError (an empty space, an unknown GPU, engine or policy, a bad
-    price file or SLO, Ray missing or not answering), ConfigError (an unknown model),
-    OSError (an unreadable trace or price file).
+    price file, SLO or replay setting (checked for either objective), Ray missing or not
+    answering), ConfigError (an unknown model), OSError (an unreadable trace or price
+    file).
     """
     if space is None:
         space = SweepSpace(**_tupled(axes))
@@ -123,8 +124,8 @@ def sweep(
         slo=slo or Slo(),
         prices=table,
     ).checked()
-    if settings.objective == "traffic":
-        check_traffic(settings.traffic)
+    # checked for the capacity objective too: a bad flag is an error, not ignored
+    check_traffic(settings.traffic)
     configs = runnable(enumerate_configs(settings.space))
     start = time.perf_counter()
     if ray or ray_address is not None:
@@ -163,7 +164,8 @@ def runnable(configs: tuple[SweepConfig, ...]) -> tuple[SweepConfig, ...]:
 def check_traffic(traffic: TrafficSettings) -> None:
     """Fail before any task on a bad replay setting: an unknown policy or DP router, an
     unreadable trace (its first row read), a bad acceptance or rate scale."""
-    from kvbudget.sim import POLICIES, ROUTERS, AcceptanceModel, default_trace_path, read_trace
+    from kvbudget.sim import POLICIES, AcceptanceModel, default_trace_path, read_trace
+    from kvbudget.sim.shards import require_router
     from kvbudget.sim.trace import require_rate_scale
 
     unknown = [p for p in traffic.policies if p not in POLICIES]
@@ -171,10 +173,7 @@ def check_traffic(traffic: TrafficSettings) -> None:
         raise InvalidArgumentError(
             f"unknown policies {unknown or traffic.policies}; choose from {', '.join(POLICIES)}"
         )
-    if traffic.dp_router not in ROUTERS:
-        raise InvalidArgumentError(
-            f"--dp-router must be one of {', '.join(ROUTERS)}, got {traffic.dp_router!r}"
-        )
+    require_router(traffic.dp_router)
     require_rate_scale(traffic.rate_scale)
     AcceptanceModel.parse(traffic.acceptance)
     if traffic.limit is not None and traffic.limit < 1:

@@ -29,10 +29,19 @@ def read_prices(path: str | Path) -> dict[str, float]:
     """Price per GPU-hour by GPU preset short name (module docstring). Raises
     InvalidArgumentError for a bad file or row, OSError when it cannot be read."""
     label = str(path)
-    with Path(path).open(encoding="utf-8", newline="") as f:
-        lines = [
-            (n, line) for n, line in enumerate(f, 1) if line.strip() and not line.startswith("#")
-        ]
+    try:
+        # utf-8-sig: a CSV saved by a spreadsheet starts with a byte-order mark
+        with Path(path).open(encoding="utf-8-sig", newline="") as f:
+            lines = [
+                (n, line)
+                for n, line in enumerate(f, 1)
+                if line.strip() and not line.startswith("#")
+            ]
+    except UnicodeDecodeError as exc:
+        raise InvalidArgumentError(
+            f"--prices {label}: not UTF-8 text (byte {exc.start}: {exc.reason}); write a "
+            f"CSV with the header {','.join(PRICE_COLUMNS)}"
+        ) from None
     if not lines:
         raise InvalidArgumentError(f"--prices {label}: empty; write {','.join(PRICE_COLUMNS)}")
     rows = list(csv.reader(line for _, line in lines))

@@ -12,6 +12,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from kvbudget.commands.terminal import printable
 from kvbudget.search.driver import COLUMN_NOTE, SweepResult
 from kvbudget.search.row import SweepRow
 from kvbudget.units import format_bytes
@@ -74,12 +75,27 @@ def _refused_table(rows: list[SweepRow], top: int) -> Table:
     return table
 
 
+def _warning_lines(result: SweepResult, top: int) -> list[Text]:
+    """The plans' warnings of the rows shown (as ``kvbudget plan`` prints them), each
+    once with the ranks it holds for; --json has them per row."""
+    shown = [r for r in result.rows if r.status in ("ok", "slo")][:top]
+    ranks: dict[str, list[int]] = {}
+    for rank, row in enumerate(shown, 1):
+        for w in row.warnings:
+            ranks.setdefault(w, []).append(rank)
+    return [
+        Text(f"warning (#{', #'.join(map(str, r))}): {printable(w)}", style="yellow")
+        for w, r in ranks.items()
+    ]
+
+
 def render_sweep(result: SweepResult, *, top: int = 20) -> Group:
     """The ranked table (the first ``top`` rows that ran) and the ones that did not."""
     parts: list[Table | Text] = [_ranked_table(result, top)]
     refused = [r for r in result.rows if r.status in ("infeasible", "invalid")]
     if refused:
         parts.append(_refused_table(refused, top))
+    parts.extend(_warning_lines(result, top))
     counts = result.counts()
     hidden = counts["ok"] + counts["slo"] - min(top, counts["ok"] + counts["slo"])
     hidden += max(0, len(refused) - top)

@@ -23,12 +23,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import product
 
+from kvbudget._validate import require_int
 from kvbudget.deployment import DEFAULT_TARGET, Parallelism
 from kvbudget.engines.registry import get_engine_model
 from kvbudget.errors import InvalidArgumentError, KvBudgetError
 from kvbudget.gpus import get_gpu
 from kvbudget.model import ModelSpec, load_model
 from kvbudget.spec_modes import SPEC_MODE_TABLE, SPEC_MODES
+from kvbudget.units import parse_bytes
 
 # speculation modes that take a draft model (the others pair with no --draft)
 _DRAFT_SPECS = frozenset(
@@ -102,9 +104,24 @@ class SweepSpace:
                 raise InvalidArgumentError(
                     f"unknown spec {spec!r} in the sweep; choose from auto, {', '.join(SPEC_MODES)}"
                 )
+        self._check_shared()
         gpus = tuple(dict.fromkeys(get_gpu(g).short_name for g in self.gpus))
         engines = tuple(dict.fromkeys(get_engine_model(e).id for e in self.engines))
         return _replace(self, gpus=gpus, engines=engines)
+
+    def _check_shared(self) -> None:
+        """The settings every configuration shares, with resolve_deployment's own checks:
+        a bad one is the sweep's one error, not the same refusal on every row."""
+        require_int("tokens_per_block", self.tokens_per_block, minimum=1)
+        require_int("max_draft_len", self.max_draft_len, minimum=0)
+        require_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
+        for name, value in (
+            ("max_seq_len", self.max_seq_len),
+            ("gpus_per_node", self.gpus_per_node),
+        ):
+            if value is not None:
+                require_int(name, value, minimum=1)
+        parse_bytes(self.host_budget, name="host_budget")
 
 
 def _replace(space: SweepSpace, **changes: object) -> SweepSpace:

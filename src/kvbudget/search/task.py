@@ -180,13 +180,12 @@ def replay_replica(plan: Plan, settings: SweepSettings, replica: int, replicas: 
             f"no peak FLOPs figure for {rates.name} in gpu_flops.csv; sweep another --gpu"
         )
     (variant,) = policy_plans(cache_plan(plan), t.policies[:1])
+    # preempt, sample_steps and fast_forward: ReplayConfig's defaults, the ones
+    # kvbudget simulate replays with
     config = ReplayConfig(
         acceptance=AcceptanceModel.parse(t.acceptance),
         max_num_batched_tokens=settings.space.max_num_batched_tokens,
-        preempt="auto",
-        sample_steps=64,
         seed=t.seed,
-        fast_forward=True,
     )
     path = t.trace if t.trace is not None else default_trace_path()
     requests: Any = read_trace(

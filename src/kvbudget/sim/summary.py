@@ -6,7 +6,9 @@ from collections.abc import Callable
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from kvbudget.commands.terminal import printable
 from kvbudget.sim.metrics import Percentiles, PolicyMetrics
 from kvbudget.sim.simulation import SimulationResult
 from kvbudget.units import format_bytes
@@ -91,7 +93,7 @@ def summary_table(result: SimulationResult) -> Table:
 
 
 def print_summary(result: SimulationResult, console: Console) -> None:
-    """The table, then the settings and each policy's notes."""
+    """The table, then the settings, each policy's notes and the plan's warnings."""
     console.print(summary_table(result))
     cfg = result.config
     k = result.roofline.draft_len
@@ -104,6 +106,8 @@ def print_summary(result: SimulationResult, console: Console) -> None:
     for m in result.policies:
         for note in m.notes:
             console.print(f"[bold]{m.policy}[/bold]: {note}")
+    for w in result.plan.warnings:  # as `kvbudget plan` prints them; --json has them too
+        console.print(Text(f"warning: {printable(w)}", style="yellow"))
     if result.plan.budget.host_bytes == 0:
         console.print(
             "host budget 0: kvbudget, doubled-host and no-host are the same plan; pass "
