@@ -592,10 +592,10 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
         max_concurrency=sequences,
     )
     warnings = []
-    environment = {}
+    environment: dict[str, str] = {}
     draft_context = _draft_context_tokens(d)
     if draft_context is not None and d.max_seq_len > draft_context:
-        environment[ALLOW_LONGER_CONTEXT_ENV] = "1"
+        environment[f"env.{ALLOW_LONGER_CONTEXT_ENV}"] = "1"
         warnings.append(
             f"SGLang refuses --context-length {d.max_seq_len:,} for a draft trained on "
             f"{draft_context:,} positions unless {ALLOW_LONGER_CONTEXT_ENV}=1, which the "
@@ -628,7 +628,8 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
         pools=_pools(lay, full, swa, page, host) + _state_pools(state),
         capacity=capacity,
         settings=_settings(d, dtype, chosen, lay, gb if host else 0, fraction)
-        | _state_settings(d, state),
+        | _state_settings(d, state)
+        | environment,
         log=_log(d, lay, chosen, host),
         notes=tuple(
             _notes(d, ledger, lay, chosen, host, fraction, profiled)
@@ -659,7 +660,6 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
             "host_bytes": host.host_bytes if host else 0,
             "hicache_size_gb": gb,
             "pre_load_bytes": pre_load_bytes(d),
-            "environment": environment,
             "mamba_cache_slots": state.slots if state else None,
             "mamba_state_bytes": state.bytes if state else None,
             "mamba_reserved_bytes": state.reserved_bytes if state else None,
@@ -973,12 +973,14 @@ def _pools(lay: Layout, full: int, swa: int, page: int, host: Pools | None) -> t
 
 def render(plan: Plan) -> str:
     """The ``sglang.launch_server`` command of ``plan.engine.settings``, with comments;
-    the environment it needs (``detail["environment"]``) prefixes it."""
+    the environment it needs (the ``env.NAME`` settings) prefixes it."""
     lines = comment_lines(plan, "SGLang")
-    env = dict(plan.engine.detail.get("environment") or {})
+    settings = plan.engine.settings
+    env = {k.removeprefix("env."): v for k, v in settings.items() if k.startswith("env.")}
     prefix = "".join(f"{k}={shlex.quote(str(v))} " for k, v in env.items())
     head = f"{prefix}python -m sglang.launch_server --model-path {shlex.quote(plan.target_source)}"
-    lines.append(command_line(head, plan.engine.settings))
+    flags = {k: v for k, v in settings.items() if not k.startswith("env.")}
+    lines.append(command_line(head, flags))
     return "\n".join(lines) + "\n"
 
 
