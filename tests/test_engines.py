@@ -428,6 +428,10 @@ def test_cli_emit_implies_engine_and_engine_prints_its_lines() -> None:
     assert emitted.exit_code == 0 and "vllm serve" in emitted.stdout
     clash = runner.invoke(app, [*base, "--engine", "sglang", "--emit", "vllm"])
     assert clash.exit_code == 2 and "drop --engine sglang" in clash.stderr
+    # a version clash names the emission that plans for the --engine given
+    older = runner.invoke(app, [*base, "--engine", "vllm@0.29.0", "--emit", "vllm"])
+    assert older.exit_code == 2 and "(--emit vllm@0.29.0)" in older.stderr
+    assert len(older.stderr.splitlines()) == 1
 
 
 def test_int8_emit_is_one_line_error_on_the_cli() -> None:
