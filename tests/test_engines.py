@@ -428,6 +428,10 @@ def test_cli_emit_implies_engine_and_engine_prints_its_lines() -> None:
     assert emitted.exit_code == 0 and "vllm serve" in emitted.stdout
     clash = runner.invoke(app, [*base, "--engine", "sglang", "--emit", "vllm"])
     assert clash.exit_code == 2 and "drop --engine sglang" in clash.stderr
+    # a version clash names the emission that plans for the --engine given
+    older = runner.invoke(app, [*base, "--engine", "vllm@0.29.0", "--emit", "vllm"])
+    assert older.exit_code == 2 and "(--emit vllm@0.29.0)" in older.stderr
+    assert len(older.stderr.splitlines()) == 1
 
 
 def test_int8_emit_is_one_line_error_on_the_cli() -> None:
@@ -524,7 +528,8 @@ def test_sglang_eagle3_longer_context_is_emitted_with_the_override() -> None:
                if x.startswith("# warning:"))  # fmt: skip
     # at the draft's own length nothing is needed
     short = make("sglang", kv_budget="8GiB", tokens_per_block=32, max_seq_len=2048)
-    assert predicted(short)["environment"] == {}
+    assert p.engine.settings["env.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == "1"
+    assert not any(key.startswith("env.") for key in short.engine.settings)
     assert all(not x.startswith("SGLANG_") for x in emit(short).splitlines())
 
 

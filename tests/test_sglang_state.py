@@ -207,3 +207,19 @@ def test_dsa_indexer_host_pool_comes_on_top_of_hicache_size() -> None:
 def test_main_refuses_the_pools_checked_against_0_5_23_only(target: str, what: str) -> None:
     with pytest.raises(InvalidArgumentError, match=f"{what} pools .*sglang@0.5.23"):
         sgl_plan(target, tp=8, engine="sglang@main@003fca80")
+
+
+def test_the_pool_warning_names_the_emitted_running_cap_under_a_state_cap() -> None:
+    # With the state pool capping --max-running-requests below --max-batch-size, the
+    # pool warning quotes the emitted flag (not --max-batch-size), and is left out where
+    # the state cap, not the pool's tokens, binds (the state warning says that one).
+    long = sgl_plan(QWEN3_NEXT, tp=4, kv_budget=None, max_batch_size=4096)
+    emitted = long.engine.settings["--max-running-requests"]
+    assert emitted < 4096
+    pool = [w for w in long.warnings if w.startswith("SGLang's pool holds")]
+    assert len(pool) == 1 and f"(--max-running-requests {emitted});" in pool[0]
+    assert f"--max-running-requests {emitted} " in emit(long)
+    short = sgl_plan(QWEN3_NEXT, tp=4, kv_budget=None, max_batch_size=4096, max_seq_len=1024)
+    assert short.engine.settings["--max-running-requests"] < 4096
+    assert any("--max-running-requests is lowered to it" in w for w in short.warnings)
+    assert not any(w.startswith("SGLang's pool holds") for w in short.warnings)

@@ -375,9 +375,11 @@ def _chosen_engine(engine: str | None, emit_engine: str | None) -> EngineModel:
     if emit_engine is None:
         return get_engine_model(engine or "kvbudget")
     emitted = get_engine_model(emit_engine)
-    if engine is not None and get_engine_model(engine) is not emitted:
+    if engine is not None and (named := get_engine_model(engine)) is not emitted:
         raise InvalidArgumentError(
-            f"--emit {emit_engine} plans for {emitted.id}; drop --engine {engine}"
+            f"--emit {emit_engine} plans for {emitted.id} but --engine {engine} is "
+            f"{named.id}; drop --engine {engine}, or name one engine in both"
+            + (f" (--emit {named.id})" if named.render is not None else "")
         )
     if emitted.render is None:
         raise InvalidArgumentError(

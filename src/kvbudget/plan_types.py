@@ -232,7 +232,9 @@ class EnginePlan:
       tier; ``capacity``: what they hold, computed by the engine model from its pools
       once (it is the plan's ``capacity``).
     * ``settings``: flag or YAML key -> value, exactly as :func:`kvbudget.emit` writes it
-      (empty for kvbudget's own cache, which has no flags).
+      (empty for kvbudget's own cache, which has no flags); a key ``env.NAME`` is an
+      environment variable the engine's process needs (the command's prefix, or the
+      ``export`` the comments name), so the settings alone reproduce the launch.
     * ``log``: the engine's predicted start-up lines about its KV cache, verbatim;
       ``notes``: what each setting does there (the emitted comments); ``warnings``: what
       the deployer must know; ``refusals``: why the engine would refuse to start with

@@ -414,7 +414,7 @@ def state_plan(
     explicit-size branch), or for fewer: the most whose reservation fits SGLang's own
     default state share of the budget, ``mamba_full_memory_ratio / (1 +
     mamba_full_memory_ratio)`` (0.9 / 1.9, ``arg_groups/fields/schedule.py``)."""
-    attn_dp = d.parallel.dp if d.parallel.dp_attention else 1
+    attn_dp = attn_dp_of(d)
     per_request = slots_per_request(strategy)
     draft_tokens = d.lookahead_tokens + 1 if d.spec.name in ENGINES["sglang"].spec_names else None
     spec_rows = draft_tokens or 0
@@ -592,10 +592,10 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
         max_concurrency=sequences,
     )
     warnings = []
-    environment = {}
+    environment: dict[str, str] = {}
     draft_context = _draft_context_tokens(d)
     if draft_context is not None and d.max_seq_len > draft_context:
-        environment[ALLOW_LONGER_CONTEXT_ENV] = "1"
+        environment[f"env.{ALLOW_LONGER_CONTEXT_ENV}"] = "1"
         warnings.append(
             f"SGLang refuses --context-length {d.max_seq_len:,} for a draft trained on "
             f"{draft_context:,} positions unless {ALLOW_LONGER_CONTEXT_ENV}=1, which the "
@@ -615,11 +615,18 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
             "of the budget (--mamba-full-memory-ratio 0.9); --max-running-requests is "
             "lowered to it"
         )
-    if sequences < d.max_batch_size:
+    settings = (
+        _settings(d, dtype, chosen, lay, gb if host else 0, fraction)
+        | _state_settings(d, state)
+        | environment
+    )
+    # below the state cap, which the warning above names: the pool's tokens bind
+    if sequences < d.max_batch_size and (state is None or sequences < state.running):
         warnings.append(
             f"SGLang's pool holds {count_of(sequences, 'request')} of {d.max_seq_len} "
             "tokens at once "
-            f"(--max-running-requests {d.max_batch_size}); shorter requests share it"
+            f"(--max-running-requests {settings['--max-running-requests']}); shorter "
+            "requests share it"
         )
     return EnginePlan(
         name="sglang",
@@ -627,8 +634,7 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
         source=_source(release),
         pools=_pools(lay, full, swa, page, host) + _state_pools(state),
         capacity=capacity,
-        settings=_settings(d, dtype, chosen, lay, gb if host else 0, fraction)
-        | _state_settings(d, state),
+        settings=settings,
         log=_log(d, lay, chosen, host),
         notes=tuple(
             _notes(d, ledger, lay, chosen, host, fraction, profiled)
@@ -659,7 +665,6 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
             "host_bytes": host.host_bytes if host else 0,
             "hicache_size_gb": gb,
             "pre_load_bytes": pre_load_bytes(d),
-            "environment": environment,
             "mamba_cache_slots": state.slots if state else None,
             "mamba_state_bytes": state.bytes if state else None,
             "mamba_reserved_bytes": state.reserved_bytes if state else None,
@@ -672,8 +677,7 @@ def _max_running_requests(d: Deployment, full: int, state: StatePlan | None = No
     ``--max-running-requests`` divided by the attention-DP size, at least 1, capped at
     half the pool's tokens (and at the state slots over slots per request, which the
     emitted ``--max-mamba-cache-size`` makes the same figure)."""
-    attn_dp = d.parallel.dp if d.parallel.dp_attention else 1
-    per_worker = max(1, d.max_batch_size // attn_dp)
+    per_worker = max(1, d.max_batch_size // attn_dp_of(d))
     if state is not None:
         per_worker = min(per_worker, state.slots // state.slots_per_request)
     return min(per_worker, full // 2)
@@ -689,7 +693,7 @@ def _state_settings(d: Deployment, state: StatePlan | None) -> dict[str, Any]:
     SGLang divides it by the attention-DP size)."""
     if state is None:
         return {}
-    attn_dp = d.parallel.dp if d.parallel.dp_attention else 1
+    attn_dp = attn_dp_of(d)
     settings: dict[str, Any] = {
         "--mamba-radix-cache-strategy": state.strategy,
         "--max-mamba-cache-size": state.slots * attn_dp,
@@ -973,12 +977,14 @@ def _pools(lay: Layout, full: int, swa: int, page: int, host: Pools | None) -> t
 
 def render(plan: Plan) -> str:
     """The ``sglang.launch_server`` command of ``plan.engine.settings``, with comments;
-    the environment it needs (``detail["environment"]``) prefixes it."""
+    the environment it needs (the ``env.NAME`` settings) prefixes it."""
     lines = comment_lines(plan, "SGLang")
-    env = dict(plan.engine.detail.get("environment") or {})
+    settings = plan.engine.settings
+    env = {k.removeprefix("env."): v for k, v in settings.items() if k.startswith("env.")}
     prefix = "".join(f"{k}={shlex.quote(str(v))} " for k, v in env.items())
     head = f"{prefix}python -m sglang.launch_server --model-path {shlex.quote(plan.target_source)}"
-    lines.append(command_line(head, plan.engine.settings))
+    flags = {k: v for k, v in settings.items() if not k.startswith("env.")}
+    lines.append(command_line(head, flags))
     return "\n".join(lines) + "\n"
 
 

@@ -815,6 +815,20 @@ def _settings(
     d: Deployment, host: int, dtype: str, pools: TrtllmPools, shares_text: str | None
 ) -> dict[str, Any]:
     """The YAML keys of the plan (dotted keys nest)."""
+    settings = manager_settings(
+        d, max_tokens=pools.max_tokens, gpu_total=pools.max_gpu_total_bytes, host=host, dtype=dtype
+    )
+    if shares_text is not None:
+        settings["env.TRTLLM_WINDOW_SIZE_SHARES"] = shares_text
+    return settings | model_settings(d)
+
+
+def manager_settings(
+    d: Deployment, *, max_tokens: int | None, gpu_total: int, host: int, dtype: str
+) -> dict[str, Any]:
+    """The YAML keys V1 and V2 share: the layout, the batch and sequence limits, the KV
+    cache's budget (``max_tokens`` for V1, None for V2, which takes bytes only), host
+    tier, block size, dtype, reuse and manager, attention DP, EP and the windows."""
     facts = ENGINES["trtllm"]
     layout = d.parallel
     settings: dict[str, Any] = {
@@ -823,13 +837,16 @@ def _settings(
         "max_batch_size": d.max_batch_size,
         "max_seq_len": d.max_seq_len,
         "max_num_tokens": d.max_num_batched_tokens,
-        facts.token_knob: pools.max_tokens,
-        facts.gpu_knob: pools.max_gpu_total_bytes,
+    }
+    if max_tokens is not None:
+        settings[facts.token_knob] = max_tokens
+    settings |= {
+        facts.gpu_knob: gpu_total,
         facts.host_knob: host,
         facts.block_knob: block_tokens(d),
         facts.kv_dtype_knob: dtype,
         "kv_cache_config.enable_block_reuse": d.enable_prefix_caching,
-        "kv_cache_config.use_kv_cache_manager_v2": False,
+        "kv_cache_config.use_kv_cache_manager_v2": max_tokens is None,
     }
     if layout.dp_attention:
         settings["enable_attention_dp"] = True
@@ -838,9 +855,7 @@ def _settings(
     windows = attention_windows(d)
     if windows is not None:
         settings["kv_cache_config.max_attention_window"] = windows
-    if shares_text is not None:
-        settings["env.TRTLLM_WINDOW_SIZE_SHARES"] = shares_text
-    return settings | model_settings(d)
+    return settings
 
 
 def model_settings(d: Deployment) -> dict[str, Any]:

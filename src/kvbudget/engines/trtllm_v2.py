@@ -746,28 +746,7 @@ def _group_text(g: st.PoolGroup) -> str:
 def _settings(d: Deployment, gpu_total: int, host: int, dtype: str) -> dict[str, Any]:
     """The YAML keys (dotted keys nest): the budget, the host tier (0: none), the manager,
     the speculation."""
-    facts = ENGINES["trtllm"]
-    layout = d.parallel
-    settings: dict[str, Any] = {
-        "tensor_parallel_size": layout.tp,
-        "pipeline_parallel_size": layout.pp,
-        "max_batch_size": d.max_batch_size,
-        "max_seq_len": d.max_seq_len,
-        "max_num_tokens": d.max_num_batched_tokens,
-        facts.gpu_knob: gpu_total,
-        facts.host_knob: host,
-        facts.block_knob: v1.block_tokens(d),
-        facts.kv_dtype_knob: dtype,
-        "kv_cache_config.enable_block_reuse": d.enable_prefix_caching,
-        "kv_cache_config.use_kv_cache_manager_v2": True,
-    }
-    if layout.dp_attention:
-        settings["enable_attention_dp"] = True
-    if layout.ep > 1:
-        settings["moe_expert_parallel_size"] = layout.ep
-    windows = v1.attention_windows(d)
-    if windows is not None:
-        settings["kv_cache_config.max_attention_window"] = windows
+    settings = v1.manager_settings(d, max_tokens=None, gpu_total=gpu_total, host=host, dtype=dtype)
     return settings | v1.model_settings(d)
 
 
