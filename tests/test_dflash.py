@@ -119,8 +119,10 @@ def test_spec_checks(tmp_path: Path) -> None:
         plan(QWEN3_8B, spec="dflash", kv_budget="8GiB", host_budget=0)
     with pytest.raises(InvalidArgumentError, match="not a DFlash draft"):
         plan(QWEN3_8B, "Qwen/Qwen3-0.6B", spec="dflash", kv_budget="8GiB", host_budget=0)
-    with pytest.raises(InvalidArgumentError, match="not an EAGLE3 head"):
+    with pytest.raises(InvalidArgumentError, match="not an EAGLE3 head; use --spec dflash"):
         plan(QWEN3_8B, draft, spec="eagle3", kv_budget="8GiB", host_budget=0)
+    with pytest.raises(InvalidArgumentError, match="is a DFlash block draft, not a draft model"):
+        plan(QWEN3_8B, draft, spec="draft-target", kv_budget="8GiB", host_budget=0)
     for engine in ("sglang", "trtllm"):
         with pytest.raises(InvalidArgumentError):
             plan(QWEN3_8B, draft, spec="dflash", engine=engine, kv_budget="8GiB", host_budget=0)

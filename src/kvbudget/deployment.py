@@ -638,10 +638,15 @@ def _resolve_draft(
             raise InvalidArgumentError(f"spec {mode.name} needs --draft (the small model)")
         model = resolve(draft)
         if model.is_head:
-            kind = "dflash" if model.is_dflash else "eagle3" if model.is_eagle3 else "eagle"
+            kind, label = (
+                ("dflash", "a DFlash block draft")
+                if model.is_dflash
+                else ("eagle3", "an EAGLE3 head")
+                if model.is_eagle3
+                else ("eagle", "an EAGLE head")
+            )
             raise InvalidArgumentError(
-                f"{model.name} is an {kind.upper()} head, not a draft model; use --spec "
-                f"{kind} with it"
+                f"{model.name} is {label}, not a draft model; use --spec {kind} with it"
             )
         return model
     if mode.name == "mtp" and draft is not None:
@@ -663,6 +668,10 @@ def _resolve_draft(
 
 def _checked_eagle3(model: ModelSpec) -> ModelSpec:
     """``model`` when it is an EAGLE3 head (``--spec eagle3``'s draft)."""
+    if model.is_dflash:
+        raise InvalidArgumentError(
+            f"{model.name} is a DFlash block draft, not an EAGLE3 head; use --spec dflash"
+        )
     if not model.is_eagle3:
         raise InvalidArgumentError(
             f"{model.name} is not an EAGLE3 head ({_eagle3_marks}); use --spec eagle "
