@@ -574,6 +574,16 @@ def test_cli_takes_pre_load_bytes() -> None:
     assert flag(result.stdout, "--mem-fraction-static") == "0.168"
 
 
+def test_pre_load_bytes_is_a_warning_for_an_engine_that_ignores_it() -> None:
+    base = {"spec": "none", "kv_budget": "8GiB", "gpu": "H200", "pre_load_bytes": "1GiB"}
+    base |= {"max_seq_len": 8192}
+    for engine in ("vllm", "trtllm", "kvbudget"):
+        p = kvbudget.plan(LLAMA8B, engine=engine, **base)
+        assert [w for w in p.warnings if w.startswith("--pre-load-bytes changes nothing")]
+    sglang = kvbudget.plan(LLAMA8B, engine="sglang", **base)
+    assert not [w for w in sglang.warnings if "--pre-load-bytes" in w]
+
+
 def test_sglang_sliding_pool_never_outgrows_the_full_pool() -> None:
     # Llama-4-Scout TP8 bf16: 1 KV head of 128 per rank, 512 B per layer and token; 12
     # full layers (6,144 B) and 36 chunked ones (18,432 B). 256 requests' 8,192-token

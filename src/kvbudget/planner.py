@@ -268,6 +268,11 @@ def _ledger_warnings(
     if d.weights_override is None:
         warnings += headers_notes(d.target, include_mtp=d.spec.draft == "mtp")
         warnings += headers_notes(d.draft) if d.draft is not None else []
+    if d.pre_load_bytes is not None and not d.engine.reads_pre_load_bytes:
+        warnings.append(
+            f"--pre-load-bytes changes nothing: {d.engine.summary} takes no setting it "
+            "enters (it is SGLang's: the memory its --mem-fraction-static allows for)"
+        )
     if layout.ep > 1 and not _has_routed_experts(d.target):
         warnings.append(f"--ep {layout.ep} changes nothing: {d.target.name} has no routed experts")
     if binding != last:

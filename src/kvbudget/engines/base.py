@@ -35,6 +35,8 @@ class EngineModel:
       them per request from its pools, so the ledger reserves them for one sequence.
     * ``sizes_cached_states``: ``cached_states`` (recurrent states kept for prefix
       reuse) is a setting of this engine; others size their own.
+    * ``reads_pre_load_bytes``: the deployment's ``pre_load_bytes`` (GPU memory in use
+      before weights load) enters this engine's settings; others ignore it (a warning).
     * ``spec_names``: the speculation modes it runs (None: every mode kvbudget plans).
     * ``memory_default``: the engine's own GPU memory knob and its default value, which
       derives the KV budget when the user gives neither ``--kv-budget`` nor a knob.
@@ -53,6 +55,7 @@ class EngineModel:
     render: Callable[[Plan], str] | None = None
     fixed_per_batch: bool = False
     sizes_cached_states: bool = False
+    reads_pre_load_bytes: bool = False
     spec_names: frozenset[str] | None = None
     memory_default: tuple[MemoryRule, str] = ("memory_fraction", "0.9")
 

@@ -1049,6 +1049,7 @@ def engine_model(release: SglangRelease) -> EngineModel:
         check=check_release,
         render=render,
         spec_names=frozenset(ENGINES["sglang"].spec_names),
+        reads_pre_load_bytes=True,  # the computed --mem-fraction-static allows for it
         # SGLang's own default --mem-fraction-static is a heuristic of its server
         # arguments (ServerArgs._handle_gpu_memory_settings), not modelled: the budget is
         # derived with free_gpu_memory_fraction 0.9 semantics and the emitted
