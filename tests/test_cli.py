@@ -146,6 +146,21 @@ def test_infeasible_plan_exits_nonzero_with_one_line() -> None:
     assert "fixed cost" in lines[0] and "Traceback" not in result.output
 
 
+def test_an_engine_refusal_keeps_the_plans_other_warnings() -> None:
+    # Llama-3.1-70B at 40 GiB and max_seq_len 131,072: exactly one sequence, which vLLM
+    # refuses (its null block; tests/test_engines.py). The plan also warns that 40 GiB +
+    # 131.42 GiB of weights exceed the H200: the user fixing the refusal needs that too.
+    result = run(
+        "plan", "--engine", "vllm", "--target", "meta-llama/Llama-3.1-70B-Instruct",
+        "--spec", "none", "--kv-budget", "40GiB", "--max-seq-len", "131072",
+    )  # fmt: skip
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: vLLM 0.33.0 would refuse to start")
+    assert [line.split(" ")[0] for line in lines[:-1]] == ["warning:"] * (len(lines) - 1)
+    assert any("is more than the 139.72 GiB of NVIDIA H200" in line for line in lines[:-1])
+
+
 @pytest.mark.parametrize(
     "args",
     [

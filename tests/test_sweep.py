@@ -137,6 +137,9 @@ def test_an_engine_refusal_is_listed_with_the_engines_reason() -> None:
     refused = by_engine["vllm@0.33.0"]
     assert refused.status == "infeasible"
     assert refused.reason is not None and "vLLM 0.33.0 would refuse to start" in refused.reason
+    # the refused plan's own warnings travel with the row (as `kvbudget plan` prints them):
+    # 16 GiB of KV needed for the one request against about 3 GiB left on the A10
+    assert any("requests of max_model_len 131072 at once" in w for w in refused.warnings)
     # SGLang starts, but its pool holds no whole sequence of 131,072 tokens: listed too
     empty = by_engine[kvbudget.get_engine_model("sglang").id]
     assert empty.status == "infeasible" and empty.seqs_total == 0
@@ -184,7 +187,10 @@ def test_sampled_rows_equal_the_plan_their_command_prints(capacity_doc: dict[str
         out = run(*args[1:], "--json")
         if row["exact"]["capacity"] is None:  # refused: the plan says so, in one line
             assert row["status"] in ("infeasible", "invalid")
-            assert out.exit_code == 2 and out.stderr.startswith("error: ")
+            *warned, error = out.stderr.strip().splitlines()
+            assert out.exit_code == 2 and error.startswith("error: ")
+            # after the warnings the row carries (an engine's refusal keeps its plan's)
+            assert warned == [f"warning: {w}" for w in row["warnings"]]
             continue
         assert out.exit_code == 0, out.output
         plan = json.loads(out.stdout)
@@ -447,6 +453,9 @@ def test_the_html_report_has_the_plot_the_front_and_the_winners_policies(
     assert 'id="front"' in page and "kvbudget plan --target" in page
     for policy in kvbudget.sim.POLICIES:
         assert f"<th>{policy}</th>" in page
+    # the default EAGLE3 head was trained on 2,048 positions, fewer than 16,384: the
+    # front's plans warn so (kvbudget.deployment.draft_warnings), and the page says it
+    assert 'id="warnings"' in page and "was trained on 2,048 positions" in page
 
 
 def test_drafts_pair_with_the_specs_that_take_one() -> None:
@@ -469,3 +478,26 @@ def test_drafts_pair_with_the_specs_that_take_one() -> None:
     )
     # the draft's KV shares the budget: fewer sequences than without speculation
     assert (rows["draft-target"].seqs_total or 0) < (rows["none"].seqs_total or 0)
+
+
+def test_a_trace_on_standard_input_is_read_once_for_every_task(tmp_path: Path) -> None:
+    """``--trace -``: the stream is copied once (kvbudget.sim.trace.replayable_trace) and
+    every task, in two worker processes, replays the copy; the rows equal a sweep of the
+    same trace from a file, and their commands still name ``-``."""
+    text = "arrival_s,prompt_tokens,output_tokens\n" + "".join(
+        f"{i * 0.25},{300 + 37 * i},{20 + i}\n" for i in range(24)
+    )
+    file = tmp_path / "trace.csv"
+    file.write_text(text)
+    args = ["sweep", "--gpu-count", "1,2", "--max-seq-len", "8192", "--objective", "traffic"]
+    args += ["--jobs", "2", "--json"]
+    piped = RUNNER.invoke(app, [*args, "--trace", "-"], input=text)
+    assert piped.exit_code == 0, piped.output
+    from_file = run(*args, "--trace", str(file))
+    assert from_file.exit_code == 0, from_file.output
+    a, b = json.loads(piped.stdout), json.loads(from_file.stdout)
+    assert a["traffic"]["trace"] == "-" and "read_path" not in a["traffic"]
+    assert [r["modelled"] for r in a["rows"]] == [r["modelled"] for r in b["rows"]]
+    assert all(r["modelled"]["completed"] == 24 for r in a["rows"])
+    for row in a["rows"]:
+        assert shlex.split(row["simulate_command"]).count("-") == 1

@@ -24,7 +24,7 @@ from kvbudget.commands.sweep import sweep_command
 from kvbudget.commands.terminal import printable
 from kvbudget.deployment import DEFAULT_MAX_NUM_BATCHED_TOKENS
 from kvbudget.engines import ENGINE_MODELS, EngineModel, emit, get_engine_model
-from kvbudget.errors import InvalidArgumentError, KvBudgetError
+from kvbudget.errors import EngineRefusedError, InvalidArgumentError, KvBudgetError
 from kvbudget.gpus import get_gpu, list_gpus
 from kvbudget.model import list_presets, load_model
 from kvbudget.planner import (
@@ -78,12 +78,23 @@ def _run(action: Callable[[], T]) -> T:
     try:
         return action()
     except KvBudgetError as exc:
+        for warning in _refused_plan_warnings(exc):
+            typer.echo(f"warning: {printable(warning)}", err=True)
         typer.echo(f"error: {printable(_as_flags(str(exc)))}", err=True)
         raise typer.Exit(2) from None
     except OSError as exc:
         line = f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")
         typer.echo(f"error: {printable(line)}", err=True)
         raise typer.Exit(2) from None
+
+
+def _refused_plan_warnings(exc: KvBudgetError) -> tuple[str, ...]:
+    """The warnings of the plan an engine refused (``EngineRefusedError.plan``): what the
+    plan said besides the refusal, which a user fixing the refusal needs as well."""
+    if not isinstance(exc, EngineRefusedError):
+        return ()
+    warnings: tuple[str, ...] = getattr(exc.plan, "warnings", ())
+    return tuple(w for w in warnings if w not in str(exc))
 
 
 def _as_flags(message: str) -> str:

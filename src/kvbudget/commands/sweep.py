@@ -8,6 +8,7 @@ one value each in ``kvbudget plan``. Bad input is one ``error:`` line, exit stat
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -121,6 +122,7 @@ def sweep_command(
     from kvbudget.cli import _raise, _run
     from kvbudget.errors import InvalidArgumentError
     from kvbudget.search import Slo, SweepSpace, TrafficSettings, sweep
+    from kvbudget.sim.trace import replayable_trace
 
     if top < 0:  # checked before the sweep runs, not after it
         _run(_raise(InvalidArgumentError(f"--top must be an integer >= 0, got {top}")))
@@ -147,36 +149,43 @@ def sweep_command(
             max_num_batched_tokens=max_num_batched_tokens,
         )
     )
-    traffic = TrafficSettings(
-        trace=trace,
-        limit=limit,
-        rate_scale=rate_scale,
-        acceptance=acceptance,
-        seed=seed,
-        policies=(policy,),
-        dp_router=dp_router,
-    )
     if html is not None:
         from kvbudget.commands.simulate import _check_output
 
         _run(lambda: _check_output("--html", Path(html), False))
     workers = jobs or (os.cpu_count() or 1)
-
-    def go(progress: Callable[[int], None] | None) -> Any:
-        return sweep(
-            space,
-            objective=objective,  # type: ignore[arg-type]
-            traffic=traffic,
-            slo=Slo(percentile=slo_percentile, ttft_s=slo_ttft, tpot_s=slo_tpot),
-            prices=prices,
-            jobs=workers,
-            ray=ray,
-            ray_address=ray_address,
-            progress=progress,
+    with contextlib.ExitStack() as stack:
+        read_path = None
+        if trace is not None and objective == "traffic":
+            # a trace from a pipe is read once, into a copy every task and --html read
+            copy = _run(lambda: stack.enter_context(replayable_trace(trace)))
+            read_path = str(copy)
+        traffic = TrafficSettings(
+            trace=trace,
+            read_path=read_path,
+            limit=limit,
+            rate_scale=rate_scale,
+            acceptance=acceptance,
+            seed=seed,
+            policies=(policy,),
+            dp_router=dp_router,
         )
 
-    result = _run(lambda: _with_progress(go))
-    _report(result, json_out=json_out, html=html, top=top, guard=_run)
+        def go(progress: Callable[[int], None] | None) -> Any:
+            return sweep(
+                space,
+                objective=objective,  # type: ignore[arg-type]
+                traffic=traffic,
+                slo=Slo(percentile=slo_percentile, ttft_s=slo_ttft, tpot_s=slo_tpot),
+                prices=prices,
+                jobs=workers,
+                ray=ray,
+                ray_address=ray_address,
+                progress=progress,
+            )
+
+        result = _run(lambda: _with_progress(go))
+        _report(result, json_out=json_out, html=html, top=top, guard=_run)
 
 
 sweep_command.__doc__ = SWEEP_HELP

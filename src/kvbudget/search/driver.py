@@ -11,8 +11,9 @@ ranked, with the Pareto front; :class:`SweepResult` and its ``--json`` document:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ class SweepResult:
                 "note": COLUMN_NOTE,
             },
             "space": asdict(s.space),
-            "traffic": asdict(s.traffic) if s.objective == "traffic" else None,
+            "traffic": _traffic_dict(s.traffic) if s.objective == "traffic" else None,
             "slo": asdict(s.slo),
             "prices": dict(s.prices),
             "counts": self.counts(),
@@ -124,16 +125,17 @@ def sweep(
         slo=slo or Slo(),
         prices=table,
     ).checked()
-    # checked for the capacity objective too: a bad flag is an error, not ignored
-    check_traffic(settings.traffic)
     configs = runnable(enumerate_configs(settings.space))
     start = time.perf_counter()
-    if ray or ray_address is not None:
-        rows = run_ray(settings, configs, address=ray_address, num_cpus=None, progress=progress)
-        backend = "ray"
-    else:
-        rows = run_local(settings, configs, jobs=jobs, progress=progress)
-        backend = "local" if jobs == 1 else f"pool {jobs}"
+    with readable_trace(settings) as readable:
+        # checked for the capacity objective too: a bad flag is an error, not ignored
+        check_traffic(readable.traffic)
+        if ray or ray_address is not None:
+            rows = run_ray(readable, configs, address=ray_address, num_cpus=None, progress=progress)
+            backend = "ray"
+        else:
+            rows = run_local(readable, configs, jobs=jobs, progress=progress)
+            backend = "local" if jobs == 1 else f"pool {jobs}"
     wall = time.perf_counter() - start
     return SweepResult(
         settings=settings,
@@ -161,10 +163,34 @@ def runnable(configs: tuple[SweepConfig, ...]) -> tuple[SweepConfig, ...]:
     return configs
 
 
+def _traffic_dict(traffic: TrafficSettings) -> dict[str, Any]:
+    """The traffic settings as the JSON gives them: ``read_path`` (a temporary copy)
+    is not a setting of the sweep, only where this run read it from."""
+    out = asdict(traffic)
+    del out["read_path"]
+    return out
+
+
+@contextmanager
+def readable_trace(settings: SweepSettings) -> Iterator[SweepSettings]:
+    """``settings`` whose trace every task can read again: a trace given as ``-``, a
+    pipe or a FIFO is copied once to a temporary file that lives as long as the block
+    (``TrafficSettings.read_path``); the rows' commands keep naming ``trace``. Only the
+    traffic objective reads the trace; a ``read_path`` already set is kept."""
+    from kvbudget.sim.trace import replayable_trace
+
+    t = settings.traffic
+    if settings.objective != "traffic" or t.trace is None or t.read_path is not None:
+        yield settings
+        return
+    with replayable_trace(t.trace) as path:
+        yield replace(settings, traffic=replace(t, read_path=str(path)))
+
+
 def check_traffic(traffic: TrafficSettings) -> None:
     """Fail before any task on a bad replay setting: an unknown policy or DP router, an
     unreadable trace (its first row read), a bad acceptance or rate scale."""
-    from kvbudget.sim import POLICIES, AcceptanceModel, default_trace_path, read_trace
+    from kvbudget.sim import POLICIES, AcceptanceModel, read_trace
     from kvbudget.sim.shards import require_router
     from kvbudget.sim.trace import require_rate_scale
 
@@ -178,8 +204,7 @@ def check_traffic(traffic: TrafficSettings) -> None:
     AcceptanceModel.parse(traffic.acceptance)
     if traffic.limit is not None and traffic.limit < 1:
         raise InvalidArgumentError(f"--limit must be >= 1, got {traffic.limit}")
-    path = traffic.trace if traffic.trace is not None else default_trace_path()
-    next(iter(read_trace(path, limit=1)), None)
+    next(iter(read_trace(traffic.trace_path(), limit=1)), None)
 
 
 def _tupled(axes: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,8 @@ a base64 PNG, matplotlib from the ``report`` extra).
 Sections: the settings and which columns are exact or modelled; the Pareto plot (score
 against GPUs, the front marked); the front's rows with their reproduce commands; the
 winner's policies side by side (the winner replayed through every simulator policy:
-:func:`compare_policies`); the configurations that did not run, with their reasons.
+:func:`compare_policies`); the warnings of the front's and the refused plans; the
+configurations that did not run, with their reasons.
 """
 
 from __future__ import annotations
@@ -112,6 +113,23 @@ def _policy_table(sim: Any) -> str:
     return f'<table id="policies"><tr><th>metric</th>{head}</tr>{body}</table>'
 
 
+def _warnings_table(result: SweepResult) -> str:
+    """Each warning of the front's plans and of the refused plans, once, with the
+    configurations it holds for (as ``kvbudget plan`` prints them beside its output)."""
+    e = html.escape
+    shown = [r for r in result.rows if r.config.index in result.front or r.status == "infeasible"]
+    holders: dict[str, list[str]] = {}
+    for row in shown:
+        for w in row.warnings:
+            holders.setdefault(w, []).append(row.config.label())
+    if not holders:
+        return "<p>none</p>"
+    body = "".join(
+        f"<tr><td>{e(w)}</td><td>{e('; '.join(labels))}</td></tr>" for w, labels in holders.items()
+    )
+    return f'<table id="warnings"><tr><th>warning</th><th>configurations</th></tr>{body}</table>'
+
+
 def render_html(result: SweepResult, policies: Any = None) -> str:
     """The report as one string; ``policies``: :func:`compare_policies`' result (None:
     the section says there is no winner). Raises InvalidArgumentError without matplotlib."""
@@ -149,6 +167,8 @@ def render_html(result: SweepResult, policies: Any = None) -> str:
 <th>sequences [exact]</th><th>reproduce</th></tr>{front_rows}</table>
 <h2>The winner's policies side by side (roofline)</h2>
 {compared}
+<h2>Warnings of these plans</h2>
+{_warnings_table(result)}
 <h2>Not ranked</h2>
 <table id="refused"><tr><th>status</th><th>configuration</th><th>why</th></tr>{refused}</table>
 </body></html>

@@ -53,15 +53,28 @@ class TrafficSettings:
     """The replay of each configuration (``kvbudget simulate``'s options of the same
     names); ``trace`` None: the shipped Azure conversation trace. A configuration's
     ``dp`` replicas are each replayed on the requests ``dp_router`` sends them
-    (:mod:`kvbudget.sim.shards`)."""
+    (:mod:`kvbudget.sim.shards`).
+
+    ``trace`` is what the rows' reproduce commands name (``-`` for standard input);
+    ``read_path``, where set, is the file the tasks read it from: the copy of a trace
+    that can be read only once (:func:`kvbudget.sim.trace.replayable_trace`), which
+    :func:`kvbudget.sweep` makes for the sweep's duration."""
 
     trace: str | None = None
+    read_path: str | None = None
     limit: int | None = 2000
     rate_scale: float = 1.0
     acceptance: str = "0.7"
     seed: int = 0
     policies: tuple[str, ...] = ("kvbudget",)  # replayed per row; the first ranks
     dp_router: str = "round-robin"
+
+    def trace_path(self) -> str:
+        """The file the trace is read from: ``read_path``, else ``trace``, else the
+        shipped one."""
+        from kvbudget.sim.trace import default_trace_path
+
+        return self.read_path or self.trace or str(default_trace_path())
 
     def simulate_args(self) -> list[str]:
         """``kvbudget simulate``'s flags of these settings (after the plan's): the first

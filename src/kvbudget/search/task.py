@@ -111,7 +111,9 @@ def plan_row(settings: SweepSettings, config: SweepConfig) -> tuple[SweepRow, Pl
     try:
         plan = _plan(config, settings)
     except EngineRefusedError as exc:
-        return replace(base, status="infeasible", reason=f"{config.engine}: {exc}"), None
+        warned = tuple(getattr(exc.plan, "warnings", ()))  # what the plan said besides
+        reason = f"{config.engine}: {exc}"
+        return replace(base, status="infeasible", reason=reason, warnings=warned), None
     except InfeasibleBudgetError as exc:
         return replace(base, status="infeasible", reason=str(exc)), None
     except KvBudgetError as exc:
@@ -164,7 +166,6 @@ def replay_replica(plan: Plan, settings: SweepSettings, replica: int, replicas: 
         PrefixSynthesis,
         ReplayConfig,
         cache_plan,
-        default_trace_path,
         gpu_rates,
         policy_plans,
         read_trace,
@@ -187,9 +188,11 @@ def replay_replica(plan: Plan, settings: SweepSettings, replica: int, replicas: 
         max_num_batched_tokens=settings.space.max_num_batched_tokens,
         seed=t.seed,
     )
-    path = t.trace if t.trace is not None else default_trace_path()
     requests: Any = read_trace(
-        path, prefixes=PrefixSynthesis(seed=t.seed), rate_scale=t.rate_scale, limit=t.limit
+        t.trace_path(),
+        prefixes=PrefixSynthesis(seed=t.seed),
+        rate_scale=t.rate_scale,
+        limit=t.limit,
     )
     if replicas > 1:
         requests = shard(requests, replicas, t.dp_router, replica)  # type: ignore[arg-type]
@@ -231,7 +234,7 @@ def simulate_plan(plan: Plan, settings: SweepSettings, dp: int, policies: tuple[
     t = settings.traffic
     return simulate(
         plan,
-        t.trace,
+        t.trace_path(),
         policies=policies,
         acceptance=t.acceptance,
         rate_scale=t.rate_scale,
