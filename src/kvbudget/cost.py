@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvbudget._validate import require_int, require_model
-from kvbudget.dtypes import parse_dtype
+from kvbudget.dtypes import DType, parse_dtype
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.layers import AttentionLayer, GatedDeltaNetLayer, Layer, Mamba2Layer
 from kvbudget.model import ModelSpec
@@ -178,28 +178,19 @@ def cache_cost_detail(
     ``cached_states``: recurrent states kept at block boundaries for prefix reuse, one
     state each (``state_bytes_per_checkpoint``: no lookahead copies, ``conv_kernel - 1``
     conv rows), on top of the ``max_batch_size`` running slots; 0 for a model without
-    recurrent layers."""
+    recurrent layers. Without ``pp_stage``, the stage whose full batch costs most."""
     require_model("model", model)
-    require_int("tokens_per_block", tokens_per_block, minimum=1)
-    require_int("max_batch_size", max_batch_size, minimum=1)
-    require_int("tp", tp, minimum=1)
-    require_int("pp", pp, minimum=1)
-    require_int("lookahead_tokens", lookahead_tokens)
-    require_int("cached_states", cached_states)
+    for name, value, minimum in (
+        ("tokens_per_block", tokens_per_block, 1),
+        ("max_batch_size", max_batch_size, 1),
+        ("tp", tp, 1),
+        ("pp", pp, 1),
+        ("lookahead_tokens", lookahead_tokens, 0),
+        ("cached_states", cached_states, 0),
+    ):
+        require_int(name, value, minimum=minimum)
     seq_len = model.max_position_embeddings if max_seq_len is None else max_seq_len
     require_int("max_seq_len", seq_len, minimum=1)
-    dtype = parse_dtype(kv_dtype, auto=model.dtype)
-    has_state = any(x.kind in ("gated_deltanet", "mamba2") for x in model.layers)
-    # recurrent-state storage matters only for models that have recurrent layers
-    sdtype = parse_dtype(state_dtype, auto=model.dtype, what="state_dtype") if has_state else dtype
-    # "auto": the SSM/recurrent state in the config's state dtype (Nemotron-H: fp32), the
-    # conv state in the model's; an explicit state_dtype sets both
-    auto_state = str(state_dtype).strip().lower() == "auto"
-    ssm_dtype = (
-        parse_dtype(model.ssm_state_dtype, what="state_dtype")
-        if auto_state and has_state and model.ssm_state_dtype
-        else None
-    )
     if layers not in ("model", "mtp", "all"):
         raise InvalidArgumentError(f"layers must be 'model', 'mtp' or 'all', got {layers!r}")
     if pp > model.num_layers:
@@ -210,76 +201,128 @@ def cache_cost_detail(
         require_int("pp_stage", pp_stage)
         if pp_stage >= pp:
             raise InvalidArgumentError(f"pp_stage={pp_stage} must be < pp={pp}")
-
-    stages = pp_stage_layers(model.num_layers, pp)
-    wanted_model = layers in ("model", "all")
-    wanted_mtp = layers in ("mtp", "all")
     _check_tp(model, model.layers + model.mtp_layers, tp)
-
-    def stage_detail(stage: int) -> CostDetail:
-        chosen: list[Layer] = []
-        if wanted_model:
-            chosen += [model.layers[i] for i in stages[stage]]
-        if wanted_mtp and stage == pp - 1:
-            chosen += list(model.mtp_layers)
-        slope = 0
-        state_per_seq = 0
-        checkpoint = 0
-        windows: dict[int, tuple[int, int]] = {}  # window -> (layers, bytes per token)
-        counted = 0
-        for layer in chosen:
-            per_token = layer.bytes_per_token(dtype, tp)
-            state = layer.state_bytes(sdtype, tp, lookahead=lookahead_tokens, ssm_dtype=ssm_dtype)
-            if per_token or state:
-                counted += 1
-            state_per_seq += state
-            if state:
-                checkpoint += layer.state_bytes(sdtype, tp, lookahead=0, ssm_dtype=ssm_dtype)
-            window = layer.sliding_window
-            if window is not None and window < seq_len:
-                n, b = windows.get(window, (0, 0))
-                windows[window] = (n + 1, b + per_token)
-            else:
-                slope += per_token
-        groups = []
-        for window, (n, per_token) in sorted(windows.items()):
-            span = window + lookahead_tokens
-            # worst-case alignment, but never more than a whole sequence spans
-            blocks = min(
-                -(-(span - 1) // tokens_per_block) + 1,
-                -(-seq_len // tokens_per_block),
-            )
-            groups.append(
-                WindowGroup(
-                    window_tokens=window,
-                    num_layers=n,
-                    bytes_per_token=per_token,
-                    blocks_per_seq=blocks,
-                )
-            )
-        window_bytes = max_batch_size * sum(
-            g.blocks_per_seq * tokens_per_block * g.bytes_per_token for g in groups
-        )
-        state_per_seq *= 1 + lookahead_tokens  # one state per rollback point
-        checkpoints = cached_states if checkpoint else 0
-        state_bytes = max_batch_size * state_per_seq + checkpoints * checkpoint
-        return CostDetail(
-            cost=CacheCost(slope, window_bytes + state_bytes),
-            pp_stage=stage,
-            num_layers=counted,
-            window_groups=tuple(groups),
-            window_bytes=window_bytes,
-            state_bytes_per_seq=state_per_seq,
-            state_bytes=state_bytes,
-            state_bytes_per_checkpoint=checkpoint,
-            cached_states=checkpoints,
-        )
-
+    args = _CostArgs(
+        model=model,
+        dtypes=_storage_dtypes(model, kv_dtype, state_dtype),
+        tokens_per_block=tokens_per_block,
+        max_batch_size=max_batch_size,
+        seq_len=seq_len,
+        tp=tp,
+        pp=pp,
+        layers=layers,
+        lookahead_tokens=lookahead_tokens,
+        cached_states=cached_states,
+    )
     if pp_stage is not None:
-        return stage_detail(pp_stage)
-    details = [stage_detail(s) for s in range(pp)]
+        return _stage_detail(args, pp_stage)
+    details = [_stage_detail(args, s) for s in range(pp)]
     full = max_batch_size * seq_len
     return max(details, key=lambda d: (d.cost.bytes_for(full), -d.pp_stage))
+
+
+@dataclass(frozen=True)
+class _Dtypes:
+    """The storage dtypes of one cost: KV, recurrent state, and the SSM state where the
+    config names its own (None: the state dtype)."""
+
+    kv: DType
+    state: DType
+    ssm: DType | None
+
+
+def _storage_dtypes(model: ModelSpec, kv_dtype: str, state_dtype: str) -> _Dtypes:
+    """``kv_dtype`` and ``state_dtype`` resolved against ``model``. "auto" state: the
+    SSM/recurrent state in the config's state dtype (Nemotron-H: fp32), the conv state
+    in the model's; an explicit state_dtype sets both. A model without recurrent layers
+    stores no state (its state dtype is the KV one, never parsed)."""
+    kv = parse_dtype(kv_dtype, auto=model.dtype)
+    if not any(x.kind in ("gated_deltanet", "mamba2") for x in model.layers):
+        return _Dtypes(kv=kv, state=kv, ssm=None)
+    state = parse_dtype(state_dtype, auto=model.dtype, what="state_dtype")
+    auto = str(state_dtype).strip().lower() == "auto"
+    ssm = (
+        parse_dtype(model.ssm_state_dtype, what="state_dtype")
+        if auto and model.ssm_state_dtype
+        else None
+    )
+    return _Dtypes(kv=kv, state=state, ssm=ssm)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _CostArgs:
+    """:func:`cache_cost_detail`'s checked arguments, handed whole to each stage."""
+
+    model: ModelSpec
+    dtypes: _Dtypes
+    tokens_per_block: int
+    max_batch_size: int
+    seq_len: int
+    tp: int
+    pp: int
+    layers: LayerSelection
+    lookahead_tokens: int
+    cached_states: int
+
+
+def _stage_detail(a: _CostArgs, stage: int) -> CostDetail:
+    """The cost of PP stage ``stage``'s chosen layers (the MTP layers on the last)."""
+    model, dt = a.model, a.dtypes
+    chosen: list[Layer] = []
+    if a.layers in ("model", "all"):
+        chosen += [model.layers[i] for i in pp_stage_layers(model.num_layers, a.pp)[stage]]
+    if a.layers in ("mtp", "all") and stage == a.pp - 1:
+        chosen += list(model.mtp_layers)
+    slope = state_per_seq = checkpoint = counted = 0
+    windows: dict[int, tuple[int, int]] = {}  # window -> (layers, bytes per token)
+    for layer in chosen:
+        per_token = layer.bytes_per_token(dt.kv, a.tp)
+        state = layer.state_bytes(dt.state, a.tp, lookahead=a.lookahead_tokens, ssm_dtype=dt.ssm)
+        if per_token or state:
+            counted += 1
+        state_per_seq += state
+        if state:
+            checkpoint += layer.state_bytes(dt.state, a.tp, lookahead=0, ssm_dtype=dt.ssm)
+        window = layer.sliding_window
+        if window is not None and window < a.seq_len:
+            n, b = windows.get(window, (0, 0))
+            windows[window] = (n + 1, b + per_token)
+        else:
+            slope += per_token
+    groups = tuple(_window_group(a, w, n, b) for w, (n, b) in sorted(windows.items()))
+    window_bytes = a.max_batch_size * sum(
+        g.blocks_per_seq * a.tokens_per_block * g.bytes_per_token for g in groups
+    )
+    state_per_seq *= 1 + a.lookahead_tokens  # one state per rollback point
+    checkpoints = a.cached_states if checkpoint else 0
+    state_bytes = a.max_batch_size * state_per_seq + checkpoints * checkpoint
+    return CostDetail(
+        cost=CacheCost(slope, window_bytes + state_bytes),
+        pp_stage=stage,
+        num_layers=counted,
+        window_groups=groups,
+        window_bytes=window_bytes,
+        state_bytes_per_seq=state_per_seq,
+        state_bytes=state_bytes,
+        state_bytes_per_checkpoint=checkpoint,
+        cached_states=checkpoints,
+    )
+
+
+def _window_group(a: _CostArgs, window: int, layers: int, bytes_per_token: int) -> WindowGroup:
+    """``layers`` layers of one sliding ``window``: blocks per sequence at worst-case
+    alignment of ``window + lookahead`` tokens, never more than a whole sequence spans."""
+    span = window + a.lookahead_tokens
+    blocks = min(
+        -(-(span - 1) // a.tokens_per_block) + 1,
+        -(-a.seq_len // a.tokens_per_block),
+    )
+    return WindowGroup(
+        window_tokens=window,
+        num_layers=layers,
+        bytes_per_token=bytes_per_token,
+        blocks_per_seq=blocks,
+    )
 
 
 def cache_cost(
