@@ -182,6 +182,10 @@ def test_an_engine_refusal_is_an_error_that_carries_the_plan() -> None:
     assert refused.engine.detail["refused"].startswith("To serve at least one request")
     args = "plan --spec none --kv-budget 8GiB --tokens-per-block 16 --engine vllm"
     result = CliRunner().invoke(app, args.split())
+    # the deployment's own warnings (none here) would come first; not the engine's figures
+    # for a pool it never builds (vLLM's "holds 0.50 requests" is in the plan's warnings)
+    assert info.value.warnings == ()
+    assert any("holds 0.50 requests" in w for w in refused.warnings)
     assert result.exit_code == 2 and result.stderr.startswith("error: vLLM 0.33.0 would refuse")
 
 

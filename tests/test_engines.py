@@ -584,6 +584,29 @@ def test_pre_load_bytes_is_a_warning_for_an_engine_that_ignores_it() -> None:
     assert not [w for w in sglang.warnings if "--pre-load-bytes" in w]
 
 
+def test_a_disk_budget_no_engine_pool_holds_is_a_warning() -> None:
+    # vLLM's offloading (--kv-offloading-size) and SGLang's HiCache (--hicache-size) as
+    # kvbudget models them are host tiers: a disk budget reaches none of their settings.
+    # kvbudget's own cache has a disk tier: its disk pools hold the budget, no warning.
+    base = {"kv_budget": "8GiB", "host_budget": "16GiB", "disk_budget": "100GiB"}
+    base |= {"max_seq_len": 8192}
+    for engine in ("vllm", "sglang"):
+        p = kvbudget.plan(LLAMA8B, engine=engine, **base)
+        assert {pool.tier for pool in p.engine.pools} == {"gpu", "host"}
+        (warned,) = [w for w in p.warnings if w.startswith("--disk-budget 100.00 GiB")]
+        assert "has no disk KV tier in kvbudget's model of it (its pools: gpu, host)" in warned
+        assert not [w for w in p.warnings if w.startswith("--host-budget")]
+    own = kvbudget.plan(LLAMA8B, engine="kvbudget", **base)
+    assert "disk" in {pool.tier for pool in own.engine.pools}
+    assert not [w for w in own.warnings if "changes nothing" in w]
+    result = CliRunner().invoke(
+        app, ["plan", "--emit", "vllm", "--disk-budget", "100GiB", "--max-seq-len", "8192"]
+    )
+    assert result.exit_code == 0 and "warning: --disk-budget 100.00 GiB changes nothing" in (
+        result.stderr
+    )
+
+
 def test_sglang_sliding_pool_never_outgrows_the_full_pool() -> None:
     # Llama-4-Scout TP8 bf16: 1 KV head of 128 per rank, 512 B per layer and token; 12
     # full layers (6,144 B) and 36 chunked ones (18,432 B). 256 requests' 8,192-token

@@ -137,9 +137,14 @@ def test_an_engine_refusal_is_listed_with_the_engines_reason() -> None:
     refused = by_engine["vllm@0.33.0"]
     assert refused.status == "infeasible"
     assert refused.reason is not None and "vLLM 0.33.0 would refuse to start" in refused.reason
-    # the refused plan's own warnings travel with the row (as `kvbudget plan` prints them):
-    # 16 GiB of KV needed for the one request against about 3 GiB left on the A10
-    assert any("requests of max_model_len 131072 at once" in w for w in refused.warnings)
+    # the refused deployment's own warnings travel with the row, as `kvbudget plan` prints
+    # them before the refusal: with the EAGLE3 head, that it was trained on 2,048 positions
+    head = sweep(gpus=("a10",), specs=("eagle3",), engines=("vllm",)).rows[0]
+    assert head.status == "infeasible" and len(head.warnings) == 1
+    assert head.warnings[0].startswith(
+        "draft yuhuili/EAGLE3-LLaMA3.1-Instruct-8B was trained on 2,048 positions"
+    )
+    assert refused.warnings == ()  # vLLM's "holds 0.19 requests": a pool it never builds
     # SGLang starts, but its pool holds no whole sequence of 131,072 tokens: listed too
     empty = by_engine[kvbudget.get_engine_model("sglang").id]
     assert empty.status == "infeasible" and empty.seqs_total == 0

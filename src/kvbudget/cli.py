@@ -89,12 +89,9 @@ def _run(action: Callable[[], T]) -> T:
 
 
 def _refused_plan_warnings(exc: KvBudgetError) -> tuple[str, ...]:
-    """The warnings of the plan an engine refused (``EngineRefusedError.plan``): what the
-    plan said besides the refusal, which a user fixing the refusal needs as well."""
-    if not isinstance(exc, EngineRefusedError):
-        return ()
-    warnings: tuple[str, ...] = getattr(exc.plan, "warnings", ())
-    return tuple(w for w in warnings if w not in str(exc))
+    """The warnings of the deployment an engine refused (``EngineRefusedError.warnings``),
+    printed before the refusal."""
+    return exc.warnings if isinstance(exc, EngineRefusedError) else ()
 
 
 def _as_flags(message: str) -> str:

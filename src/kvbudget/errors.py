@@ -86,10 +86,16 @@ class EngineRefusedError(InfeasibleBudgetError):
 
     ``plan`` is the whole plan, whose ``engine.refusals`` say why in the engine's words
     (a caller comparing deployments lists it with its reason instead of dropping it).
+    ``warnings``: what the plan says besides, about the deployment itself (its budget,
+    models and tiers; not the engine's figures for pools it will not build), which a
+    user fixing the refusal needs as well.
     """
 
-    def __init__(self, message: str, *, plan: object = None) -> None:
+    def __init__(
+        self, message: str, *, plan: object = None, warnings: tuple[str, ...] = ()
+    ) -> None:
         self.plan = plan
+        self.warnings = warnings
         super().__init__(message)
 
 

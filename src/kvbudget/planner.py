@@ -98,7 +98,8 @@ def build_plan(deployment: Deployment) -> Plan:
     engine = deployment.engine.plan(deployment, ledger)
     plan = _assemble(deployment, ledger, engine)
     if engine.refusals:
-        raise EngineRefusedError(" ".join(engine.refusals), plan=plan)
+        deployment_warnings = tuple(w for w in plan.warnings if w not in engine.warnings)
+        raise EngineRefusedError(" ".join(engine.refusals), plan=plan, warnings=deployment_warnings)
     return plan
 
 
@@ -125,13 +126,32 @@ def _assemble(d: Deployment, ledger: Ledger, engine: EnginePlan) -> Plan:
         managers=ledger.managers,
         engine=engine,
         stages=ledger.stages,
-        warnings=ledger.warnings + engine.warnings,
+        warnings=ledger.warnings + engine.warnings + _unplaced_tier_warnings(d, engine),
         vocab_size=target.vocab_size,
         spec_reason=d.spec_reason,
         target_revision=target.revision,
         draft_revision=draft.revision if draft else None,
         weights_source=_weights_source(d),
     )
+
+
+def _unplaced_tier_warnings(d: Deployment, engine: EnginePlan) -> tuple[str, ...]:
+    """A host or disk budget the engine plan places in no pool: the engine (as kvbudget
+    models it) has no such tier, so the budget is in none of its settings."""
+    tiers = {pool.tier for pool in engine.pools}
+    out = []
+    for tier, flag, budget in (
+        ("host", "--host-budget", d.host_bytes),
+        ("disk", "--disk-budget", d.disk_bytes),
+    ):
+        if budget and tier not in tiers:
+            out.append(
+                f"{flag} {format_bytes(budget)} changes nothing: {d.engine.summary} has no "
+                f"{tier} KV tier in kvbudget's model of it (its pools: "
+                f"{', '.join(sorted(tiers))}), so no setting it emits holds it; drop "
+                f"{flag}, or plan the tier with --engine kvbudget"
+            )
+    return tuple(out)
 
 
 def _weights_source(d: Deployment) -> dict[str, str]:

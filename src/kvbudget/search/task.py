@@ -111,9 +111,8 @@ def plan_row(settings: SweepSettings, config: SweepConfig) -> tuple[SweepRow, Pl
     try:
         plan = _plan(config, settings)
     except EngineRefusedError as exc:
-        warned = tuple(getattr(exc.plan, "warnings", ()))  # what the plan said besides
-        reason = f"{config.engine}: {exc}"
-        return replace(base, status="infeasible", reason=reason, warnings=warned), None
+        reason = f"{config.engine}: {exc}"  # and what the deployment's plan warned
+        return replace(base, status="infeasible", reason=reason, warnings=exc.warnings), None
     except InfeasibleBudgetError as exc:
         return replace(base, status="infeasible", reason=str(exc)), None
     except KvBudgetError as exc:
