@@ -173,6 +173,13 @@ def test_vllm_groups_by_hand(tmp_path: Path) -> None:
     assert e["settings"]["--block-size"] == 256
 
 
+def test_vllm_plan_says_its_block_size_and_cache_format(tmp_path: Path) -> None:
+    p = plan(folder(tmp_path, DEEPSEEK_V4), spec="none", engine="vllm", kv_budget="40GiB",
+             host_budget=0, tokens_per_block=16)  # fmt: skip
+    assert p.engine is not None and p.engine.settings["--block-size"] == 256
+    assert any("fp8_ds_mla" in note and "--block-size 256" in note for note in p.engine.notes)
+
+
 def test_vllm_multi_module_mtp_retains_draft_tokens(tmp_path: Path) -> None:
     """Three MTP layers, K = 3: every sliding spec keeps K - 1 = 2 more tokens
     (``extra_retained_tokens``, get_global_kv_cache_groups), one more block each here."""

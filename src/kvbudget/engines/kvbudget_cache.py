@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from kvbudget._version import __version__
 from kvbudget.engines.base import EngineModel
-from kvbudget.engines.common import cdiv, engine_capacity, refuse_unmodelled
+from kvbudget.engines.common import cdiv, engine_capacity, refuse_unmodelled_family
 from kvbudget.errors import InfeasibleBudgetError
 from kvbudget.plan_types import (
     Capacity,
@@ -181,7 +181,7 @@ def _batch_notes(d: Deployment, fit: int, concurrency: int, at_batch: int) -> li
 def check(d: Deployment) -> None:
     """InvalidArgumentError for a family whose caches this cache has no pool for
     (``Architecture.unmodelled_engines``: DeepSeek-V4's compressed latents)."""
-    refuse_unmodelled(d, "kvbudget", models_indexer=True)
+    refuse_unmodelled_family(d, "kvbudget")
 
 
 MODEL = EngineModel(

@@ -39,6 +39,13 @@ to the attention page, the conv state keeps ``conv_kernel - 1 + K`` rows, Nemotr
 state is float32 (``NemotronHForCausalLMConfig``), and a request holds ``2 + K + 1``
 states with prefix caching on ("align" mode, the default) or ``1 + K`` with it off.
 
+DeepSeek-V4 (``models/deepseek_v4``): each layer registers several caches (window,
+compressed latent, indexer key, compressor states: :func:`compressed_specs`) with their
+own block sizes, on backends with a block-outermost layout, so the groups come from
+``_get_packed_kv_cache_groups`` (:func:`packed_groups`), pages are not unified, and a
+block is the widest group's summed pages. With more than one MTP module every
+sliding-window spec retains ``K - 1`` more tokens (``extra_retained_tokens``).
+
 Speculative decoding adds the draft's layers to the same pool (EAGLE3: the head's own
 layer; MTP: the target's MTP layers; draft model: all its layers), each with its own
 geometry. ``--kv-cache-memory-bytes`` is the pool's bytes per GPU and overrides
@@ -1002,6 +1009,13 @@ def _notes(
         notes.append(
             f"# {len(pool.groups)} KV cache groups share the pool; a request of "
             f"max_model_len takes {pool.blocks_per_request} blocks over all groups"
+        )
+    if any(isinstance(x, CompressedMLALayer) for x in d.target.layers):
+        notes.append(
+            "# DeepSeek-V4: fp8_ds_mla pages (584 B a latent) whatever --kv-cache-dtype, "
+            f"and --block-size {DSV4_BLOCK} for its compressed caches (whatever "
+            "--tokens-per-block says); the window and compressor-state caches keep their "
+            "own 64-, 8- and 4-token blocks"
         )
     if any(g.kind == "sliding_window" for g in pool.groups):
         notes.append(
