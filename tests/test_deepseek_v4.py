@@ -239,6 +239,9 @@ def test_engines_that_do_not_model_it_refuse(tmp_path: Path) -> None:
     for engine in ("sglang", "trtllm", "kvbudget"):
         with pytest.raises(InvalidArgumentError, match=r"plan it with --engine vllm$"):
             plan(target, spec="none", engine=engine, kv_budget="8GiB", host_budget=0)
+    # o_groups 8 does not split over 16 ranks (the grouped output projection)
+    with pytest.raises(InvalidArgumentError, match="output groups"):
+        plan(target, spec="none", engine="vllm", kv_budget="8GiB", host_budget=0, tp=16)
     # PP 4 puts the two window-only layers alone on stage 0: vLLM's stages then share no
     # KV cache layout (resolve_kv_cache_layout asserts at start-up)
     sliding = folder(tmp_path / "sliding", DEEPSEEK_V4_SLIDING)

@@ -1099,7 +1099,7 @@ def check(d: Deployment) -> None:
             f"{d.target.name}'s {layers} MTP layers: num_speculative_tokens:{steps} must be "
             f"divisible by n_predict={layers}; pick --max-draft-len {layers} or a multiple"
         )
-    _check_window_only_stage(d)
+    _check_compressed_split(d)
     shared = d.target.config.get("num_kv_shared_layers")
     if d.parallel.pp > 1 and isinstance(shared, int) and shared > 0:
         # Gemma-4's KV-shared layers read an earlier layer's cache by name
@@ -1122,14 +1122,27 @@ def check(d: Deployment) -> None:
             )
 
 
-def _check_window_only_stage(d: Deployment) -> None:
-    """DeepSeek-V4 under PP with a stage of window-only layers (compress rate 0): that
+def _check_compressed_split(d: Deployment) -> None:
+    """DeepSeek-V4 at a TP size its heads or output groups do not split into, or under PP
+    with a stage of window-only layers (compress rate 0): that
     stage's only backend (the window cache's) supports more KV cache layouts than the
     others' (FlashMLA's sparse and indexer backends: block-outermost only), and the
     engine core's ``resolve_kv_cache_layout`` (v1/attention/backends/utils.py) asserts
     "Workers disagree on supported KV cache layouts" at start-up."""
     layers = d.target.layers
-    if d.parallel.pp == 1 or not any(isinstance(x, CompressedMLALayer) for x in layers):
+    if not any(isinstance(x, CompressedMLALayer) for x in layers):
+        return
+    tp = d.parallel.attention_tp
+    heads, groups = d.target.num_attention_heads, d.target.config.get("o_groups")
+    # DeepseekV4Attention.__init__ (attention.py): ``assert n_heads % tp_size == 0``, and
+    # the grouped output projection runs ``o_groups // tp`` groups a rank (none below 1)
+    if heads % tp or (isinstance(groups, int) and groups % tp):
+        raise InvalidArgumentError(
+            f"vLLM would not run {d.target.name} at --tensor-parallel-size {tp}: its "
+            f"{heads} heads and {groups} output groups (o_groups) must each split evenly "
+            "over the TP ranks; pick a --tp that divides both"
+        )
+    if d.parallel.pp == 1:
         return
     for stage, indices in enumerate(pp_stage_layers(d.target.num_layers, d.parallel.pp)):
         if all(
