@@ -23,7 +23,7 @@ from family_configs import DEEPSEEK_V4, DEEPSEEK_V4_SLIDING, folder
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvbudget import count_params, plan
+from kvbudget import count_params, plan, weights_bytes
 from kvbudget.dtypes import parse_dtype
 from kvbudget.engines.vllm import LayerSpec, _approximate_gcd, packed_groups
 from kvbudget.errors import ConfigError, InvalidArgumentError
@@ -225,6 +225,19 @@ def test_weights_by_hand() -> None:
     # MTP (nvidia/mtp.py): enorm, hnorm, e_proj and h_proj (h x h), hc_head, a window-only
     # layer (index 4: not a hash layer), shared_head.norm
     assert c.mtp == 2 * h + 2 * h * h + (2 * 2 * h + 3) + base + h == 322_945
+
+
+def test_weight_bytes_by_hand() -> None:
+    w = weights_bytes(parse(SMALL), tp=1)
+    # bf16, but fp32 for the sinks (4 x 8), the compressors' ape (2 x 4 x 128 + 128 x 64 +
+    # 2 x 4 x 64) and the mHC mappings (4 layers x 2 x (8 x 512 + 8 + 3), the head's
+    # 2 x 512 + 2 + 1); the hash layer's int32 tid2eid table (1000 x 2) is stored too; the
+    # embedding and lm_head padded to 1,024 rows (vLLM's vocab padding of 64): 2 x 24 x 256
+    fp32 = 4 * 8 + (2 * 512 + 8192 + 2 * 256) + 4 * 2 * (8 * 512 + 8 + 3) + (2 * 512 + 2 + 1)
+    assert fp32 == 43_643
+    padding = 2 * 24 * 256
+    expected = (1_523_195 - fp32 + padding) * 2 + fp32 * 4 + 1000 * 2 * 4
+    assert w.total_bytes == expected == 3_166_252
 
 
 def test_default_weights_match_transformers() -> None:

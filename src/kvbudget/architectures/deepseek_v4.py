@@ -159,12 +159,15 @@ def attention(at: At, c: ModelFields, ratio: int) -> None:
         compressor(idx.sub("compressor"), c, ratio, index_dim)
 
 
-def hyper_connections(at: At, c: ModelFields, name: str, mixes: int) -> None:
-    """An mHC mapping: ``{name}_fn`` (mixes x hc_mult*hidden), ``_base``, ``_scale``, fp32."""
-    hc_dim = c.int("hc_mult") * c.int("hidden_size")
-    at.tensor(f"{name}_fn", mixes, hc_dim, fixed="fp32")
+def hyper_connections(at: At, c: ModelFields, name: str, *, head: bool = False) -> None:
+    """An mHC mapping, fp32: ``{name}_fn`` (mixes x hc_mult*hidden), ``_base`` (mixes),
+    ``_scale``; a layer's mixes ``(2 + hc_mult) x hc_mult`` and 3 scales, the head's
+    (``hc_head``) ``hc_mult`` and 1."""
+    hc = c.int("hc_mult")
+    mixes, scales = (hc, 1) if head else ((2 + hc) * hc, 3)
+    at.tensor(f"{name}_fn", mixes, hc * c.int("hidden_size"), fixed="fp32")
     at.tensor(f"{name}_base", mixes, fixed="fp32")
-    at.tensor(f"{name}_scale", 3 if mixes != c.int("hc_mult") else 1, fixed="fp32")
+    at.tensor(f"{name}_scale", scales, fixed="fp32")
 
 
 def moe(layer: At, c: ModelFields, i: int, hash_layers: int) -> None:
@@ -201,13 +204,13 @@ def hash_layer_count(c: ModelFields) -> int:
 
 def decoder_layer(layer: At, c: ModelFields, i: int, ratio: int, hash_layers: int) -> None:
     """``DeepseekV4DecoderLayer``: attention, MoE, two norms, two mHC mappings."""
-    hidden, hc = c.int("hidden_size"), c.int("hc_mult")
+    hidden = c.int("hidden_size")
     attention(layer.sub("attn", "attention"), c, ratio)
     moe(layer, c, i, hash_layers)
     layer.norm("attn_norm", hidden)
     layer.norm("ffn_norm", hidden)
     for name in ("hc_attn", "hc_ffn"):
-        hyper_connections(layer, c, name, (2 + hc) * hc)
+        hyper_connections(layer, c, name)
 
 
 def mtp_weights(inv: Inventory, c: ModelFields, hash_layers: int) -> None:
@@ -222,7 +225,7 @@ def mtp_weights(inv: Inventory, c: ModelFields, hash_layers: int) -> None:
         layer.norm("hnorm", hidden)
         for proj in ("e_proj", "h_proj"):
             layer.linear(proj, hidden, hidden, shard="replicated")
-        hyper_connections(layer, c, "hc_head", c.int("hc_mult"))
+        hyper_connections(layer, c, "hc_head", head=True)
         decoder_layer(layer, c, n + j, 1, hash_layers)
         layer.norm("shared_head.norm", hidden)
         inv.extend_as_mtp(mtp)
@@ -237,7 +240,7 @@ def weights(inv: Inventory, c: ModelFields) -> None:
         decoder_layer(inv.at(f"model.layers.{i}", i, "norms"), c, i, ratio, hash_layers)
     last = inv.at("model", "last", "norms")
     last.norm("norm", hidden)
-    hyper_connections(last, c, "hc_head", c.int("hc_mult"))
+    hyper_connections(last, c, "hc_head", head=True)
     if not c.flag("tie_word_embeddings", False):
         inv.at("lm_head", "last", "lm_head").vocab("", c.int("vocab_size"), hidden)
     mtp_weights(inv, c, hash_layers)
