@@ -149,6 +149,64 @@ FAMILY_CONFIGS["family/gemma4-assistant"] = {
         "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
     },
 }
+# DeepSeek-V4 (vLLM DeepseekV4ForCausalLM, vllm/models/deepseek_v4): no verbatim Hub
+# config is reachable here, so these are transformers 5.20.2's ``DeepseekV4Config``
+# defaults (models/deepseek_v4/configuration_deepseek_v4.py; its docstring names
+# deepseek-ai/DeepSeek-V4-Flash-Base): 43 layers, hidden 4096, 64 heads of 512 (64 of them
+# rotary), q_lora_rank 1024, 8 output groups of rank 1024, 256 routed experts (+1 shared,
+# 2048 wide), window 128, indexer 64 heads of 128, one MTP layer. ``layer_types`` is
+# written out as ``__post_init__`` builds it (two heavily compressed layers, then
+# compressed-sparse on odd, heavily compressed on even offsets), ``compress_rates`` its
+# default {CSA: 4, HCA: 128}; not a released checkpoint's config.
+_DSV4_LAYERS = 43
+_DEEPSEEK_V4: dict[str, Any] = {
+    "model_type": "deepseek_v4",
+    "architectures": ["DeepseekV4ForCausalLM"],
+    "vocab_size": 129280,
+    "hidden_size": 4096,
+    "moe_intermediate_size": 2048,
+    "num_hidden_layers": _DSV4_LAYERS,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 1,
+    "head_dim": 512,
+    "qk_rope_head_dim": 64,
+    "q_lora_rank": 1024,
+    "o_groups": 8,
+    "o_lora_rank": 1024,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 6,
+    "hc_mult": 4,
+    "sliding_window": 128,
+    "index_n_heads": 64,
+    "index_head_dim": 128,
+    "index_topk": 512,
+    "num_nextn_predict_layers": 1,
+    "max_position_embeddings": 1048576,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128},
+    "layer_types": ["heavily_compressed_attention"] * 2
+    + [
+        "compressed_sparse_attention" if i % 2 else "heavily_compressed_attention"
+        for i in range(_DSV4_LAYERS - 2)
+    ],
+    "mlp_layer_types": ["hash_moe"] * 3 + ["moe"] * (_DSV4_LAYERS - 3),
+}
+FAMILY_CONFIGS["family/deepseek-v4-defaults"] = _DEEPSEEK_V4
+# The same geometry with sliding-only layers (compress rate 0: the window cache alone)
+# first, eight layers and three MTP layers (values chosen to exercise those rules)
+FAMILY_CONFIGS["family/deepseek-v4-sliding"] = {
+    **_DEEPSEEK_V4,
+    "num_hidden_layers": 8,
+    "layer_types": ["sliding_attention"] * 2
+    + ["compressed_sparse_attention", "heavily_compressed_attention"] * 3,
+    "mlp_layer_types": ["hash_moe"] * 3 + ["moe"] * 5,
+    "num_nextn_predict_layers": 3,
+}
+DEEPSEEK_V4 = _DEEPSEEK_V4
+DEEPSEEK_V4_SLIDING = FAMILY_CONFIGS["family/deepseek-v4-sliding"]
 GEMMA4_TEXT = _GEMMA4_TEXT
 GEMMA4_KV_SHARED = FAMILY_CONFIGS["family/gemma4-kv-shared"]
 GEMMA4_EAGLE3_HEAD = FAMILY_CONFIGS["family/gemma4-eagle3-head"]

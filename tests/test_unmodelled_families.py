@@ -30,9 +30,9 @@ BASE: dict[str, Any] = {
     "max_position_embeddings": 4096,
 }
 CONFIGS: dict[str, dict[str, Any]] = {
-    "deepseek_v4": {
+    "deepseek_v41": {
         **BASE,
-        "model_type": "deepseek_v4",
+        "model_type": "deepseek_v41",
         "compress_rates": {"heavily_compressed_attention": 128},
         "layer_types": ["heavily_compressed_attention"] * 4,
     },

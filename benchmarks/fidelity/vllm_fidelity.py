@@ -59,8 +59,8 @@ Stand-ins, for what a CPU-only process cannot ask vLLM (each one documented wher
   torchvision; its vision tower caches nothing, so the KV cache is the same (Gemma-4's
   ``Gemma4ForConditionalGeneration`` likewise, as ``Gemma4ForCausalLM``).
 
-Families without a preset (Gemma-4, DFlash drafts, deeper MTP stacks) run from configs
-the harness writes (``FAMILY_CONFIGS`` from tests/family_configs.py, which the tests
+Families without a preset (Gemma-4, DeepSeek-V4, DFlash drafts, deeper MTP stacks) run
+from configs the harness writes (``FAMILY_CONFIGS`` from tests/family_configs.py, which the tests
 read too, and ``FAMILY_DERIVED``; ids ``family/...``), which
 kvbudget reads from a local folder and vLLM through ``ModelConfig``.
 
@@ -184,6 +184,18 @@ def _config_of(name: str) -> dict[str, Any]:
 def _kv_dtypes(model: Any) -> tuple[str, ...]:
     family = model.model_type.removesuffix("_text")
     return FAMILY_KV_DTYPES.get(family, KV_DTYPES)
+
+
+# --block-size a family's cases run: DeepSeek-V4's compressed-latent and indexer backends
+# take 256-token blocks only (models/deepseek_v4/sparse_mla.py, backends/mla/indexer.py
+# get_supported_kernel_block_sizes); with --block-size 16 a compressed page holds
+# 16 // 128 = 0 states and vLLM's planning divides by zero. kvbudget's plan says
+# --block-size 256 for it.
+FAMILY_BLOCK_SIZES = {"deepseek_v4": 256}
+
+
+def _block_size(model: Any) -> int:
+    return FAMILY_BLOCK_SIZES.get(model.model_type, BLOCK_SIZE)
 
 
 # --------------------------------------------------------------------------- cases
@@ -315,12 +327,13 @@ def all_cases() -> list[Case]:
         if model.is_head or name in FAMILY_MTP_DRAFTS.values():  # drafts, not targets
             continue
         length = _max_model_len(model)
+        block = _block_size(model)
         for spec in _specs_for(name, model, drafts):
             draft = _draft_for(name, spec, drafts)
             for budget in BUDGETS:
                 for tp in TPS:
                     for dtype in _kv_dtypes(model):
-                        cases.append(Case(name, spec, draft, budget, tp, dtype, length))
+                        cases.append(Case(name, spec, draft, budget, tp, dtype, length, block))
             if model.model_type in MAMBA_TYPES:
                 # prefix caching off: mamba_cache_mode "none" (one state + K per request)
                 for tp in TPS:
@@ -397,7 +410,9 @@ def pp_cases(presets: dict[str, Any], drafts: dict[str, str]) -> list[Case]:
             for pp in PPS:
                 if model.num_layers < pp:  # get_pp_indices would leave a stage empty
                     continue
-                cases.append(Case(name, spec, draft, 40 * GiB, 1, "bf16", length, pp=pp))
+                cases.append(
+                    Case(name, spec, draft, 40 * GiB, 1, "bf16", length, _block_size(model), pp=pp)
+                )
     for name, spec, gib, tp, pp, dtype, prefix in _PP_EXTRA:
         cases.append(
             Case(name, spec, _draft_for(name, spec, drafts), gib * GiB, tp, dtype,
@@ -975,6 +990,95 @@ def _gdn_layer(vc, name, hf):
     return layer
 
 
+def _dsv4_cache_layers(vc, hf, i: int, prefix: str, draft: bool) -> list[tuple[str, Any]]:
+    """DeepSeek-V4 decoder layer ``i``'s cache-owning modules as vLLM 0.33.0 builds them
+    on SM90 (``DeepseekV4FlashMLAAttention``, the CUDA default off SM12:
+    models/deepseek_v4/nvidia/model.py ``_select_dsv4_attn_cls``), with the attributes
+    their ``__init__`` sets (models/deepseek_v4/attention.py ``DeepseekV4Attention``,
+    ``DeepseekV4Indexer``; compressor.py ``DeepseekCompressor``, ``CompressorStateCache``;
+    v1/attention/backends/mla/sparse_swa.py ``DeepseekV4SWACache``):
+
+    * ratio 4 (``compress_rates[layer_types[i]]``; ratio 1 for MTP layers, past
+      ``num_hidden_layers``): the indexer's key cache ``.attn.indexer.k_cache`` (fp8: 128
+      + 4 bytes) and its compressor's state ``.attn.indexer.compressor.state_cache``
+      (the indexer is built first);
+    * every layer: the window cache ``{prefix}.attn.swa_cache`` (block 64, fp8_ds_mla:
+      584 bytes a token, pages aligned to 576);
+    * ratio > 1: the compressed latent ``{prefix}.attn`` (one state per ``ratio``
+      tokens) and its compressor's fp32 state ``.attn.compressor.state_cache``
+      (``2 x coff x head_dim`` wide over a window of ``coff x ratio``, coff 2 at ratio 4).
+
+    Listed in the order the layer's ``__init__`` registers them in
+    ``static_forward_context``, which vLLM's packed grouping reads.
+
+    ``_resolve_dsv4_kv_cache_dtype`` (attention.py) rewrites ``cache_dtype`` to
+    ``fp8_ds_mla`` (``auto`` and ``fp8`` alike), as the layer's ``__init__`` does.
+    """
+    import torch
+    from vllm.models.deepseek_v4 import attention as dsv4
+    from vllm.models.deepseek_v4.compressor import CompressorStateCache
+    from vllm.models.deepseek_v4.nvidia.flashmla import DeepseekSparseSWAFlashMLABackend
+    from vllm.v1.attention.backends.mla.sparse_swa import DeepseekV4SWACache
+
+    cache_config = vc.cache_config
+    kv_dtype, kv_torch_dtype = dsv4._resolve_dsv4_kv_cache_dtype(
+        True, cache_config.cache_dtype, cache_config
+    )
+    head_dim = hf.head_dim
+    ratio = 1
+    if i < hf.num_hidden_layers:
+        ratio = max(1, hf.compress_rates.get(hf.layer_types[i], 0))
+    out: list[tuple[str, Any]] = []
+
+    def state_cache(name: str, dim: int) -> None:
+        cache = _bare(CompressorStateCache)
+        coff = 1 + (ratio == 4)
+        cache.__dict__.update(
+            state_dim=2 * coff * dim, dtype=torch.float32, prefix=name,
+            sliding_window=coff * ratio, block_size=4 if ratio == 4 else 8,
+            is_draft_layer=draft,
+        )  # fmt: skip
+        out.append((name, cache))
+
+    if ratio == 4:
+        k_cache = _bare(dsv4.DeepseekV4IndexerCache)
+        k_cache.__dict__.update(
+            head_dim=hf.index_head_dim + hf.index_head_dim // 128 * 4, dtype=torch.uint8,
+            prefix=f"{prefix}.attn.indexer.k_cache", cache_config=cache_config,
+            compress_ratio=ratio, is_draft_layer=draft,
+        )  # fmt: skip
+        out.append((f"{prefix}.attn.indexer.k_cache", k_cache))
+        state_cache(f"{prefix}.attn.indexer.compressor.state_cache", hf.index_head_dim)
+    swa = _bare(DeepseekV4SWACache)
+    swa.__dict__.update(
+        backend_cls=DeepseekSparseSWAFlashMLABackend, bounded_replay=False, head_dim=head_dim,
+        window_size=hf.sliding_window, prefix=f"{prefix}.attn.swa_cache",
+        cache_config=cache_config, dtype=kv_torch_dtype, packed_bytes_per_token=584,
+        packed_page_alignment=576, packed_block_stride_alignment=None, block_size=64,
+        is_draft_layer=draft,
+    )  # fmt: skip
+    out.append((f"{prefix}.attn.swa_cache", swa))
+
+    if ratio > 1:
+        attn = _bare(_dsv4_attention_cls())
+        attn.__dict__.update(
+            compress_ratio=ratio, kv_cache_dtype=kv_dtype, kv_cache_torch_dtype=kv_torch_dtype,
+            head_dim=head_dim, is_draft_layer=draft,
+        )  # fmt: skip
+        out.append((f"{prefix}.attn", attn))
+        state_cache(f"{prefix}.attn.compressor.state_cache", head_dim)
+    return out
+
+
+def _dsv4_attention_cls():
+    """The attention class SM90 gets (nvidia/model.py ``_select_dsv4_attn_cls``: FlashMLA
+    off SM12), vLLM's own: ``backend_cls = DeepseekV4FlashMLABackend``, the fp8_ds_mla
+    layout (nvidia/flashmla.py)."""
+    from vllm.models.deepseek_v4.nvidia.flashmla import DeepseekV4FlashMLAAttention
+
+    return DeepseekV4FlashMLAAttention
+
+
 def _target_window(arch: str, hf, idx: int) -> int | None:
     """The per-layer sliding window each model's code passes to Attention."""
     if arch == "GptOssForCausalLM":  # gpt_oss.py:175: every other layer, even ones
@@ -1068,6 +1172,11 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                 f"model.layers.{i}.self_attn.attn",
                 _mla_layer(vc, mc, f"model.layers.{i}", hf, mla_backend, False),
             )
+    elif arch == "DeepseekV4ForCausalLM":
+        backend_names.append("FLASHMLA_SPARSE_DSV4")
+        for i in range(n):
+            for name, layer in _dsv4_cache_layers(vc, hf, i, f"model.layers.{i}", False):
+                add(name, layer)
     elif arch == "NemotronHForCausalLM":
         model_cls, _ = ModelRegistry.resolve_model_cls(mc.architecture, model_config=mc)
         backend_names.append(attn_name)
@@ -1167,7 +1276,15 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                 ),
             )
     elif case.spec == "mtp":
-        if arch in ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"):
+        if arch == "DeepseekV4ForCausalLM":
+            # deepseek_v4/nvidia/mtp.py: num_nextn_predict_layers DeepseekV4DecoderLayer
+            # blocks named after the model's layers; past num_hidden_layers the compress
+            # ratio is 1 (attention.py), so each keeps its window cache only
+            for j in range(hf.num_nextn_predict_layers):
+                prefix = f"drafter.model.layers.{n + j}.mtp_block"
+                for name, layer in _dsv4_cache_layers(vc, hf, n + j, prefix, True):
+                    add(name, layer)
+        elif arch in ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"):
             # deepseek_mtp.py:151-162: num_nextn_predict_layers MLA layers after the model's
             for j in range(hf.num_nextn_predict_layers):
                 i = n + j
@@ -1373,9 +1490,17 @@ def vllm_side(case: Case) -> VllmResult:
     result.stage_layers = [len(specs) for specs in stage_specs]
     # the engine core's side (core.py:252-352), on the engine core's config
     with set_current_vllm_config(vc):
-        layout = resolve_kv_cache_layout(
-            vc, layouts, [s for specs in kv_cache_specs for s in specs.values()]
-        )
+        try:
+            layout = resolve_kv_cache_layout(
+                vc, layouts, [s for specs in kv_cache_specs for s in specs.values()]
+            )
+        except AssertionError as exc:
+            # vLLM's start-up refusal when the stages' backends share no layout
+            # (DeepSeek-V4 with a stage of window-only layers): a configuration vLLM
+            # rejects, which kvbudget refuses too (engines/vllm.py)
+            if "Workers disagree on supported KV cache layouts" not in str(exc):
+                raise
+            raise Skip(f"vLLM rejects the config: {_one_line(exc)}") from exc
         result.kv_cache_layout = layout.name
         result.mamba_cache_mode = (
             vc.cache_config.mamba_cache_mode if vc.model_config.is_hybrid else None

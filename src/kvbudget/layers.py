@@ -197,4 +197,68 @@ class NoCacheLayer:
         return 0
 
 
-Layer: TypeAlias = AttentionLayer | MLALayer | GatedDeltaNetLayer | Mamba2Layer | NoCacheLayer
+@dataclass(frozen=True, kw_only=True)
+class CompressedMLALayer:
+    """DeepSeek-V4 attention: one shared-KV latent (MQA, one ``head_dim`` vector a token)
+    kept three ways (vLLM 0.33.0 ``models/deepseek_v4/attention.py``).
+
+    * a window cache of the last ``window`` tokens' latents (every layer);
+    * with ``compress_ratio`` > 1, one compressed latent per ``compress_ratio`` tokens,
+      for the whole sequence, and the compressor's fp32 state of the tokens not yet
+      compressed;
+    * with an indexer (``index_head_dim`` > 0; the ratio-4 layers), its key per compressed
+      entry: fp8 values plus one fp32 scale per 128 (``index_head_dim + index_head_dim //
+      128 x 4`` bytes), and its own compressor's state.
+
+    ``entry_bytes``: one latent in the KV dtype; an 8-bit cache is DeepSeek's fp8_ds_mla
+    row (``head_dim - rope_head_dim`` fp8 values, the rope part in bf16, one UE8M0 scale
+    byte per 64 values plus one pad byte: 584 bytes for 512 of 64). Everything is
+    replicated on every TP rank (``max_tp_shards=1``).
+
+    Engine-neutral figures: ``bytes_per_token`` is the growing part, the compressed
+    latent and indexer key *per token*, rounded up to a whole byte (``cdiv(entry,
+    compress_ratio)``: exact when the ratio divides the entry, an upper bound otherwise);
+    the window cache and compressor states are bounded and not counted there. The engines
+    that model this layer size each cache from its parts (:mod:`kvbudget.engines.vllm`).
+    """
+
+    index: int
+    head_dim: int
+    rope_head_dim: int
+    window: int
+    compress_ratio: int = 1
+    index_head_dim: int = 0
+
+    kind: Literal["compressed_mla"] = "compressed_mla"
+    sliding_window: None = None
+
+    def entry_bytes(self, dtype: DType) -> int:
+        """Bytes of one latent (window or compressed) in ``dtype``."""
+        if dtype.bits == 8:
+            nope = self.head_dim - self.rope_head_dim
+            return nope + 2 * self.rope_head_dim + nope // 64 + 1
+        return dtype.bytes_for(self.head_dim)
+
+    @property
+    def indexer_key_bytes(self) -> int:
+        """Bytes of one indexer key (fp8 values and their fp32 scales), 0 without one."""
+        return self.index_head_dim + self.index_head_dim // 128 * 4
+
+    def bytes_per_token(self, dtype: DType, tp: int) -> int:
+        """The compressed latent and indexer key per token, rounded up (0 for a
+        window-only layer)."""
+        if self.compress_ratio <= 1:
+            return 0
+        return -(-(self.entry_bytes(dtype) + self.indexer_key_bytes) // self.compress_ratio)
+
+    def state_bytes(
+        self, dtype: DType, tp: int, *, lookahead: int = 0, ssm_dtype: DType | None = None
+    ) -> int:
+        """No per-sequence recurrent state: 0 (the window and compressor caches are
+        block-paged by the engines)."""
+        return 0
+
+
+Layer: TypeAlias = (
+    AttentionLayer | MLALayer | GatedDeltaNetLayer | Mamba2Layer | NoCacheLayer | CompressedMLALayer
+)

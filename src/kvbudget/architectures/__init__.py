@@ -1,8 +1,8 @@
 """Model architectures: one module per family, registered by ``model_type``.
 
 Each family module (``llama``, ``llama4``, ``qwen``, ``gemma``, ``gemma4``, ``gpt_oss``,
-``minimax_m2``, ``deepseek``, ``glm4_moe``, ``qwen3_next``, ``nemotron_h``) builds one or
-more :class:`Architecture` values from the same parsed config fields
+``minimax_m2``, ``deepseek``, ``deepseek_v4``, ``glm4_moe``, ``qwen3_next``,
+``nemotron_h``) builds one or more :class:`Architecture` values from the same parsed config fields
 (:class:`~kvbudget.config_fields.ConfigFields`): its cache layers (read by
 :mod:`kvbudget.model`) and its weight inventory (read by :mod:`kvbudget.weights`).
 EAGLE3 heads (:mod:`~kvbudget.architectures.eagle3`) are read
@@ -19,6 +19,7 @@ from types import MappingProxyType
 
 from kvbudget.architectures import (
     deepseek,
+    deepseek_v4,
     dflash,
     eagle,
     eagle3,
@@ -48,6 +49,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     *gpt_oss.ARCHITECTURES,
     *minimax_m2.ARCHITECTURES,
     *deepseek.ARCHITECTURES,
+    *deepseek_v4.ARCHITECTURES,
     *glm4_moe.ARCHITECTURES,
     *qwen3_next.ARCHITECTURES,
     *nemotron_h.ARCHITECTURES,

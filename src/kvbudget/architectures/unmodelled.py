@@ -13,9 +13,8 @@ from types import MappingProxyType
 
 UNMODELLED: MappingProxyType[str, str] = MappingProxyType(
     {
-        "deepseek_v4": "DeepSeek-V4: compressed latents per layer type, a sliding window, "
-        "indexer caches",
-        "deepseek_v41": "DeepSeek-V4.1: a DeepSeek-V4 text model",
+        "deepseek_v41": "DeepSeek-V4.1: vLLM's own model (a circular-buffer compressor, "
+        "bounded window replay)",
         "kimi_linear": "Kimi-Linear: Kimi Delta Attention linear layers beside MLA",
         "kimi_k3": "Kimi K3: a Kimi-Linear text model",
         "kimi_k3_mtp": "Kimi K3's MTP layers",

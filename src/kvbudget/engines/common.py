@@ -35,19 +35,11 @@ def stage_note(ledger: Ledger) -> list[str]:
     ]
 
 
-def refuse_unmodelled(d: Deployment, engine: str, *, models_indexer: bool = False) -> None:
-    """InvalidArgumentError for a deployment the engine models of ``engine`` do not cover:
-    a family whose pools that engine model does not build (``Architecture.unmodelled_engines``),
-    a sparse-attention indexer cache (unless ``models_indexer``), or a draft at another TP
-    size than the target."""
+def refuse_unmodelled_family(d: Deployment, engine: str) -> None:
+    """InvalidArgumentError when target or draft is a family whose pools the engine model
+    of ``engine`` does not build (``Architecture.unmodelled_engines``)."""
     from kvbudget.architectures import architecture_for
-    from kvbudget.layers import MLALayer
 
-    if d.spec.name == "dflash" and engine not in ("vllm", "kvbudget"):
-        raise InvalidArgumentError(
-            f"--engine {engine} is not modelled for DFlash drafts (its draft pools for "
-            "them are not read); plan --spec dflash with --engine vllm or --engine kvbudget"
-        )
     for model in (d.target, d.draft):
         arch = None if model is None else architecture_for(model.model_type)
         if model is not None and arch is not None and engine in arch.unmodelled_engines:
@@ -58,6 +50,20 @@ def refuse_unmodelled(d: Deployment, engine: str, *, models_indexer: bool = Fals
                 + " or ".join(f"--engine {e}" for e in others)
             )
 
+
+def refuse_unmodelled(d: Deployment, engine: str, *, models_indexer: bool = False) -> None:
+    """InvalidArgumentError for a deployment the engine models of ``engine`` do not cover:
+    a family whose pools that engine model does not build (``Architecture.unmodelled_engines``),
+    a sparse-attention indexer cache (unless ``models_indexer``), or a draft at another TP
+    size than the target."""
+    from kvbudget.layers import MLALayer
+
+    if d.spec.name == "dflash" and engine not in ("vllm", "kvbudget"):
+        raise InvalidArgumentError(
+            f"--engine {engine} is not modelled for DFlash drafts (its draft pools for "
+            "them are not read); plan --spec dflash with --engine vllm or --engine kvbudget"
+        )
+    refuse_unmodelled_family(d, engine)
     if not models_indexer and any(
         isinstance(x, MLALayer) and x.index_head_dim for x in d.target.layers
     ):

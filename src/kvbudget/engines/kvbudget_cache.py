@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kvbudget._version import __version__
-from kvbudget.engines.base import EngineModel, no_check
-from kvbudget.engines.common import cdiv, engine_capacity
+from kvbudget.engines.base import EngineModel
+from kvbudget.engines.common import cdiv, engine_capacity, refuse_unmodelled_family
 from kvbudget.errors import InfeasibleBudgetError
 from kvbudget.plan_types import (
     Capacity,
@@ -178,6 +178,12 @@ def _batch_notes(d: Deployment, fit: int, concurrency: int, at_batch: int) -> li
     return []
 
 
+def check(d: Deployment) -> None:
+    """InvalidArgumentError for a family whose caches this cache has no pool for
+    (``Architecture.unmodelled_engines``: DeepSeek-V4's compressed latents)."""
+    refuse_unmodelled_family(d, "kvbudget")
+
+
 MODEL = EngineModel(
     name="kvbudget",
     version=__version__,
@@ -187,7 +193,7 @@ MODEL = EngineModel(
     ),
     summary="kvbudget's own SpecDecodeCache",
     plan=plan,
-    check=no_check,
+    check=check,
     fixed_per_batch=True,
     sizes_cached_states=True,
 )

@@ -39,6 +39,13 @@ to the attention page, the conv state keeps ``conv_kernel - 1 + K`` rows, Nemotr
 state is float32 (``NemotronHForCausalLMConfig``), and a request holds ``2 + K + 1``
 states with prefix caching on ("align" mode, the default) or ``1 + K`` with it off.
 
+DeepSeek-V4 (``models/deepseek_v4``): each layer registers several caches (window,
+compressed latent, indexer key, compressor states: :func:`compressed_specs`) with their
+own block sizes, on backends with a block-outermost layout, so the groups come from
+``_get_packed_kv_cache_groups`` (:func:`packed_groups`), pages are not unified, and a
+block is the widest group's summed pages. With more than one MTP module every
+sliding-window spec retains ``K - 1`` more tokens (``extra_retained_tokens``).
+
 Speculative decoding adds the draft's layers to the same pool (EAGLE3: the head's own
 layer; MTP: the target's MTP layers; draft model: all its layers), each with its own
 geometry. ``--kv-cache-memory-bytes`` is the pool's bytes per GPU and overrides
@@ -68,7 +75,7 @@ from kvbudget.engines.common import (
 )
 from kvbudget.engines.facts import ENGINES
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.layers import AttentionLayer, Layer, MLALayer
+from kvbudget.layers import AttentionLayer, CompressedMLALayer, Layer, MLALayer
 from kvbudget.plan_types import EnginePlan, EngineSource, Plan, PoolPlan
 
 if TYPE_CHECKING:
@@ -288,7 +295,7 @@ def layer_specs(d: Deployment, release: VllmRelease) -> list[LayerSpec]:
     specs = [
         spec
         for layer in target.layers
-        if (spec := _layer_spec(d, layer, stage_of[layer.index], False, mamba)) is not None
+        for spec in _layer_specs(d, layer, stage_of[layer.index], False, mamba)
     ]
     last = d.parallel.pp - 1
     draft_layers: tuple[Layer, ...] = ()
@@ -296,12 +303,82 @@ def layer_specs(d: Deployment, release: VllmRelease) -> list[LayerSpec]:
         draft_layers = target.mtp_layers
     elif d.draft is not None:
         draft_layers = d.draft.layers
-    specs += [
-        spec
-        for layer in draft_layers
-        if (spec := _layer_spec(d, layer, last, True, None)) is not None
-    ]
+    specs += [spec for layer in draft_layers for spec in _layer_specs(d, layer, last, True, None)]
     return specs
+
+
+def _layer_specs(
+    d: Deployment, layer: Layer, stage: int, draft: bool, mamba: MambaSetup | None
+) -> list[LayerSpec]:
+    """The specs one layer registers: one, none, or (DeepSeek-V4) its several caches."""
+    if isinstance(layer, CompressedMLALayer):
+        return compressed_specs(layer, stage, draft)
+    spec = _layer_spec(d, layer, stage, draft, mamba)
+    return [] if spec is None else [spec]
+
+
+# DeepSeek-V4 on SM90 (vLLM 0.33.0): FlashMLA's sparse attention
+# (models/deepseek_v4/nvidia/model.py ``_select_dsv4_attn_cls``), the fp8_ds_mla layout
+# for any --kv-cache-dtype it takes (attention.py ``_resolve_dsv4_kv_cache_dtype``: auto
+# and fp8 both become fp8_ds_mla)
+DSV4_BLOCK = 256  # FLASHMLA_SPARSE_DSV4 / DEEPSEEK_V4_INDEXER kernel blocks: [256]
+DSV4_SWA_BLOCK = 64  # DeepseekV4SWACache(block_size=64) (backends/mla/sparse_swa.py)
+DSV4_ENTRY_BYTES = 584  # fp8_ds_mla: 448 NoPE + 128 RoPE + 8 scale bytes (attention.py)
+DSV4_ALIGN = 576  # pages padded to 576 bytes under fp8_ds_mla (_apply_alignment_padding)
+FP32_BYTES = 4
+
+
+def _aligned(page: int) -> int:
+    return cdiv(page, DSV4_ALIGN) * DSV4_ALIGN
+
+
+def compressed_specs(layer: CompressedMLALayer, stage: int, draft: bool) -> list[LayerSpec]:
+    """A DeepSeek-V4 layer's specs in the order its ``__init__`` registers them
+    (models/deepseek_v4/attention.py ``DeepseekV4Attention``):
+
+    * ratio 4: the indexer's key cache (``DeepseekV4IndexerCache``: an MLA spec of
+      ``index_head_dim + index_head_dim // 128 x 4`` bytes a state, one state per 4
+      tokens) and its compressor's fp32 state (``CompressorStateCache``);
+    * the window cache (``DeepseekV4SWACache``: a sliding-window MLA spec of 584 bytes a
+      token, 64-token blocks);
+    * ratio > 1: the compressed latent (``get_kv_cache_spec``: an MLA spec of 584 bytes a
+      state, ``tokens_per_state`` = the ratio; a block of 256 tokens holds 256 / ratio
+      states) and its compressor's fp32 state.
+
+    A compressor state (compressor.py) is ``2 x coff x dim`` fp32 values a token
+    (kv and score, ``coff`` 2 at ratio 4 where windows overlap, else 1) over a window of
+    ``coff x ratio`` tokens, in blocks of 4 tokens (ratio 4) or 8 (ratio 128). Every page
+    is padded to a multiple of 576 bytes; nothing is split over TP (``max_tp_shards=1``).
+    """
+    ratio = layer.compress_ratio
+    coff = 2 if ratio == 4 else 1
+
+    def spec(kind: SpecKind, block: int, page: int, window: int | None = None) -> LayerSpec:
+        return LayerSpec(
+            kind=kind,
+            block_size=block,
+            page_bytes=_aligned(page),
+            geometry=(page,),
+            sliding_window=window,
+            draft=draft,
+            stage=stage,
+        )
+
+    def state(dim: int) -> LayerSpec:
+        block = 4 if ratio == 4 else 8
+        return spec("sliding_window", block, block * 2 * coff * dim * FP32_BYTES, coff * ratio)
+
+    out = []
+    if layer.index_head_dim:
+        out.append(spec("mla", DSV4_BLOCK, DSV4_BLOCK // ratio * layer.indexer_key_bytes))
+        out.append(state(layer.index_head_dim))
+    out.append(
+        spec("sliding_window", DSV4_SWA_BLOCK, DSV4_SWA_BLOCK * DSV4_ENTRY_BYTES, layer.window)
+    )
+    if ratio > 1:
+        out.append(spec("mla", DSV4_BLOCK, DSV4_BLOCK // ratio * DSV4_ENTRY_BYTES))
+        out.append(state(layer.head_dim))
+    return out
 
 
 def _layer_spec(
@@ -376,8 +453,12 @@ def _unify_pages(specs: list[LayerSpec]) -> list[LayerSpec]:
     return out
 
 
-def kv_cache_groups(specs: list[LayerSpec]) -> tuple[list[LayerSpec], list[KvCacheGroup]]:
-    """vLLM's KV cache groups for ``specs`` (``get_kv_cache_groups``, layer-outer layout).
+def kv_cache_groups(
+    specs: list[LayerSpec], *, packed: bool = False
+) -> tuple[list[LayerSpec], list[KvCacheGroup]]:
+    """vLLM's KV cache groups for ``specs`` (``get_kv_cache_groups``): the layer-outer
+    layout, or with ``packed`` the block-outermost one (DeepSeek-V4's backends), whose
+    mixed page sizes are packed, not unified (:func:`packed_groups`).
 
     Returns the specs as grouped (pages unified for hybrid models) and the groups.
     """
@@ -385,18 +466,9 @@ def kv_cache_groups(specs: list[LayerSpec]) -> tuple[list[LayerSpec], list[KvCac
         return specs, []
     everything = tuple(range(len(specs)))
     if _all_equal(specs) or _uniform_type(specs):
-        first = specs[0]
-        return specs, [
-            KvCacheGroup(
-                kind=first.kind,
-                layers=everything,
-                padding_layers=0,
-                page_bytes=max(s.page_bytes for s in specs),
-                block_size=first.block_size,
-                sliding_window=first.sliding_window,
-                draft_layers=sum(s.draft for s in specs),
-            )
-        ]
+        return specs, [_group(specs, everything, 0)]
+    if packed and len({s.page_bytes for s in specs}) > 1:
+        return specs, packed_groups(specs)
     unified = _unify_pages(specs)
     buckets: dict[tuple[object, ...], list[int]] = {}
     for i, s in enumerate(unified):
@@ -425,6 +497,68 @@ def kv_cache_groups(specs: list[LayerSpec]) -> tuple[list[LayerSpec], list[KvCac
     return unified, groups
 
 
+def _group(specs: list[LayerSpec], layers: tuple[int, ...], padding: int) -> KvCacheGroup:
+    """One group of ``layers`` (a uniform type: the first one's kind, block and window;
+    its largest page)."""
+    first = specs[layers[0]]
+    return KvCacheGroup(
+        kind=first.kind,
+        layers=layers,
+        padding_layers=padding,
+        page_bytes=max(specs[i].page_bytes for i in layers),
+        block_size=first.block_size,
+        sliding_window=first.sliding_window,
+        draft_layers=sum(specs[i].draft for i in layers),
+    )
+
+
+def _approximate_gcd(values: list[int], lower_bound: int) -> int:
+    """``_approximate_gcd`` (kv_cache_planning.py): the chunk size in ``[lower_bound,
+    max(values)]`` that pads ``values`` up to its multiples least (ties: the larger)."""
+    best, best_pad = lower_bound, None
+    for size in range(max(1, lower_bound), max(values) + 1):
+        pad = sum((size - x % size) % size for x in values)
+        if best_pad is None or pad <= best_pad:
+            best, best_pad = size, pad
+    return best
+
+
+def packed_groups(specs: list[LayerSpec]) -> list[KvCacheGroup]:
+    """``_get_packed_kv_cache_groups`` (kv_cache_planning.py, vLLM 0.33.0).
+
+    Layers are bucketed by type in order (a layer joins the first bucket it is uniform
+    with). A bucket is *balanced* when each of its page sizes has as many layers; the
+    repeats per group are the ``_approximate_gcd`` of the balanced buckets' largest
+    page-size counts, at least the largest count of a balanced bucket that mixes page
+    sizes; a balanced bucket splits into ``cdiv(count, repeats)`` groups (repeat ``r``
+    of its pattern to group ``r mod n``), any other stays whole. (Mamba and
+    circular-buffer buckets, which vLLM also caps at the block's bytes, do not occur
+    beside these specs.) Padding layers: the widest group's layers less the group's.
+    """
+    buckets: dict[tuple[object, ...], list[int]] = {}
+    for i, s in enumerate(specs):
+        buckets.setdefault(s.type_key, []).append(i)
+    shaped = []
+    for members in buckets.values():
+        by_page: dict[int, list[int]] = {}
+        for i in members:
+            by_page.setdefault(specs[i].page_bytes, []).append(i)
+        counts = [len(v) for v in by_page.values()]
+        shaped.append((by_page, len(set(counts)) == 1, max(counts)))
+    floor = max((most for by_page, bal, most in shaped if bal and len(by_page) > 1), default=0)
+    repeats = _approximate_gcd([m for _, bal, m in shaped if bal], floor) if floor else None
+    chosen: list[tuple[int, ...]] = []
+    for by_page, balanced, most in shaped:
+        count = cdiv(most, repeats) if balanced and repeats else 1
+        if count == 1:
+            chosen.append(tuple(i for page in by_page.values() for i in page))
+            continue
+        pattern = list(zip(*by_page.values(), strict=True))
+        chosen += [tuple(i for rep in pattern[g::count] for i in rep) for g in range(count)]
+    widest = max(len(layers) for layers in chosen)
+    return [_group(specs, layers, widest - len(layers)) for layers in chosen]
+
+
 def _group_blocks_per_request(
     group: KvCacheGroup, specs: list[LayerSpec], d: Deployment, release: VllmRelease
 ) -> int:
@@ -432,7 +566,7 @@ def _group_blocks_per_request(
     max_len = d.max_seq_len
     if group.kind == "sliding_window":
         assert group.sliding_window is not None
-        retained = group.sliding_window - 1 + _in_flight_tokens(d, release)
+        retained = group.sliding_window - 1 + _extra_retained(d) + _in_flight_tokens(d, release)
         return cdiv(min(retained, max_len), group.block_size) + 1
     if group.kind == "chunked_local":
         # ChunkedLocalAttentionSpec: one chunk plus the in-flight tokens, no extra block
@@ -442,6 +576,23 @@ def _group_blocks_per_request(
     if group.kind == "mamba":
         return max(specs[i].states_per_request for i in group.layers)
     return cdiv(max_len, group.block_size)
+
+
+def _extra_retained(d: Deployment) -> int:
+    """``extra_retained_tokens`` of every sliding-window spec: ``num_prefill_lookahead_tokens
+    - 1`` (``get_global_kv_cache_groups``, kv_cache_planning.py; config/vllm.py): with
+    more than one MTP module (``use_multi_module_mtp``: ``min(num_nextn_predict_layers,
+    num_speculative_tokens) > 1``) the chain re-prefills ``K - 1`` trailing tokens; 0
+    for every other drafter and without one."""
+    if d.spec.name != "mtp":
+        return 0
+    if d.draft is None:
+        modules = len(d.target.mtp_layers)
+    else:
+        given = d.draft.config.get("num_nextn_predict_layers", 1)
+        modules = given if isinstance(given, int) else 1
+    k = d.lookahead_tokens
+    return k - 1 if min(modules, k) > 1 else 0
 
 
 def async_scheduling(d: Deployment, release: VllmRelease) -> bool:
@@ -474,7 +625,8 @@ def _bytes_per_block(groups: list[KvCacheGroup], specs: list[LayerSpec], stage: 
 def vllm_pool(d: Deployment, budget: int, release: VllmRelease = RELEASE) -> VllmPool:
     """The pool ``release`` of vLLM builds for ``d`` from ``budget`` KV bytes per GPU,
     and its logged capacity figures."""
-    specs, groups = kv_cache_groups(layer_specs(d, release))
+    packed = any(isinstance(x, CompressedMLALayer) for x in d.target.layers)
+    specs, groups = kv_cache_groups(layer_specs(d, release), packed=packed)
     if not groups:
         raise InvalidArgumentError(f"{d.target.name} caches nothing for vLLM to size")
     per_group = tuple(_group_blocks_per_request(g, specs, d, release) for g in groups)
@@ -781,6 +933,16 @@ def _detail(d: Deployment, pool: VllmPool, release: VllmRelease) -> dict[str, An
     }
 
 
+def block_flag(d: Deployment) -> int:
+    """The ``--block-size`` of the plan: ``tokens_per_block``, or 256 for DeepSeek-V4,
+    whose compressed-latent and indexer backends take 256-token blocks only
+    (``get_supported_kernel_block_sizes``: models/deepseek_v4/sparse_mla.py,
+    v1/attention/backends/mla/indexer.py); its other caches keep their own block sizes."""
+    if any(isinstance(x, CompressedMLALayer) for x in d.target.layers):
+        return DSV4_BLOCK
+    return d.tokens_per_block
+
+
 def _settings(
     d: Deployment, budget: int, dtype: str, size: str, release: VllmRelease
 ) -> dict[str, Any]:
@@ -799,7 +961,7 @@ def _settings(
         "--enable-prefix-caching"
         if d.enable_prefix_caching
         else "--no-enable-prefix-caching": True,
-        facts.block_knob: d.tokens_per_block,
+        facts.block_knob: block_flag(d),
         facts.kv_dtype_knob: dtype,
         facts.gpu_knob: budget,
     }
@@ -847,6 +1009,13 @@ def _notes(
         notes.append(
             f"# {len(pool.groups)} KV cache groups share the pool; a request of "
             f"max_model_len takes {pool.blocks_per_request} blocks over all groups"
+        )
+    if any(isinstance(x, CompressedMLALayer) for x in d.target.layers):
+        notes.append(
+            "# DeepSeek-V4: fp8_ds_mla pages (584 B a latent) whatever --kv-cache-dtype, "
+            f"and --block-size {DSV4_BLOCK} for its compressed caches (whatever "
+            "--tokens-per-block says); the window and compressor-state caches keep their "
+            "own 64-, 8- and 4-token blocks"
         )
     if any(g.kind == "sliding_window" for g in pool.groups):
         notes.append(
@@ -930,6 +1099,7 @@ def check(d: Deployment) -> None:
             f"{d.target.name}'s {layers} MTP layers: num_speculative_tokens:{steps} must be "
             f"divisible by n_predict={layers}; pick --max-draft-len {layers} or a multiple"
         )
+    _check_compressed_split(d)
     shared = d.target.config.get("num_kv_shared_layers")
     if d.parallel.pp > 1 and isinstance(shared, int) and shared > 0:
         # Gemma-4's KV-shared layers read an earlier layer's cache by name
@@ -949,6 +1119,42 @@ def check(d: Deployment) -> None:
                 f"--engine vllm is not modelled for {model.name} with a {d.kv_dtype} KV cache "
                 f"(head sizes {sorted(dims)}: vLLM runs the widest on FlashAttention 4 with "
                 "its own fp8 page); plan --kv-dtype bf16, or --engine kvbudget"
+            )
+
+
+def _check_compressed_split(d: Deployment) -> None:
+    """DeepSeek-V4 at a TP size its heads or output groups do not split into, or under PP
+    with a stage of window-only layers (compress rate 0): that
+    stage's only backend (the window cache's) supports more KV cache layouts than the
+    others' (FlashMLA's sparse and indexer backends: block-outermost only), and the
+    engine core's ``resolve_kv_cache_layout`` (v1/attention/backends/utils.py) asserts
+    "Workers disagree on supported KV cache layouts" at start-up."""
+    layers = d.target.layers
+    if not any(isinstance(x, CompressedMLALayer) for x in layers):
+        return
+    tp = d.parallel.attention_tp
+    heads, groups = d.target.num_attention_heads, d.target.config.get("o_groups")
+    # DeepseekV4Attention.__init__ (attention.py): ``assert n_heads % tp_size == 0``, and
+    # the grouped output projection runs ``o_groups // tp`` groups a rank (none below 1)
+    if heads % tp or (isinstance(groups, int) and groups % tp):
+        raise InvalidArgumentError(
+            f"vLLM would not run {d.target.name} at --tensor-parallel-size {tp}: its "
+            f"{heads} heads and {groups} output groups (o_groups) must each split evenly "
+            "over the TP ranks; pick a --tp that divides both"
+        )
+    if d.parallel.pp == 1:
+        return
+    for stage, indices in enumerate(pp_stage_layers(d.target.num_layers, d.parallel.pp)):
+        if all(
+            isinstance(x, CompressedMLALayer) and x.compress_ratio == 1
+            for x in (layers[i] for i in indices)
+        ):
+            raise InvalidArgumentError(
+                f"vLLM would not start {d.target.name} with --pipeline-parallel-size "
+                f"{d.parallel.pp}: stage {stage} (layers {indices.start}-{indices.stop - 1}) "
+                "holds only window-only layers, whose backend's KV cache layouts differ from "
+                "the other stages' (resolve_kv_cache_layout: \"Workers disagree on supported "
+                'KV cache layouts"); pick a --pp that gives every stage a compressed layer'
             )
 
 

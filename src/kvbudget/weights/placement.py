@@ -18,7 +18,7 @@ from kvbudget.model_spec import ModelSpec
 from kvbudget.weights.headers import match, share, unmatched_place
 from kvbudget.weights.quantization import Quant, quantization
 
-FIXED_BYTES = {"fp32": 4, "int64": 8}
+FIXED_BYTES = {"fp32": 4, "int32": 4, "int64": 8}
 
 
 @dataclass(frozen=True, kw_only=True)
