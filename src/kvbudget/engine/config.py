@@ -129,25 +129,7 @@ def parse_decoder_config(cfg: Mapping[str, Any], *, source: str) -> DecoderConfi
     is_eagle3 = (
         "eagle3" in arch or "draft_vocab_size" in cfg or isinstance(cfg.get("eagle_config"), dict)
     )
-    model_type = cfg.get("model_type", "llama")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise UnsupportedArchitectureError(
-            f"the reference engine builds Llama-family decoders "
-            f"({', '.join(SUPPORTED_MODEL_TYPES)}), not {model_type!r}",
-            source=source,
-            field="model_type",
-        )
-    for key in ("attention_bias", "mlp_bias"):
-        if cfg.get(key, False):
-            raise UnsupportedArchitectureError(
-                "biases are not built by the reference engine", source=source, field=key
-            )
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise UnsupportedArchitectureError(
-            f"only silu (SwiGLU) is built, got {cfg.get('hidden_act')!r}",
-            source=source,
-            field="hidden_act",
-        )
+    _refuse_unbuilt(cfg, source)
     hidden = _int(cfg, "hidden_size", source)
     heads = _int(cfg, "num_attention_heads", source)
     kv_heads = _int(cfg, "num_key_value_heads", source, heads)
@@ -173,36 +155,7 @@ def parse_decoder_config(cfg: Mapping[str, Any], *, source: str) -> DecoderConfi
                 source=source,
                 field="draft_vocab_size",
             )
-    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    if not isinstance(params, dict):
-        raise ConfigError("must be an object", source=source, field="rope_scaling")
-    theta = _float({**cfg, **params}, "rope_theta", source, 10000.0)
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    scaling: Llama3RopeScaling | None = None
-    if rope_type == "llama3":
-        scaling = Llama3RopeScaling(
-            factor=_float(params, "factor", source, 8.0),
-            low_freq_factor=_float(params, "low_freq_factor", source, 1.0),
-            high_freq_factor=_float(params, "high_freq_factor", source, 4.0),
-            original_max_position_embeddings=_int(
-                params, "original_max_position_embeddings", source, 8192
-            ),
-        )
-    elif rope_type != "default":
-        raise UnsupportedArchitectureError(
-            f"rope type {rope_type!r} is not built (default and llama3 are)",
-            source=source,
-            field="rope_scaling",
-        )
-    windows = _layer_windows(cfg, num_layers, source)
-    dtype_name = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
-    dtype = normalize_dtype_name(str(dtype_name))
-    if dtype not in BUILT_DTYPES:
-        raise UnsupportedArchitectureError(
-            f"dtype {dtype_name!r} is not built (float32, bfloat16, float16 are)",
-            source=source,
-            field="torch_dtype",
-        )
+    theta, scaling = _rope(cfg, source)
     target_hidden = cfg.get("target_hidden_size") or hidden
     if isinstance(cfg.get("eagle_config"), dict):
         target_hidden = cfg["eagle_config"].get("target_hidden_size") or target_hidden
@@ -220,11 +173,73 @@ def parse_decoder_config(cfg: Mapping[str, Any], *, source: str) -> DecoderConfi
         rope_theta=theta,
         rope_scaling=scaling,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        layer_windows=windows,
-        dtype=dtype,
+        layer_windows=_layer_windows(cfg, num_layers, source),
+        dtype=_built_dtype(cfg, source),
         is_eagle3=is_eagle3,
         target_hidden_size=int(target_hidden) if is_eagle3 else 0,
     )
+
+
+def _refuse_unbuilt(cfg: Mapping[str, Any], source: str) -> None:
+    """UnsupportedArchitectureError for what the reference engine does not build: a
+    model type outside the Llama family, biases, an activation other than silu."""
+    model_type = cfg.get("model_type", "llama")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedArchitectureError(
+            f"the reference engine builds Llama-family decoders "
+            f"({', '.join(SUPPORTED_MODEL_TYPES)}), not {model_type!r}",
+            source=source,
+            field="model_type",
+        )
+    for key in ("attention_bias", "mlp_bias"):
+        if cfg.get(key, False):
+            raise UnsupportedArchitectureError(
+                "biases are not built by the reference engine", source=source, field=key
+            )
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise UnsupportedArchitectureError(
+            f"only silu (SwiGLU) is built, got {cfg.get('hidden_act')!r}",
+            source=source,
+            field="hidden_act",
+        )
+
+
+def _rope(cfg: Mapping[str, Any], source: str) -> tuple[float, Llama3RopeScaling | None]:
+    """RoPE's theta and its llama3 scaling (None: default RoPE); other types refused."""
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(params, dict):
+        raise ConfigError("must be an object", source=source, field="rope_scaling")
+    theta = _float({**cfg, **params}, "rope_theta", source, 10000.0)
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type == "default":
+        return theta, None
+    if rope_type != "llama3":
+        raise UnsupportedArchitectureError(
+            f"rope type {rope_type!r} is not built (default and llama3 are)",
+            source=source,
+            field="rope_scaling",
+        )
+    return theta, Llama3RopeScaling(
+        factor=_float(params, "factor", source, 8.0),
+        low_freq_factor=_float(params, "low_freq_factor", source, 1.0),
+        high_freq_factor=_float(params, "high_freq_factor", source, 4.0),
+        original_max_position_embeddings=_int(
+            params, "original_max_position_embeddings", source, 8192
+        ),
+    )
+
+
+def _built_dtype(cfg: Mapping[str, Any], source: str) -> str:
+    """The config's dtype, normalised; refused unless float32, bfloat16 or float16."""
+    dtype_name = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
+    dtype = normalize_dtype_name(str(dtype_name))
+    if dtype not in BUILT_DTYPES:
+        raise UnsupportedArchitectureError(
+            f"dtype {dtype_name!r} is not built (float32, bfloat16, float16 are)",
+            source=source,
+            field="torch_dtype",
+        )
+    return dtype
 
 
 def _layer_windows(cfg: Mapping[str, Any], num_layers: int, source: str) -> tuple[int | None, ...]:
