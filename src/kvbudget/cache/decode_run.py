@@ -133,6 +133,80 @@ class DecodeRun:
                 req.tokens.extend([token] * (want - have))
         self.tokens = list(tokens)
 
+    def finish(self, tokens: Sequence[int], evict: int) -> bool:
+        """The end of a run in one batch: the ``evict`` least recently used cached GPU
+        blocks evicted onto the free list (moved down as a take's evictions are), then
+        every request ``i`` takes from the free list the blocks ``ceil(tokens[i] /
+        tokens_per_block)`` needs and gets its missing tokens, its newly full blocks
+        hashed and registered. That is what the run's takes and settles come to when the
+        caller counts ``evict`` from its reservations (the blocks the free list could not
+        serve) and no block it fills has a hash the GPU pool indexes already. Returns
+        False, changing nothing, when one does (a twin's hand-over depends on when the
+        step-by-step loop registers it: take and settle step by step then).
+        Precondition: no block taken since the last :meth:`settle`; ``tokens[i]`` at
+        least what request ``i`` has; the free list plus ``evict`` covers the blocks
+        taken."""
+        chains: list[tuple[int, list[BlockHash]]] = []
+        indexed = self._gpu.hashes
+        seen: set[BlockHash] = set()
+        for index, count in enumerate(tokens):
+            start, new = self._chain(index, count)
+            for h in new:
+                if h in indexed or h in seen:
+                    return False
+            if len(tokens) > 1:
+                seen.update(new)
+            chains.append((start, new))
+        self._kv.evict_gpu(evict)
+        gpu, tpb, token = self._gpu, self._tpb, self._token
+        for index, (count, req, (start, new)) in enumerate(
+            zip(tokens, self._requests, chains, strict=True)
+        ):
+            table = req.table
+            more = -(-count // tpb) - len(table)
+            if more > 0:
+                gpu.take_into(table, more)  # the free list holds them: no eviction
+            add = count - len(req.tokens)
+            if add:
+                req.tokens.extend([token] * add)
+            if new:
+                req.hashes.extend(new)
+                gpu.register(table, req.hashes, start)
+                self.hash_at[index] = (len(req.hashes) + 1) * tpb + self._with_next
+            self.tokens[index] = count
+            self.blocks[index] = len(table)
+        return True
+
+    def _chain(self, index: int, tokens: int) -> tuple[int, list[BlockHash]]:
+        """The hashes a :meth:`settle` of request ``index`` at ``tokens`` verified tokens
+        appends, and the block they start at; changes nothing the cache reports."""
+        req = self._requests[index]
+        hashes = req.hashes
+        start = len(hashes)
+        tpb = self._tpb
+        if not self._reuse or (tokens - self._with_next) // tpb <= start:
+            return start, []
+        held = req.tokens
+        lo = start * tpb  # the first token the next block's hash reads
+        base = self._base[index]
+        if lo < base and held[lo:base] == self._fill[: base - lo]:
+            base = self._base[index] = lo  # earlier tokens of token_id too
+        if lo < base or req.extra_keys:
+            ids = held[:]
+            ids.extend([self._token] * (tokens - len(held)))
+            chain = list(hashes)
+            extend_block_hashes(
+                chain, ids, tpb, req.extra_keys, root=req.root, with_next=bool(self._with_next)
+            )
+            return start, chain[start:]
+        parent = hashes[-1] if hashes else req.root
+        data, sha256 = self._block_bytes, hashlib.sha256
+        new: list[BlockHash] = []
+        for _ in range((tokens - self._with_next) // tpb - start):
+            parent = sha256(parent + data).digest()  # type: ignore[assignment]
+            new.append(parent)
+        return start, new
+
     def settle(self, index: int, tokens: int) -> None:
         """Request ``index`` has ``tokens`` verified tokens (at least what it had): the
         missing ones are appended, full blocks hashed, unused blocks released; updates

@@ -43,7 +43,6 @@ Outputs longer than ``max_seq_len - prompt`` tokens are cut there (``truncated_o
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -495,9 +494,8 @@ class _Replay:
         """5. commits (1 + accepted tokens, seeded draws), first tokens, finishes."""
         finished: list[_Live] = []
         commit, out_ids = self.cache.commit, self.out_ids
-        rand, ascending, top = self.accept.random, self.accept.ascending, 1 + self.k
-        for live in decoders:
-            n = top - bisect_right(ascending, rand())  # 1 + accepted, as AcceptanceDraw.draw
+        # 1 + accepted per decoding request, in running order
+        for live, n in zip(decoders, self.accept.counts(len(decoders)), strict=True):
             left = live.output - live.generated
             if n > left:
                 n = left
