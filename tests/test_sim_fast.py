@@ -116,3 +116,40 @@ def test_decode_terms_are_the_stepper_bit_for_bit(
         assert memory_s == expected
     else:
         assert max(memory_s, (f_d * decoding + f_c * context) / p) == expected
+
+
+def test_fast_path_equals_step_by_step_when_runs_fill_twin_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every prompt the same ids (so running requests fill blocks of equal hashes, and
+    a finished one leaves cached twins of a running one's next blocks): the batched end
+    of a run refuses them and the run's events go one by one; the metrics stay the
+    step-by-step loop's."""
+    from kvbudget.cache.tokens import CheckedIds
+    from kvbudget.sim import fast_decode
+    from kvbudget.sim.replay import _Tokens
+    from kvbudget.sim.trace import TraceRequest
+
+    same = CheckedIds.of(list(range(2, 22)))  # 20 tokens: one full block and a part
+    monkeypatch.setattr(_Tokens, "prompt", lambda self, req: same)
+    one_by_one = []
+    events = fast_decode._cache_events
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        one_by_one.append(args[2])
+        return events(*args)
+
+    monkeypatch.setattr(fast_decode, "_cache_events", spy)
+    plan = kvbudget.plan(
+        kv_budget=24 * PAIR, tokens_per_block=TPB, max_seq_len=MAX_SEQ, max_batch_size=4
+    )
+    (variant,) = policy_plans(plan, ("kvbudget",))
+    trace = [
+        TraceRequest(index=i, arrival_s=0.001 * (i // 2) * 40, prompt_tokens=20, output_tokens=50)
+        for i in range(6)
+    ]
+    config = ReplayConfig(acceptance=AcceptanceModel(rates=(0.7,)), max_num_batched_tokens=64)
+    slow, fast = both(variant, trace, flat_roofline(plan), config)
+    assert one_by_one  # the event-by-event path ran
+    assert fast == slow
+    assert slow["completed"] == 6
