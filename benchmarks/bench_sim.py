@@ -38,18 +38,27 @@ from kvbudget.sim.roofline import gpu_rates, roofline_for
 from kvbudget.sim.trace import PrefixSynthesis, TraceRequest, default_trace_path, read_trace
 
 
-def tiled(requests: int, synth: PrefixSynthesis) -> Iterator[TraceRequest]:
-    """The shipped trace, lap after lap, until ``requests`` requests."""
+def tiled(requests: int, synth: PrefixSynthesis, rate_scale: float = 1.0) -> Iterator[TraceRequest]:
+    """The shipped trace, lap after lap, until ``requests`` requests, arrivals divided by
+    ``rate_scale``."""
     path = default_trace_path()
     duration = 0.0
     for last in read_trace(path, prefixes=PrefixSynthesis(share=0.0)):
         duration = last.arrival_s
     lap, count = 0, 0
     while True:
+        shift = lap * (duration + 1.0)
         for r in read_trace(path, prefixes=replace(synth, seed=synth.seed + lap)):
             if count >= requests:
                 return
-            yield replace(r, index=count, arrival_s=r.arrival_s + lap * (duration + 1.0))
+            yield TraceRequest(
+                index=count,
+                arrival_s=(r.arrival_s + shift) / rate_scale,
+                prompt_tokens=r.prompt_tokens,
+                output_tokens=r.output_tokens,
+                prefix_group=r.prefix_group,
+                prefix_tokens=r.prefix_tokens,
+            )
             count += 1
         lap += 1
 
@@ -75,15 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     config = ReplayConfig(acceptance=AcceptanceModel(rates=(0.7,)))
     synth = PrefixSynthesis()
 
-    def stream() -> Iterator[TraceRequest]:
-        for r in tiled(args.requests, synth):
-            yield replace(r, arrival_s=r.arrival_s / args.rate_scale)
-
     variants = policy_plans(plan, names)
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
-        replay(variants[0], stream(), roof, config)
+        replay(variants[0], tiled(args.requests, synth, args.rate_scale), roof, config)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
         return 0
@@ -124,9 +129,7 @@ def _timed(
 ) -> tuple[str, float, float, int, int, dict[str, object]]:
     variant, args, roof, config = job
     synth = PrefixSynthesis()
-    stream = (
-        replace(r, arrival_s=r.arrival_s / args.rate_scale) for r in tiled(args.requests, synth)
-    )
+    stream = tiled(args.requests, synth, args.rate_scale)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     m = replay(variant, stream, roof, config)  # type: ignore[arg-type]
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
