@@ -62,7 +62,8 @@ def run_steady(
             return 0
     first = rp.steps
     sample_steps = rp.config.sample_steps
-    last = first + sample_steps - first % sample_steps - 1  # before the next sample
+    sampled = first + sample_steps - first % sample_steps  # the next sampled step
+    last = sampled  # the run may end with that step
     if check_every:
         last = min(last, first + check_every - first % check_every - 1)
     if last <= first:
@@ -94,9 +95,13 @@ def run_steady(
     takes: Takes = {}
     for j, path in enumerate(paths):
         _reservations(takes, j, path, n, rp.tpb, rp.step_slots, rp.max_seq)
-    ran, evict = _evictions(run, takes, n)
+    batched = n - 1 if first + n == sampled else n  # a sampled last step: one by one
+    ran, evict = _evictions(run, takes, batched)
     if ran and not run.finish([path[ran] for path in paths], evict):
-        ran = _cache_events(run, paths, n, takes, rp.tpb)  # a twin: event by event
+        ran = _cache_events(run, paths, batched, takes, rp.tpb)  # a twin: event by event
+    rp.clock, rp.steps = clocks[ran], first + ran
+    if ran == batched < n and _sampled_step(rp, run, paths, ran, takes.get(ran, []), clocks[n]):
+        ran = n  # (the sample may have moved the clock past clocks[n])
     n = ran
     rp.accept.unread((span - n) * width)
     if not n:
@@ -104,7 +109,6 @@ def run_steady(
         return 0
     if progress is not None and first // 256 != (first + n) // 256:
         progress(rp.completed + sum(rp.reasons.values()))
-    rp.clock, rp.steps = clocks[n], first + n
     tokens = [path[n] for path in paths]
     run.close(tokens)
     finished = []
@@ -156,6 +160,8 @@ def _evictions(run: DecodeRun, takes: Takes, steps: int) -> tuple[int, int]:
     cached = run.available() - free
     evict = 0
     for s in sorted(takes):
+        if s >= steps:
+            break
         need = kept = 0
         for _, count, keep in takes[s]:
             need += count
@@ -171,6 +177,38 @@ def _evictions(run: DecodeRun, takes: Takes, steps: int) -> tuple[int, int]:
     return steps, evict
 
 
+def _sampled_step(
+    rp: _Replay,
+    run: DecodeRun,
+    paths: list[list[int]],
+    s: int,
+    takers: list[tuple[int, int, int]],
+    clock: float,
+) -> bool:
+    """Step ``s``, the run's last, whose counters the replay samples: its reservations
+    taken (every one: the sample counts the blocks they hold), the clock advanced to
+    ``clock``, the
+    sample read (:meth:`_Replay.sample <kvbudget.sim.replay._Replay.sample>`, which may
+    move the clock on for host copies), then the commits, as the step-by-step loop runs
+    it. False, changing nothing, when the GPU cannot take the reservations."""
+    need = 0
+    for _, count, _ in takers:
+        need += count
+    if need > run.available():
+        return False
+    settle = set()
+    for j, count, _ in takers:
+        run.take(j, count)
+        settle.add(j)
+    rp.clock = clock
+    rp.steps += 1
+    rp.sample()
+    for j, path in enumerate(paths):
+        if j in settle or path[s + 1] >= run.hash_at[j]:
+            run.settle(j, path[s + 1])
+    return True
+
+
 def _cache_events(
     run: DecodeRun, paths: list[list[int]], steps: int, takes: Takes, tpb: int
 ) -> int:
@@ -184,6 +222,8 @@ def _cache_events(
     if not takes and not fills:
         return steps
     for s in sorted(takes.keys() | fills.keys()):
+        if s >= steps:
+            break
         settle = fills.get(s, [])
         takers = takes.get(s)
         if takers:

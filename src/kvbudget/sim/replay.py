@@ -280,7 +280,7 @@ class _Replay:
         pending = next(it, None)
         # the stages, bound once: the loop runs once per simulated step
         arrive, decode, resume = self._arrive, self._reserve_decodes, self._resume_swapped
-        prefill, sample, finish = self._prefill, self._sample, self._finish_step
+        prefill, sample, finish = self._prefill, self.sample, self._finish_step
         step_time, slots = self.step_time, self.step_slots
         sample_steps, max_tokens = self.config.sample_steps, self.config.max_num_batched_tokens
         running, waiting, swapped = self.running, self.waiting, self.swapped
@@ -464,7 +464,7 @@ class _Replay:
                 prefilled.append(live)
         return prefilled, (prefill_tokens, pairs, kv_tokens)
 
-    def _sample(self) -> None:
+    def sample(self) -> None:
         """4. every sample_steps steps: the window's host copies (they delay the clock
         only by what they take beyond the window) and one series point."""
         gpu_pool = self.cache.kv_counts("gpu")
