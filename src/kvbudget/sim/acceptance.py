@@ -23,6 +23,8 @@ from __future__ import annotations
 import random
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import repeat
+from operator import sub
 
 from kvbudget.errors import InvalidArgumentError
 
@@ -106,11 +108,11 @@ class AcceptanceDraw:
         """The next ``n`` draws as ``1 + accepted`` (each in ``1..draft_len + 1``)."""
         pos = self._pos
         if pos + n > len(self._buf):
-            rand, ascending, top = self._random, self.ascending, self.draft_len + 1
-            more = max(n, BATCH_DRAWS)
-            self._buf = self._buf[pos:] + [
-                top - bisect_right(ascending, rand()) for _ in range(more)
-            ]
+            rand, more = self._random, max(n, BATCH_DRAWS)
+            u = [rand() for _ in range(more)]  # one u per draw, in stream order
+            # 1 + accepted = draft_len + 1 - #{P(accepted >= i) <= u}, as draw() reads it
+            accepted = map(bisect_right, repeat(self.ascending, more), u)
+            self._buf = self._buf[pos:] + list(map(sub, repeat(self.draft_len + 1, more), accepted))
             pos = 0
         self._pos = pos + n
         return self._buf[pos : pos + n]
