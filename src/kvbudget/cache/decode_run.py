@@ -61,6 +61,7 @@ class DecodeRun:
         "_fill",
         "_gpu",
         "_kv",
+        "_many",
         "_requests",
         "_reuse",
         "_token",
@@ -89,8 +90,9 @@ class DecodeRun:
         self._with_next = int(with_next)
         self._reuse = prefix_reuse
         # the bytes one block of token_id hashes (its tokens and, with_next, the next one)
-        self._fill = array("q", [token_id] * (tokens_per_block + with_next))
+        self._fill = array("q", [token_id]) * (tokens_per_block + with_next)
         self._block_bytes = self._fill.tobytes()
+        self._many = self._fill  # token_id repeated, grown as runs need (_ids)
         #: verified tokens the cache holds for each request (the caller may count more)
         self.tokens = [len(r.tokens) for r in requests]
         # from which token on each request's ids are known to be token_id (appended by
@@ -100,6 +102,14 @@ class DecodeRun:
         self.blocks = [len(r.table) for r in requests]
         #: the verified tokens at which each request's next block is hashed
         self.hash_at = [self._next_hash_at(r.hashes) for r in requests]
+
+    def _ids(self, count: int) -> array[int]:
+        """``count`` copies of the run's token id, as int64 (appended to a request's
+        tokens: one copy of packed ids, no list of them made)."""
+        many = self._many
+        if len(many) < count:
+            many = self._many = array("q", [self._token]) * max(count, 2 * len(many))
+        return many[:count]
 
     def _next_hash_at(self, hashes: list[BlockHash]) -> int:
         if not self._reuse:
@@ -127,10 +137,9 @@ class DecodeRun:
         """The end of the run: every request ``i`` has ``tokens[i]`` verified tokens, none
         past its ``hash_at`` and no block taken since its last :meth:`settle` (so only
         tokens are missing); the cache is whole again."""
-        token = self._token
         for req, have, want in zip(self._requests, self.tokens, tokens, strict=True):
             if want != have:
-                req.tokens.extend([token] * (want - have))
+                req.tokens.extend(self._ids(want - have))
         self.tokens = list(tokens)
 
     def finish(self, tokens: Sequence[int], evict: int) -> bool:
@@ -158,7 +167,7 @@ class DecodeRun:
                 seen.update(new)
             chains.append((start, new))
         self._kv.evict_gpu(evict)
-        gpu, tpb, token = self._gpu, self._tpb, self._token
+        gpu, tpb = self._gpu, self._tpb
         for index, (count, req, (start, new)) in enumerate(
             zip(tokens, self._requests, chains, strict=True)
         ):
@@ -168,7 +177,7 @@ class DecodeRun:
                 gpu.take_into(table, more)  # the free list holds them: no eviction
             add = count - len(req.tokens)
             if add:
-                req.tokens.extend([token] * add)
+                req.tokens.extend(self._ids(add))
             if new:
                 req.hashes.extend(new)
                 gpu.register(table, req.hashes, start)
@@ -193,7 +202,7 @@ class DecodeRun:
             base = self._base[index] = lo  # earlier tokens of token_id too
         if lo < base or req.extra_keys:
             ids = held[:]
-            ids.extend([self._token] * (tokens - len(held)))
+            ids.extend(self._ids(tokens - len(held)))
             chain = list(hashes)
             extend_block_hashes(
                 chain, ids, tpb, req.extra_keys, root=req.root, with_next=bool(self._with_next)
@@ -217,7 +226,7 @@ class DecodeRun:
         held = req.tokens
         add = tokens - len(held)
         if add:
-            held.extend([self._token] * add)
+            held.extend(self._ids(add))
         tpb, table = self._tpb, req.table
         hashes = req.hashes
         start = len(hashes)
