@@ -153,3 +153,46 @@ def test_fast_path_equals_step_by_step_when_runs_fill_twin_blocks(
     assert one_by_one  # the event-by-event path ran
     assert fast == slow
     assert slow["completed"] == 6
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=requests,
+    tpb=st.sampled_from([1, 2, 3, 8]),
+    extra_blocks=st.integers(0, 40),
+    draft=st.sampled_from([1, 3, 7]),
+    rate=st.sampled_from([0.0, 0.5, 1.0]),
+    sample_steps=st.sampled_from([1, 3, 64]),
+    seed=st.integers(0, 3),
+)
+def test_fast_path_equals_step_by_step_when_a_reservation_spans_blocks(
+    rows: list[tuple[float, int, int, str | None]],
+    tpb: int,
+    extra_blocks: int,
+    draft: int,
+    rate: float,
+    sample_steps: int,
+    seed: int,
+) -> None:
+    """Blocks of 1-8 tokens and up to 7 drafts: a reservation of K + 1 slots may need
+    several new blocks and a commit keep only some (the fast path's counts of taken,
+    kept and evicted blocks), still the step-by-step loop's metrics."""
+    pair = 131072 + 4096  # bytes of one token in both roles (test_sim_replay.PAIR / TPB)
+    blocks = -(-(MAX_SEQ + 8) // tpb) + extra_blocks  # one longest sequence and its slots
+    plan = kvbudget.plan(
+        kv_budget=blocks * tpb * pair,
+        tokens_per_block=tpb,
+        max_seq_len=MAX_SEQ,
+        max_batch_size=4,
+        max_draft_len=draft,
+    )
+    assert plan.capacity.lookahead_tokens == draft
+    (variant,) = policy_plans(plan, ("kvbudget",))
+    config = ReplayConfig(
+        acceptance=AcceptanceModel(rates=(rate,)),
+        sample_steps=sample_steps,
+        max_num_batched_tokens=64,
+        seed=seed,
+    )
+    slow, fast = both(variant, build(rows), flat_roofline(plan), config)
+    assert fast == slow
