@@ -6,6 +6,7 @@ Usage::
     python benchmarks/bench_sim.py --policies all --jobs 2 # all five policies, 2 processes
     python benchmarks/bench_sim.py --requests 20000        # a smaller run (memory check)
     python benchmarks/bench_sim.py --requests 5000 --profile
+    python benchmarks/bench_sim.py --requests 5000 --profile --profile-sort cumulative
 
 Workload: the shipped Azure LLM inference trace (conversation, 2023; 19,366 requests in
 one hour; CC-BY 4.0) tiled end to end until ``--requests`` (each lap shifted by the
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seq-len", type=int, default=None)
     parser.add_argument("--rate-scale", type=float, default=1.0)
     parser.add_argument("--profile", action="store_true", help="cProfile the first policy")
+    parser.add_argument(
+        "--profile-sort", default="tottime", help="pstats order: tottime, cumulative, ..."
+    )
     parser.add_argument("--no-baseline", action="store_true", help="the fast path alone")
     args = parser.parse_args(argv)
 
@@ -90,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         profiler.enable()
         replay(variants[0], tiled(args.requests, synth, args.rate_scale), roof, config)
         profiler.disable()
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+        pstats.Stats(profiler).sort_stats(args.profile_sort).print_stats(18)
         return 0
     print(
         f"plan: {plan.target} + {plan.draft}, {plan.capacity.gpu_blocks:,} GPU blocks, "

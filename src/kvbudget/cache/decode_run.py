@@ -14,7 +14,10 @@ in the order the step-by-step loop would:
 * :meth:`DecodeRun.settle` after a commit that took or filled a block (and, for every
   request, before anything else uses the cache): the request's verified tokens become
   ``tokens`` (the fixed ``token_id`` appended), newly full blocks are hashed, blocks past
-  ``ceil(tokens / tokens_per_block)`` are released tail first.
+  ``ceil(tokens / tokens_per_block)`` are released tail first;
+* or :meth:`DecodeRun.finish` for a whole run at once: the evictions the caller counted
+  for its reservations, then each request's new blocks, tokens and hashes (refused when
+  a block to register has a twin, whose hand-over depends on when it is registered).
 
 Between those calls the cache holds fewer tokens than the caller counts; only block ids
 can differ from the step-by-step loop's (a free block taken and released again in the

@@ -13,15 +13,20 @@ computes a whole run of such steps at once, with the same results bit for bit:
 2. the run ends after the first step in which a request reaches its output (found by
    bisection), before the first step that starts at or after the next arrival (the
    clock, added step by step with the roofline's decode terms inlined exactly as the
-   loop adds them), before a step that reads the cache's counters (every
-   ``sample_steps``, and ``check_every``), and before a step whose reservations the GPU
-   cannot take (the step-by-step loop preempts there);
-3. the cache is touched only where blocks change, in step order, the reservations of a
-   step before its commits (:class:`~kvbudget.cache.decode_run.DecodeRun`): each
-   request's reservation steps (its tokens within ``K + 1`` of its blocks' end) and the
-   steps that fill a block (hashed) are found by bisection in its prefix sums, not by
-   visiting every step. A block taken from the free list and released in the same step
-   is skipped (ids are labels; the free list is the same).
+   loop adds them), with the next step whose counters the replay samples (every
+   ``sample_steps``: its reservations, the sample, then its commits, as the loop orders
+   them), before the next ``check_every`` step, and before a step whose reservations
+   the GPU cannot take (the step-by-step loop preempts there);
+3. each request's reservation steps (its tokens within ``K + 1`` of its blocks' end)
+   are found by bisection in its prefix sums; the blocks they evict are counted in
+   integers as the loop takes and releases them (:func:`_evictions`: the free list
+   first, a block taken from it and released in the same step skipped, ids being
+   labels), and the cache is then brought to the run's end in one batch
+   (:meth:`DecodeRun.finish <kvbudget.cache.decode_run.DecodeRun.finish>`: those
+   evictions in LRU order, each request's new blocks, tokens and block hashes). Where a
+   filled block's hash is indexed already (a twin, whose hand-over depends on when it
+   is registered) the run's events go one by one in step order instead
+   (:func:`_cache_events`).
 
 The draws the run took past its end are put back for the next step. Between the
 run's cache events only integers move, so counts, hashes, hits, evictions, host
