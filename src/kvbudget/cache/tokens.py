@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 from array import array
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvbudget.cache.hashing import extend_block_hashes, num_hashed_blocks
@@ -111,9 +111,11 @@ class CheckedIds:
 
     ids: array[int]
     bound: int
-    head: CheckedIds | None  # the ids this one's first part was sliced from
-    head_tokens: int  # how many of them it starts with
-    _chains: dict[tuple[int, bool, tuple[Hashable, ...], bytes], list[BlockHash]]
+    head: CheckedIds | None = field(repr=False)  # what its first part was sliced from
+    head_tokens: int = field(repr=False)  # how many of those ids it starts with
+    _chains: dict[tuple[int, bool, tuple[Hashable, ...], bytes], list[BlockHash]] = field(
+        repr=False
+    )
 
     @classmethod
     def of(cls, token_ids: Sequence[int]) -> CheckedIds:
