@@ -6,6 +6,7 @@ Usage::
     python benchmarks/bench_sim.py --policies all --jobs 2 # all five policies, 2 processes
     python benchmarks/bench_sim.py --requests 20000        # a smaller run (memory check)
     python benchmarks/bench_sim.py --requests 5000 --profile
+    python benchmarks/bench_sim.py --requests 5000 --profile --profile-sort cumulative
 
 Workload: the shipped Azure LLM inference trace (conversation, 2023; 19,366 requests in
 one hour; CC-BY 4.0) tiled end to end until ``--requests`` (each lap shifted by the
@@ -38,18 +39,27 @@ from kvbudget.sim.roofline import gpu_rates, roofline_for
 from kvbudget.sim.trace import PrefixSynthesis, TraceRequest, default_trace_path, read_trace
 
 
-def tiled(requests: int, synth: PrefixSynthesis) -> Iterator[TraceRequest]:
-    """The shipped trace, lap after lap, until ``requests`` requests."""
+def tiled(requests: int, synth: PrefixSynthesis, rate_scale: float = 1.0) -> Iterator[TraceRequest]:
+    """The shipped trace, lap after lap, until ``requests`` requests, arrivals divided by
+    ``rate_scale``."""
     path = default_trace_path()
     duration = 0.0
     for last in read_trace(path, prefixes=PrefixSynthesis(share=0.0)):
         duration = last.arrival_s
     lap, count = 0, 0
     while True:
+        shift = lap * (duration + 1.0)
         for r in read_trace(path, prefixes=replace(synth, seed=synth.seed + lap)):
             if count >= requests:
                 return
-            yield replace(r, index=count, arrival_s=r.arrival_s + lap * (duration + 1.0))
+            yield TraceRequest(
+                index=count,
+                arrival_s=(r.arrival_s + shift) / rate_scale,
+                prompt_tokens=r.prompt_tokens,
+                output_tokens=r.output_tokens,
+                prefix_group=r.prefix_group,
+                prefix_tokens=r.prefix_tokens,
+            )
             count += 1
         lap += 1
 
@@ -64,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seq-len", type=int, default=None)
     parser.add_argument("--rate-scale", type=float, default=1.0)
     parser.add_argument("--profile", action="store_true", help="cProfile the first policy")
+    parser.add_argument(
+        "--profile-sort", default="tottime", help="pstats order: tottime, cumulative, ..."
+    )
     parser.add_argument("--no-baseline", action="store_true", help="the fast path alone")
     args = parser.parse_args(argv)
 
@@ -75,17 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     config = ReplayConfig(acceptance=AcceptanceModel(rates=(0.7,)))
     synth = PrefixSynthesis()
 
-    def stream() -> Iterator[TraceRequest]:
-        for r in tiled(args.requests, synth):
-            yield replace(r, arrival_s=r.arrival_s / args.rate_scale)
-
     variants = policy_plans(plan, names)
     if args.profile:
         profiler = cProfile.Profile()
         profiler.enable()
-        replay(variants[0], stream(), roof, config)
+        replay(variants[0], tiled(args.requests, synth, args.rate_scale), roof, config)
         profiler.disable()
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+        pstats.Stats(profiler).sort_stats(args.profile_sort).print_stats(18)
         return 0
     print(
         f"plan: {plan.target} + {plan.draft}, {plan.capacity.gpu_blocks:,} GPU blocks, "
@@ -124,9 +133,7 @@ def _timed(
 ) -> tuple[str, float, float, int, int, dict[str, object]]:
     variant, args, roof, config = job
     synth = PrefixSynthesis()
-    stream = (
-        replace(r, arrival_s=r.arrival_s / args.rate_scale) for r in tiled(args.requests, synth)
-    )
+    stream = tiled(args.requests, synth, args.rate_scale)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     m = replay(variant, stream, roof, config)  # type: ignore[arg-type]
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0

@@ -7,7 +7,7 @@ import pytest
 from test_scheduling import cache_of
 from test_sim_replay import TPB
 
-from kvbudget.cache import RequestId
+from kvbudget.cache import RequestId, SpecDecodeCache
 
 
 def test_a_decode_run_matches_reserve_and_commit() -> None:
@@ -129,3 +129,62 @@ def test_kv_counts_are_the_snapshot_s() -> None:
     assert tuple(cache.kv_counts("host")) == (0, 2, 2, 0)
     with pytest.raises(InvalidArgumentError, match="tier"):
         cache.kv_counts("tape")  # type: ignore[arg-type]
+
+
+def test_finish_is_a_run_s_takes_and_settles_in_one_batch() -> None:
+    """Two requests on a GPU with no free block: five decode steps of 3 tokens through
+    DecodeRun.finish, with the evictions their reservations make, leave the cache as
+    reserve + commit step by step do (block counts, cached blocks, hashes, stats)."""
+
+    def setup() -> SpecDecodeCache:
+        cache = cache_of(12)
+        cache.admit(RequestId("old"), list(range(200, 264)))  # 4 blocks, 3 hashed (EAGLE3)
+        cache.admit(RequestId("fill"), list(range(300, 412)))  # 112 tokens: 7 blocks
+        cache.free(RequestId("old"))  # 3 blocks cached; its 4th, unhashed, free: 2 free
+        cache.admit(a, list(range(1, 15)))  # 14 tokens: a free block each
+        cache.admit(b, list(range(20, 34)))
+        return cache
+
+    a, b = RequestId("a"), RequestId("b")
+    stepwise, lazy = setup(), setup()
+    assert (lazy.kv_counts().used_blocks, lazy.kv_counts().cached_blocks) == (
+        9,
+        3,
+    )  # 7 + 1 + 1 used, 0 free
+    # step 1 (14 tokens + 4 > 16): each takes a block, none free, 2 cached evicted; the
+    # commits (17 tokens) keep them and hash block 0 (its 16 tokens and the 17th);
+    # steps 2-5 need none (29 + 4 <= 32); step 6 would need 2, 1 is left: not run
+    for _ in range(5):
+        for rid in (a, b):
+            stepwise.reserve(rid, 4)
+        for rid in (a, b):
+            stepwise.commit(rid, [1, 1, 1])
+    run = lazy.decode_run([a, b], 1)
+    assert run is not None and (run.free(), run.available()) == (0, 3)
+    assert run.finish([29, 29], evict=2)
+    lazy.check_invariants()
+    assert lazy.stats() == stepwise.stats()
+    assert lazy.kv_counts() == stepwise.kv_counts()
+    assert (lazy.kv_counts().used_blocks, lazy.kv_counts().cached_blocks) == (11, 1)  # 7 + 2 + 2
+    for rid in (a, b):
+        assert lazy._requests[rid].hashes == stepwise._requests[rid].hashes
+        assert len(lazy._requests[rid].hashes) == 1  # (29 - 1) // 16
+        assert lazy.num_tokens(rid) == 29
+    assert run.blocks == [2, 2] and run.hash_at == [2 * TPB + 1] * 2
+
+
+def test_finish_refuses_a_run_that_fills_a_block_a_twin_holds() -> None:
+    """Two requests with the same prompt fill blocks of equal hashes: finish returns
+    False and changes nothing (the caller takes and settles them one by one)."""
+    cache = cache_of(8)
+    a, b = RequestId("a"), RequestId("b")
+    cache.admit(a, list(range(1, 15)))
+    cache.admit(b, list(range(1, 15)))  # 14 tokens: no full block, no hit
+    before = cache.stats()
+    run = cache.decode_run([a, b], 1)
+    assert run is not None
+    assert not run.finish([20, 20], evict=0)  # both would hash block 0 (17 tokens seen)
+    assert cache.stats() == before
+    assert (run.tokens, run.blocks) == ([14, 14], [1, 1])
+    run.close([14, 14])
+    cache.check_invariants()

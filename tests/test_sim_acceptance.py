@@ -75,3 +75,30 @@ def test_draws_stay_in_range_and_follow_the_thresholds(
 def test_bad_acceptance(text: str) -> None:
     with pytest.raises(InvalidArgumentError, match="acceptance"):
         AcceptanceModel.parse(text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    takes=st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 5000)), max_size=12),
+    seed=st.integers(0, 3),
+)
+def test_batched_takes_and_put_backs_read_one_stream(
+    takes: list[tuple[int, int]], seed: int
+) -> None:
+    """However the draws are taken (counts of any size, some put back with unread), the
+    values read are the one-at-a-time stream's, in order, each 1 + accepted."""
+    import random
+    from bisect import bisect_right
+
+    model = AcceptanceModel(rates=(0.7,))
+    u = random.Random(seed).random  # the module docstring's draw, one u at a time
+    ascending = tuple(reversed(model.at_least(3)))
+    batched = AcceptanceDraw(model, 3, seed)
+    read: list[int] = []
+    for n, back in takes:
+        got = batched.counts(n)
+        back = min(back, n)
+        batched.unread(back)
+        read += got[: n - back]
+    assert read == [1 + 3 - bisect_right(ascending, u()) for _ in read]
+    assert all(1 <= v <= 4 for v in read)

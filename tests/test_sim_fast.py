@@ -116,3 +116,83 @@ def test_decode_terms_are_the_stepper_bit_for_bit(
         assert memory_s == expected
     else:
         assert max(memory_s, (f_d * decoding + f_c * context) / p) == expected
+
+
+def test_fast_path_equals_step_by_step_when_runs_fill_twin_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every prompt the same ids (so running requests fill blocks of equal hashes, and
+    a finished one leaves cached twins of a running one's next blocks): the batched end
+    of a run refuses them and the run's events go one by one; the metrics stay the
+    step-by-step loop's."""
+    from kvbudget.cache.tokens import CheckedIds
+    from kvbudget.sim import fast_decode
+    from kvbudget.sim.replay import _Tokens
+    from kvbudget.sim.trace import TraceRequest
+
+    same = CheckedIds.of(list(range(2, 22)))  # 20 tokens: one full block and a part
+    monkeypatch.setattr(_Tokens, "prompt", lambda self, req: same)
+    one_by_one = []
+    events = fast_decode._cache_events
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        one_by_one.append(args[2])
+        return events(*args)
+
+    monkeypatch.setattr(fast_decode, "_cache_events", spy)
+    plan = kvbudget.plan(
+        kv_budget=24 * PAIR, tokens_per_block=TPB, max_seq_len=MAX_SEQ, max_batch_size=4
+    )
+    (variant,) = policy_plans(plan, ("kvbudget",))
+    trace = [
+        TraceRequest(index=i, arrival_s=0.001 * (i // 2) * 40, prompt_tokens=20, output_tokens=50)
+        for i in range(6)
+    ]
+    config = ReplayConfig(acceptance=AcceptanceModel(rates=(0.7,)), max_num_batched_tokens=64)
+    slow, fast = both(variant, trace, flat_roofline(plan), config)
+    assert one_by_one  # the event-by-event path ran
+    assert fast == slow
+    assert slow["completed"] == 6
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=requests,
+    tpb=st.sampled_from([1, 2, 3, 8]),
+    extra_blocks=st.integers(0, 40),
+    draft=st.sampled_from([1, 3, 7]),
+    rate=st.sampled_from([0.0, 0.5, 1.0]),
+    sample_steps=st.sampled_from([1, 3, 64]),
+    seed=st.integers(0, 3),
+)
+def test_fast_path_equals_step_by_step_when_a_reservation_spans_blocks(
+    rows: list[tuple[float, int, int, str | None]],
+    tpb: int,
+    extra_blocks: int,
+    draft: int,
+    rate: float,
+    sample_steps: int,
+    seed: int,
+) -> None:
+    """Blocks of 1-8 tokens and up to 7 drafts: a reservation of K + 1 slots may need
+    several new blocks and a commit keep only some (the fast path's counts of taken,
+    kept and evicted blocks), still the step-by-step loop's metrics."""
+    pair = 131072 + 4096  # bytes of one token in both roles (test_sim_replay.PAIR / TPB)
+    blocks = -(-(MAX_SEQ + 8) // tpb) + extra_blocks  # one longest sequence and its slots
+    plan = kvbudget.plan(
+        kv_budget=blocks * tpb * pair,
+        tokens_per_block=tpb,
+        max_seq_len=MAX_SEQ,
+        max_batch_size=4,
+        max_draft_len=draft,
+    )
+    assert plan.capacity.lookahead_tokens == draft
+    (variant,) = policy_plans(plan, ("kvbudget",))
+    config = ReplayConfig(
+        acceptance=AcceptanceModel(rates=(rate,)),
+        sample_steps=sample_steps,
+        max_num_batched_tokens=64,
+        seed=seed,
+    )
+    slow, fast = both(variant, build(rows), flat_roofline(plan), config)
+    assert fast == slow

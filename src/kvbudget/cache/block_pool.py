@@ -172,6 +172,22 @@ class BlockPool:
         self.num_used += count
         return evicted
 
+    def evict_into_free(self, count: int) -> list[tuple[BlockId, BlockHash]]:
+        """Evict the ``count`` least recently used cached blocks onto the free list (their
+        hashes dropped), in LRU order; returns the ``(block, hash)`` pairs (contents still
+        in place, for the caller to copy down). Precondition: ``num_cached >= count``."""
+        cached, block_hash, by_hash, free = self.cached, self.block_hash, self.by_hash, self.free
+        evicted: list[tuple[BlockId, BlockHash]] = []
+        for _ in range(count):
+            b, _ = cached.popitem(last=False)
+            old = block_hash[b]
+            assert old is not None
+            del by_hash[old]
+            block_hash[b] = None
+            free.append(b)
+            evicted.append((b, old))
+        return evicted
+
     def take_one_into(self, table: list[BlockId]) -> tuple[BlockId, BlockHash] | None:
         """:meth:`take_into` of one block (:meth:`take`, appended to ``table``): returns
         the evicted ``(block, hash)`` pair, or None when a free block was taken."""

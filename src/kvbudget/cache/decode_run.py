@@ -14,7 +14,10 @@ in the order the step-by-step loop would:
 * :meth:`DecodeRun.settle` after a commit that took or filled a block (and, for every
   request, before anything else uses the cache): the request's verified tokens become
   ``tokens`` (the fixed ``token_id`` appended), newly full blocks are hashed, blocks past
-  ``ceil(tokens / tokens_per_block)`` are released tail first.
+  ``ceil(tokens / tokens_per_block)`` are released tail first;
+* or :meth:`DecodeRun.finish` for a whole run at once: the evictions the caller counted
+  for its reservations, then each request's new blocks, tokens and hashes (refused when
+  a block to register has a twin, whose hand-over depends on when it is registered).
 
 Between those calls the cache holds fewer tokens than the caller counts; only block ids
 can differ from the step-by-step loop's (a free block taken and released again in the
@@ -61,6 +64,7 @@ class DecodeRun:
         "_fill",
         "_gpu",
         "_kv",
+        "_many",
         "_requests",
         "_reuse",
         "_token",
@@ -89,8 +93,9 @@ class DecodeRun:
         self._with_next = int(with_next)
         self._reuse = prefix_reuse
         # the bytes one block of token_id hashes (its tokens and, with_next, the next one)
-        self._fill = array("q", [token_id] * (tokens_per_block + with_next))
+        self._fill = array("q", [token_id]) * (tokens_per_block + with_next)
         self._block_bytes = self._fill.tobytes()
+        self._many = self._fill  # token_id repeated, grown as runs need (_ids)
         #: verified tokens the cache holds for each request (the caller may count more)
         self.tokens = [len(r.tokens) for r in requests]
         # from which token on each request's ids are known to be token_id (appended by
@@ -100,6 +105,14 @@ class DecodeRun:
         self.blocks = [len(r.table) for r in requests]
         #: the verified tokens at which each request's next block is hashed
         self.hash_at = [self._next_hash_at(r.hashes) for r in requests]
+
+    def _ids(self, count: int) -> array[int]:
+        """``count`` copies of the run's token id, as int64 (appended to a request's
+        tokens: one copy of packed ids, no list of them made)."""
+        many = self._many
+        if len(many) < count:
+            many = self._many = array("q", [self._token]) * max(count, 2 * len(many))
+        return many[:count]
 
     def _next_hash_at(self, hashes: list[BlockHash]) -> int:
         if not self._reuse:
@@ -127,11 +140,84 @@ class DecodeRun:
         """The end of the run: every request ``i`` has ``tokens[i]`` verified tokens, none
         past its ``hash_at`` and no block taken since its last :meth:`settle` (so only
         tokens are missing); the cache is whole again."""
-        token = self._token
         for req, have, want in zip(self._requests, self.tokens, tokens, strict=True):
             if want != have:
-                req.tokens.extend([token] * (want - have))
+                req.tokens.extend(self._ids(want - have))
         self.tokens = list(tokens)
+
+    def finish(self, tokens: Sequence[int], evict: int) -> bool:
+        """The end of a run in one batch: the ``evict`` least recently used cached GPU
+        blocks evicted onto the free list (moved down as a take's evictions are), then
+        every request ``i`` takes from the free list the blocks ``ceil(tokens[i] /
+        tokens_per_block)`` needs and gets its missing tokens, its newly full blocks
+        hashed and registered. That is what the run's takes and settles come to when the
+        caller counts ``evict`` from its reservations (the blocks the free list could not
+        serve) and no block it fills has a hash the GPU pool indexes already. Returns
+        False, changing nothing, when one does (a twin's hand-over depends on when the
+        step-by-step loop registers it: take and settle step by step then).
+        Precondition: no block taken since the last :meth:`settle`; ``tokens[i]`` at
+        least what request ``i`` has; the free list plus ``evict`` covers the blocks
+        taken."""
+        chains: list[tuple[int, list[BlockHash]]] = []
+        indexed = self._gpu.hashes
+        seen: set[BlockHash] = set()
+        for index, count in enumerate(tokens):
+            start, new = self._chain(index, count)
+            for h in new:
+                if h in indexed or h in seen:
+                    return False
+            if len(tokens) > 1:
+                seen.update(new)
+            chains.append((start, new))
+        self._kv.evict_gpu(evict)
+        gpu, tpb = self._gpu, self._tpb
+        for index, (count, req, (start, new)) in enumerate(
+            zip(tokens, self._requests, chains, strict=True)
+        ):
+            table = req.table
+            more = -(-count // tpb) - len(table)
+            if more > 0:
+                gpu.take_into(table, more)  # the free list holds them: no eviction
+            add = count - len(req.tokens)
+            if add:
+                req.tokens.extend(self._ids(add))
+            if new:
+                req.hashes.extend(new)
+                gpu.register(table, req.hashes, start)
+                self.hash_at[index] = (len(req.hashes) + 1) * tpb + self._with_next
+            self.tokens[index] = count
+            self.blocks[index] = len(table)
+        return True
+
+    def _chain(self, index: int, tokens: int) -> tuple[int, list[BlockHash]]:
+        """The hashes a :meth:`settle` of request ``index`` at ``tokens`` verified tokens
+        appends, and the block they start at; changes nothing the cache reports."""
+        req = self._requests[index]
+        hashes = req.hashes
+        start = len(hashes)
+        tpb = self._tpb
+        if not self._reuse or (tokens - self._with_next) // tpb <= start:
+            return start, []
+        held = req.tokens
+        lo = start * tpb  # the first token the next block's hash reads
+        base = self._base[index]
+        if lo < base and held[lo:base] == self._fill[: base - lo]:
+            base = self._base[index] = lo  # earlier tokens of token_id too
+        if lo < base or req.extra_keys:
+            ids = held[:]
+            ids.extend(self._ids(tokens - len(held)))
+            chain = list(hashes)
+            extend_block_hashes(
+                chain, ids, tpb, req.extra_keys, root=req.root, with_next=bool(self._with_next)
+            )
+            return start, chain[start:]
+        parent = hashes[-1] if hashes else req.root
+        data, sha256 = self._block_bytes, hashlib.sha256
+        new: list[BlockHash] = []
+        for _ in range((tokens - self._with_next) // tpb - start):
+            parent = sha256(parent + data).digest()  # type: ignore[assignment]
+            new.append(parent)
+        return start, new
 
     def settle(self, index: int, tokens: int) -> None:
         """Request ``index`` has ``tokens`` verified tokens (at least what it had): the
@@ -143,7 +229,7 @@ class DecodeRun:
         held = req.tokens
         add = tokens - len(held)
         if add:
-            held.extend([self._token] * add)
+            held.extend(self._ids(add))
         tpb, table = self._tpb, req.table
         hashes = req.hashes
         start = len(hashes)

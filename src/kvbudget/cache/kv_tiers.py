@@ -80,6 +80,13 @@ class KvTiers:
         if evicted:
             self._evicted(GPU, evicted)
 
+    def evict_gpu(self, count: int) -> None:
+        """Evict the ``count`` least recently used cached GPU blocks onto the GPU free
+        list; they move down as :meth:`take_gpu`'s evictions do, in the same order.
+        Precondition: the GPU tier has ``count`` cached blocks."""
+        if count:
+            self._evicted(GPU, self.gpu.evict_into_free(count))
+
     def _evicted(self, tier: int, evicted: list[tuple[BlockId, BlockHash]]) -> None:
         """Each ``(block, hash)`` of ``tier`` (content still in place) lost its hash: keep
         a copy as a cached block of the next tier when it has room, else count the loss.

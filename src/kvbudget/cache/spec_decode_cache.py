@@ -391,6 +391,8 @@ class SpecDecodeCache:
         match: list[tuple[int, BlockId]] = []
         if self._prefix_reuse:
             with_next = self._with_next  # then a hash covers the token after its block
+            if type(token_ids) is CheckedIds:  # a shared prefix's blocks, hashed once
+                hashes += token_ids.head_hashes(tpb, with_next, req.extra_keys, req.root)
             extend_block_hashes(
                 hashes, tokens, tpb, req.extra_keys, packed, req.root, with_next=with_next
             )

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import operator
 from array import array
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from kvbudget.cache.hashing import extend_block_hashes, num_hashed_blocks
+from kvbudget.cache.ids import BlockHash
 from kvbudget.errors import InvalidCacheOperationError
 
 
@@ -99,10 +101,21 @@ class CheckedIds:
     one without checking its ids again (only ``bound`` against the vocabulary), and
     :meth:`join` builds a prompt from checked parts (a shared prefix, a request's own
     tokens) without reading them: for callers that admit many prompts made of the same
-    pieces (the simulator). Build with :meth:`of` or :meth:`join`."""
+    pieces (the simulator). Build with :meth:`of` or :meth:`join`.
+
+    A joined prompt remembers the ids its first part was sliced from (``head``) and how
+    many of them it starts with; :meth:`head_hashes` gives the chain hashes of the
+    blocks inside that part from a memo the head keeps (one per hashing setting), so
+    prompts made on one shared prefix hash its blocks once. The ids must not be changed
+    after they are checked (neither the bound nor the memo would hold)."""
 
     ids: array[int]
     bound: int
+    head: CheckedIds | None = field(repr=False)  # what its first part was sliced from
+    head_tokens: int = field(repr=False)  # how many of those ids it starts with
+    _chains: dict[tuple[int, bool, tuple[Hashable, ...], bytes], list[BlockHash]] = field(
+        repr=False
+    )
 
     @classmethod
     def of(cls, token_ids: Sequence[int]) -> CheckedIds:
@@ -113,22 +126,60 @@ class CheckedIds:
 
     @classmethod
     def join(cls, parts: Sequence[CheckedIds]) -> CheckedIds:
-        """The parts' ids one after another (copied), bound the largest of theirs."""
+        """The parts' ids one after another (copied), bound the largest of theirs; its
+        ``head`` is what the first part was sliced from (or that part)."""
         ids = array("q")
         for part in parts:
             ids.extend(part.ids)
-        return cls._make(ids, max((part.bound for part in parts), default=0))
+        out = cls._make(ids, max((part.bound for part in parts), default=0))
+        if parts:
+            first = parts[0]
+            object.__setattr__(out, "head", first.head if first.head is not None else first)
+            object.__setattr__(out, "head_tokens", len(first))
+        return out
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def slice(self, stop: int) -> CheckedIds:
-        """The first ``stop`` ids (the bound kept: still an upper bound)."""
-        return CheckedIds._make(self.ids[:stop], self.bound)
+        """The first ``stop`` ids (the bound kept: still an upper bound); its ``head`` is
+        this one's (or this one), so a prompt joined from it reuses the head's memo."""
+        out = CheckedIds._make(self.ids[:stop], self.bound)
+        object.__setattr__(out, "head", self.head if self.head is not None else self)
+        object.__setattr__(out, "head_tokens", len(out))
+        return out
+
+    def head_hashes(
+        self,
+        tokens_per_block: int,
+        with_next: bool,
+        extra_keys: tuple[Hashable, ...],
+        root: BlockHash,
+    ) -> list[BlockHash]:
+        """The chain hashes (:func:`~kvbudget.cache.hashing.extend_block_hashes` with
+        these settings) of the blocks within the first ``head_tokens`` ids, the token
+        after each block too with ``with_next``: the same as this one's own first
+        hashes, since these ids start with them. Memoized on ``head`` per setting."""
+        head = self.head
+        count = num_hashed_blocks(self.head_tokens, tokens_per_block, with_next=with_next)
+        if head is None or not count:
+            return []
+        key = (tokens_per_block, with_next, extra_keys, root)
+        chain = head._chains.get(key)
+        if chain is None:
+            chain = []
+            extend_block_hashes(
+                chain, head.ids, tokens_per_block, extra_keys, root=root, with_next=with_next
+            )
+            head._chains[key] = chain
+        return chain[:count]
 
     @classmethod
     def _make(cls, ids: array[int], bound: int) -> CheckedIds:
         out = object.__new__(cls)
         object.__setattr__(out, "ids", ids)
         object.__setattr__(out, "bound", bound)
+        object.__setattr__(out, "head", None)
+        object.__setattr__(out, "head_tokens", 0)
+        object.__setattr__(out, "_chains", {})
         return out

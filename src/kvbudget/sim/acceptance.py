@@ -14,7 +14,8 @@ tokens (the accepted drafts and the target's own token).
 
 Draws: one uniform number ``u`` per step from a ``random.Random(seed)`` owned by the
 caller's :class:`AcceptanceDraw`; ``accepted = #{i : u < P(accepted >= i)}``. The same
-seed and call order give the same acceptances (per policy, each replay has its own).
+seed and order of takes give the same acceptances (per policy, each replay has its own),
+however the takes are batched.
 """
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ from __future__ import annotations
 import random
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import repeat
+from operator import sub
 
 from kvbudget.errors import InvalidArgumentError
+
+BATCH_DRAWS = 4096  # draws generated ahead at once (AcceptanceDraw)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,20 +82,47 @@ class AcceptanceModel:
 class AcceptanceDraw:
     """Seeded draws from an :class:`AcceptanceModel` for ``draft_len`` proposals.
 
+    The draws are one stream, in order: :meth:`draw` takes the next one, :meth:`counts`
+    the next ``n`` at once (as ``1 + accepted``, the tokens a step commits), and
+    :meth:`unread` puts the last ones taken back, to be taken again by the next call.
+    Values are generated ahead in batches of :data:`BATCH_DRAWS` from one
+    ``random.Random(seed)`` (one ``u`` each, in stream order), so how a caller splits its
+    takes never changes which value a take gets: the step-by-step replay and its fast
+    path, which takes a run's draws at once, see the same stream. Memory stays bounded
+    (the values taken are dropped at the next batch).
+
     Mutable (it owns its random generator); one per replay.
     """
 
-    __slots__ = ("ascending", "draft_len", "random")
+    __slots__ = ("_buf", "_pos", "_random", "ascending", "draft_len")
 
     def __init__(self, model: AcceptanceModel, draft_len: int, seed: int) -> None:
-        #: ``P(accepted >= i)`` for ``i = draft_len..1`` (ascending) and ``random()``,
-        #: the generator of ``u``: a hot loop may inline :meth:`draw` from them (the same
-        #: draws in the same order).
+        #: ``P(accepted >= i)`` for ``i = draft_len..1`` (ascending)
         self.ascending = tuple(reversed(model.at_least(draft_len)))
         self.draft_len = draft_len
-        self.random = random.Random(seed).random
+        self._random = random.Random(seed).random
+        self._buf: list[int] = []  # 1 + accepted, generated ahead
+        self._pos = 0  # the next value to take
+
+    def counts(self, n: int) -> list[int]:
+        """The next ``n`` draws as ``1 + accepted`` (each in ``1..draft_len + 1``)."""
+        pos = self._pos
+        if pos + n > len(self._buf):
+            rand, more = self._random, max(n, BATCH_DRAWS)
+            u = [rand() for _ in range(more)]  # one u per draw, in stream order
+            # 1 + accepted = draft_len + 1 - #{P(accepted >= i) <= u}, as draw() reads it
+            accepted = map(bisect_right, repeat(self.ascending, more), u)
+            self._buf = self._buf[pos:] + list(map(sub, repeat(self.draft_len + 1, more), accepted))
+            pos = 0
+        self._pos = pos + n
+        return self._buf[pos : pos + n]
+
+    def unread(self, n: int) -> None:
+        """Put back the last ``n`` draws taken (at most what the last :meth:`counts`
+        returned): the next takes return them again, in order."""
+        self._pos -= n
 
     def draw(self) -> int:
-        """Accepted draft tokens of one step, in ``0..draft_len``: how many of the
-        non-increasing ``P(accepted >= i)`` exceed ``u``."""
-        return self.draft_len - bisect_right(self.ascending, self.random())
+        """Accepted draft tokens of the next draw, in ``0..draft_len``: how many of the
+        non-increasing ``P(accepted >= i)`` exceed its ``u``."""
+        return self.counts(1)[0] - 1

@@ -1,188 +1,289 @@
-"""The replay's fast path: runs of steady decode steps, counted in integers.
+"""The replay's fast path: a run of steady decode steps computed in bulk.
 
 A step is *steady* when every running request decodes (no prefill left), nothing waits
 or is swapped out, and no arrival is due: then the step-by-step loop (:mod:`kvbudget.
 sim.replay`) reserves ``K + 1`` slots for each running request, advances the clock by
 the roofline's decode time and commits ``1 + accepted`` tokens to each. :func:`run_steady`
-runs such steps with the same acceptance draws in the same order and the same clock
-additions, keeps each request's tokens as an integer, and touches the cache only where
-blocks change (:class:`~kvbudget.cache.decode_run.DecodeRun`), so the metrics are those
-of the step-by-step loop, bit for bit. It stops before a step that is not steady, one
-that reads the cache's counters (every ``sample_steps``, and ``check_every``), one whose
-reservations the GPU cannot take (the step-by-step loop preempts there), and after a
-step in which a request finishes (freed as the step-by-step loop frees it). Steps in
-which no request can reach its threshold (each commits at most ``K + 1`` tokens) are
-only draws and clock additions (:func:`_quiet_steps`).
+computes a whole run of such steps at once, with the same results bit for bit:
+
+1. the run's acceptance draws are taken from the replay's stream at once (step after
+   step, running order within a step: the order the step-by-step loop takes them in,
+   :class:`~kvbudget.sim.acceptance.AcceptanceDraw`), and each request's tokens after
+   every step are a prefix sum of its draws;
+2. the run ends after the first step in which a request reaches its output (found by
+   bisection), before the first step that starts at or after the next arrival (the
+   clock, added step by step with the roofline's decode terms inlined exactly as the
+   loop adds them), with the next step whose counters the replay samples (every
+   ``sample_steps``: its reservations, the sample, then its commits, as the loop orders
+   them), before the next ``check_every`` step, and before a step whose reservations
+   the GPU cannot take (the step-by-step loop preempts there);
+3. each request's reservation steps (its tokens within ``K + 1`` of its blocks' end)
+   are found by bisection in its prefix sums; the blocks they evict are counted in
+   integers as the loop takes and releases them (:func:`_evictions`: the free list
+   first, a block taken from it and released in the same step skipped, ids being
+   labels), and the cache is then brought to the run's end in one batch
+   (:meth:`DecodeRun.finish <kvbudget.cache.decode_run.DecodeRun.finish>`: those
+   evictions in LRU order, each request's new blocks, tokens and block hashes). Where a
+   filled block's hash is indexed already (a twin, whose hand-over depends on when it
+   is registered) the run's events go one by one in step order instead
+   (:func:`_cache_events`).
+
+The draws the run took past its end are put back for the next step. Between the
+run's cache events only integers move, so counts, hashes, hits, evictions, host
+traffic, clocks and latencies are those of the step-by-step loop.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from operator import add, ge, sub
+from bisect import bisect_left
+from itertools import accumulate
 from typing import TYPE_CHECKING
-
-from kvbudget.cache.decode_run import NEVER
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from kvbudget.cache.decode_run import DecodeRun
     from kvbudget.sim.replay import _Replay
 
 OUTPUT_TOKEN = 1  # the id every output token has (replay's module docstring)
+
+# step -> (request, new blocks, how many of them its commit keeps) of the reservations
+# that need blocks; step -> requests whose commit fills a block (hashed)
+Takes = dict[int, list[tuple[int, int, int]]]
+Fills = dict[int, list[int]]
 
 
 def run_steady(
     rp: _Replay, until_s: float, progress: Callable[[int], None] | None, check_every: int
 ) -> int:
     """Steady decode steps of ``rp`` while its clock is before ``until_s`` (the next
-    arrival); returns how many ran (0: the next step is not one, run it step by step).
-
-    Each request carries one threshold, the fewest tokens at which its commit needs more
-    than an addition: its next block hashed, its next reservation needing a block, or its
-    output done. Below it a decode step of that request is a draw and an addition."""
+    arrival), computed in bulk (module docstring); returns how many ran (0: the next
+    step is not one, run it step by step)."""
     running = rp.running
     if rp.waiting or rp.swapped or not running or rp.clock >= until_s:
         return 0
     for live in running:
         if live.prefill_left:
             return 0
+    first = rp.steps
     sample_steps = rp.config.sample_steps
-    last = rp.steps + sample_steps - rp.steps % sample_steps - 1  # before the next sample
+    sampled = first + sample_steps - first % sample_steps  # the next sampled step
+    last = sampled  # the run may end with that step
     if check_every:
-        last = min(last, rp.steps + check_every - rp.steps % check_every - 1)
-    if last <= rp.steps:
+        last = min(last, first + check_every - first % check_every - 1)
+    if last <= first:
         return 0
     run = rp.cache.decode_run([live.rid for live in running], OUTPUT_TOKEN)
     if run is None:
         return 0
-    tpb, slots, max_seq = rp.tpb, rp.step_slots, rp.max_seq
-    blocks, hash_at = run.blocks, run.hash_at
-    tokens = [live.context for live in running]
+    width = len(running)
     done_at = [live.context + live.output - live.generated for live in running]
+    # each step commits at least one token: some request finishes within ``span`` steps
+    span = min(
+        last - first, min(d - live.context for d, live in zip(done_at, running, strict=True))
+    )
+    drawn = rp.accept.counts(span * width)
+    # paths[j][s]: request j's tokens before step s (after step s - 1)
+    paths = [
+        list(accumulate(drawn[j::width], initial=live.context)) for j, live in enumerate(running)
+    ]
+    n = span
+    for path, done in zip(paths, done_at, strict=True):
+        n = min(n, bisect_left(path, done))  # it reaches its output in step index - 1
+    for j, path in enumerate(paths):
+        if path[n] > done_at[j]:
+            path[n] = done_at[j]  # the finishing commit is cut at the output's end
+    clocks = _clocks(
+        rp, paths[0] if width == 1 else list(map(sum, zip(*paths, strict=True))), n, until_s
+    )
+    n = len(clocks) - 1
+    takes: Takes = {}
+    for j, path in enumerate(paths):
+        _reservations(takes, j, path, n, rp.tpb, rp.step_slots, rp.max_seq)
+    batched = n - 1 if first + n == sampled else n  # a sampled last step: one by one
+    ran, evict = _evictions(run, takes, batched)
+    if ran and not run.finish([path[ran] for path in paths], evict):
+        ran = _cache_events(run, paths, batched, takes, rp.tpb)  # a twin: event by event
+    rp.clock, rp.steps = clocks[ran], first + ran
+    if ran == batched < n and _sampled_step(rp, run, paths, ran, takes.get(ran, []), clocks[n]):
+        ran = n  # (the sample may have moved the clock past clocks[n])
+    n = ran
+    rp.accept.unread((span - n) * width)
+    if not n:
+        run.close([path[0] for path in paths])
+        return 0
+    if progress is not None and first // 256 != (first + n) // 256:
+        progress(rp.completed + sum(rp.reasons.values()))
+    tokens = [path[n] for path in paths]
+    run.close(tokens)
+    finished = []
+    for live, have, end in zip(running, tokens, done_at, strict=True):
+        live.generated += have - live.context
+        live.context = have
+        if have == end:
+            finished.append(live)
+    rp.retire(finished)
+    return n
 
-    def take_at(j: int) -> int:
-        """Tokens from which request ``j``'s next reservation needs a block."""
-        held = blocks[j] * tpb
-        return NEVER if held >= max_seq else held - slots + 1
 
-    order = range(len(running))
-    takes = [take_at(j) for j in order]
-    event_at = [min(hash_at[j], takes[j], done_at[j]) for j in order]
-    took = [False] * len(running)
-    rand, ascending, top = rp.accept.random, rp.accept.ascending, 1 + rp.k
+def _clocks(rp: _Replay, contexts: list[int], steps: int, until_s: float) -> list[float]:
+    """The clock before each of the first ``steps`` steps and after the last one that
+    runs: a step runs while the clock before it is before ``until_s``. ``contexts[s]``
+    is the summed context of step ``s``; the addition is the step-by-step loop's
+    roofline time of a decode-only step (:meth:`Roofline.decode_terms
+    <kvbudget.sim.roofline.Roofline.decode_terms>`, bit for bit)."""
     weights, kv, bandwidth, per_decoder, per_context, peak = rp.decode_terms
-    fixed_flops = per_decoder * len(running)
-    clock, steps, ctx = rp.clock, rp.steps, sum(tokens)
-    finished = False
-    takers = [j for j in order if tokens[j] >= takes[j]]
-    while steps < last and clock < until_s:
-        if not takers:
-            # steps in which no request can reach its threshold (each commits at most
-            # ``top`` tokens): draws and clock additions only, as the loop below runs them
-            quiet = (min(map(sub, event_at, tokens)) - 1) // top
-            if quiet > 0:
-                steps, clock, ctx, tokens = _quiet_steps(
-                    rp, min(last, steps + quiet), until_s, (steps, clock, ctx, tokens), progress
-                )
-                continue
-        if takers:  # reservations that need blocks: all fit, or the step preempts
-            extra = []
+    clock = rp.clock
+    clocks = [clock]
+    append = clocks.append
+    if peak is None:
+        for ctx in contexts[:steps]:
+            if clock >= until_s:
+                break
+            clock += (weights + ctx * kv) / bandwidth
+            append(clock)
+        return clocks
+    fixed_flops = per_decoder * len(rp.running)
+    for ctx in contexts[:steps]:
+        if clock >= until_s:
+            break
+        memory_s = (weights + ctx * kv) / bandwidth
+        compute_s = (fixed_flops + per_context * ctx) / peak
+        clock += memory_s if memory_s > compute_s else compute_s
+        append(clock)
+    return clocks
+
+
+def _evictions(run: DecodeRun, takes: Takes, steps: int) -> tuple[int, int]:
+    """The steps that run (``steps``, or the first whose reservations the GPU cannot
+    take) and how many cached blocks their reservations evict, counted as
+    :func:`_cache_events` takes and releases blocks (the free list first, blocks taken
+    and released again from it skipped, an evicting step's unkept blocks released onto
+    it), in integers. Exact when no block the run fills hands a twin's hash over
+    (:meth:`DecodeRun.finish <kvbudget.cache.decode_run.DecodeRun.finish>` checks)."""
+    free = run.free()
+    cached = run.available() - free
+    evict = 0
+    for s in sorted(takes):
+        if s >= steps:
+            break
+        need = kept = 0
+        for _, count, keep in takes[s]:
+            need += count
+            kept += keep
+        if need > free + cached:
+            return s, evict
+        if need <= free:
+            free -= kept
+        else:
+            evict += need - free
+            cached -= need - free
+            free = need - kept
+    return steps, evict
+
+
+def _sampled_step(
+    rp: _Replay,
+    run: DecodeRun,
+    paths: list[list[int]],
+    s: int,
+    takers: list[tuple[int, int, int]],
+    clock: float,
+) -> bool:
+    """Step ``s``, the run's last, whose counters the replay samples: its reservations
+    taken (every one: the sample counts the blocks they hold), the clock advanced to
+    ``clock``, the
+    sample read (:meth:`_Replay.sample <kvbudget.sim.replay._Replay.sample>`, which may
+    move the clock on for host copies), then the commits, as the step-by-step loop runs
+    it. False, changing nothing, when the GPU cannot take the reservations."""
+    need = 0
+    for _, count, _ in takers:
+        need += count
+    if need > run.available():
+        return False
+    settle = set()
+    for j, count, _ in takers:
+        run.take(j, count)
+        settle.add(j)
+    rp.clock = clock
+    rp.steps += 1
+    rp.sample()
+    for j, path in enumerate(paths):
+        if j in settle or path[s + 1] >= run.hash_at[j]:
+            run.settle(j, path[s + 1])
+    return True
+
+
+def _cache_events(
+    run: DecodeRun, paths: list[list[int]], steps: int, takes: Takes, tpb: int
+) -> int:
+    """The cache events of the first ``steps`` steps (``takes``: their reservations), one
+    by one in step order (a step's reservations, then its commits in running order);
+    returns the steps that ran: ``steps``, or the first step whose reservations the GPU
+    cannot take."""
+    fills: Fills = {}
+    for j, path in enumerate(paths):
+        _fills(fills, j, path, steps, run.hash_at[j], tpb)
+    if not takes and not fills:
+        return steps
+    for s in sorted(takes.keys() | fills.keys()):
+        if s >= steps:
+            break
+        settle = fills.get(s, [])
+        takers = takes.get(s)
+        if takers:
             need = 0
-            for j in takers:
-                c = tokens[j]
-                total = c + slots
-                if total > max_seq:  # the cache cuts a reservation at max_seq_len
-                    total = max_seq if c < max_seq else c
-                count = -(-total // tpb) - blocks[j]
-                extra.append(count)
+            for _, count, _ in takers:
                 need += count
             if need > run.available():
-                break  # someone is preempted in this step: step by step
-        # 1 + accepted per request, in running order (as _Replay._finish_step draws them)
-        drawn = [top - bisect_right(ascending, rand()) for _ in order]
-        if takers:
-            from_free = need <= run.free()  # no eviction: skip what is released
-            for j, count in zip(takers, extra, strict=True):
-                if from_free and min(tokens[j] + drawn[j], done_at[j]) <= blocks[j] * tpb:
-                    continue  # taken and released again this step: nothing changes
-                run.take(j, count)
-                took[j] = True
-                event_at[j] = 0
-            takers = []
-        steps += 1
-        memory_s = (weights + ctx * kv) / bandwidth
-        if peak is None:
-            clock += memory_s
-        else:
-            compute_s = (fixed_flops + per_context * ctx) / peak
-            clock += memory_s if memory_s > compute_s else compute_s
-        after = list(map(add, tokens, drawn))
-        if any(map(ge, after, event_at)):  # commits past a threshold, in running order
-            for j in [j for j in order if after[j] >= event_at[j]]:
-                c = after[j]
-                if c >= done_at[j]:
-                    c = after[j] = done_at[j]
-                    finished = True
-                if took[j] or c >= hash_at[j]:
-                    run.settle(j, c)
-                    took[j] = False
-                    takes[j] = take_at(j)
-                if c >= takes[j]:
-                    takers.append(j)
-                event_at[j] = min(hash_at[j], takes[j], done_at[j])
-            ctx = sum(after)
-        else:
-            ctx += sum(drawn)
-        tokens = after
-        if progress is not None and steps % 256 == 0:
-            progress(rp.completed + sum(rp.reasons.values()))
-        if finished:
-            break
-    ran = steps - rp.steps
-    rp.clock, rp.steps = clock, steps
-    run.close(tokens)
-    done = []
-    for j, live in enumerate(running):
-        live.generated += tokens[j] - live.context
-        live.context = tokens[j]
-        if tokens[j] == done_at[j]:
-            done.append(live)
-    if ran:
-        rp.retire(done)
-    return ran
+                return s  # someone is preempted in this step: step by step
+            from_free = need <= run.free()  # no eviction: skip what is released again
+            took = False
+            for j, count, keep in takers:
+                if keep or not from_free:
+                    run.take(j, count)
+                    settle.append(j)
+                    took = True
+            if took:
+                settle = sorted(set(settle))
+        for j in settle:
+            run.settle(j, paths[j][s + 1])
+    return steps
 
 
-def _quiet_steps(
-    rp: _Replay,
-    stop: int,
-    until_s: float,
-    at: tuple[int, float, int, list[int]],
-    progress: Callable[[int], None] | None,
-) -> tuple[int, float, int, list[int]]:
-    """Steps of :func:`run_steady` in which no request can reach its threshold, until
-    step ``stop`` or the clock reaches ``until_s``: the same draws, in the same order,
-    and the same clock additions, with no threshold compared. ``at`` and the result are
-    (steps, clock, summed context, each running request's tokens)."""
-    steps, clock, ctx, tokens = at
-    rand, ascending, top = rp.accept.random, rp.accept.ascending, 1 + rp.k
-    weights, kv, bandwidth, per_decoder, per_context, peak = rp.decode_terms
-    width = len(tokens)
-    fixed_flops = per_decoder * width
-    order = range(width)
-    flat: list[int] = []
-    while steps < stop and clock < until_s:
-        drawn = [top - bisect_right(ascending, rand()) for _ in order]
-        flat += drawn
-        steps += 1
-        memory_s = (weights + ctx * kv) / bandwidth
-        if peak is None:
-            clock += memory_s
-        else:
-            compute_s = (fixed_flops + per_context * ctx) / peak
-            clock += memory_s if memory_s > compute_s else compute_s
-        ctx += sum(drawn)
-        if progress is not None and steps % 256 == 0:
-            progress(rp.completed + sum(rp.reasons.values()))
-    if width == 1:
-        return steps, clock, ctx, [tokens[0] + sum(flat)]
-    return steps, clock, ctx, [t + sum(flat[j::width]) for j, t in enumerate(tokens)]
+def _reservations(
+    takes: Takes, j: int, path: list[int], steps: int, tpb: int, slots: int, max_seq: int
+) -> None:
+    """Add to ``takes`` the steps before ``steps`` in which request ``j`` (tokens
+    ``path``) reserves past the blocks it holds (``ceil(tokens / tpb)`` at a step's
+    start), with how many blocks and how many of them its commit keeps."""
+    s = 0
+    end = -(-path[0] // tpb) * tpb  # the end of the blocks held
+    while True:
+        s = bisect_left(path, end - slots + 1, s, steps)
+        if s >= steps:
+            return
+        t = path[s]
+        if t > end:  # it holds more blocks by now
+            end = -(-t // tpb) * tpb
+            continue
+        total = t + slots if t + slots <= max_seq else max_seq  # cut at max_seq_len
+        count = -(-total // tpb) - end // tpb
+        if count > 0:
+            kept = -(-path[s + 1] // tpb) - end // tpb
+            takes.setdefault(s, []).append((j, count, kept if kept > 0 else 0))
+        s += 1
+
+
+def _fills(fills: Fills, j: int, path: list[int], steps: int, hash_at: int, tpb: int) -> None:
+    """Add to ``fills`` the steps before ``steps`` whose commit brings request ``j``
+    (tokens ``path``) to its next block's hash threshold ``hash_at`` (the next
+    thresholds are ``tpb`` apart)."""
+    i = 1
+    while True:
+        i = bisect_left(path, hash_at, i, steps + 1)
+        if i > steps:
+            return
+        fills.setdefault(i - 1, []).append(j)
+        hash_at += ((path[i] - hash_at) // tpb + 1) * tpb
+        i += 1

@@ -43,7 +43,6 @@ Outputs longer than ``max_seq_len - prompt`` tokens are cut there (``truncated_o
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -281,7 +280,7 @@ class _Replay:
         pending = next(it, None)
         # the stages, bound once: the loop runs once per simulated step
         arrive, decode, resume = self._arrive, self._reserve_decodes, self._resume_swapped
-        prefill, sample, finish = self._prefill, self._sample, self._finish_step
+        prefill, sample, finish = self._prefill, self.sample, self._finish_step
         step_time, slots = self.step_time, self.step_slots
         sample_steps, max_tokens = self.config.sample_steps, self.config.max_num_batched_tokens
         running, waiting, swapped = self.running, self.waiting, self.swapped
@@ -465,7 +464,7 @@ class _Replay:
                 prefilled.append(live)
         return prefilled, (prefill_tokens, pairs, kv_tokens)
 
-    def _sample(self) -> None:
+    def sample(self) -> None:
         """4. every sample_steps steps: the window's host copies (they delay the clock
         only by what they take beyond the window) and one series point."""
         gpu_pool = self.cache.kv_counts("gpu")
@@ -495,9 +494,8 @@ class _Replay:
         """5. commits (1 + accepted tokens, seeded draws), first tokens, finishes."""
         finished: list[_Live] = []
         commit, out_ids = self.cache.commit, self.out_ids
-        rand, ascending, top = self.accept.random, self.accept.ascending, 1 + self.k
-        for live in decoders:
-            n = top - bisect_right(ascending, rand())  # 1 + accepted, as AcceptanceDraw.draw
+        # 1 + accepted per decoding request, in running order
+        for live, n in zip(decoders, self.accept.counts(len(decoders)), strict=True):
             left = live.output - live.generated
             if n > left:
                 n = left

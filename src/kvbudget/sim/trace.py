@@ -218,19 +218,19 @@ def _read(
     for count, (line, arrival, prompt, output, group) in enumerate(_rows(path, label)):
         if limit is not None and count >= limit:
             return
-        where = f"{label}: line {line}"
-        if prompt < 1:
-            raise InvalidArgumentError(f"{where}: prompt tokens must be >= 1, got {prompt}")
-        if output < 1:
-            raise InvalidArgumentError(f"{where}: output tokens must be >= 1, got {output}")
-        if arrival < last:
+        if prompt < 1 or output < 1 or arrival < last:
+            where = f"{label}: line {line}"
+            if prompt < 1:
+                raise InvalidArgumentError(f"{where}: prompt tokens must be >= 1, got {prompt}")
+            if output < 1:
+                raise InvalidArgumentError(f"{where}: output tokens must be >= 1, got {output}")
             raise InvalidArgumentError(
                 f"{where}: arrival {arrival} s is before the previous row's {last} s; sort "
                 "the trace by arrival"
             )
         if group is not None and len(group) > MAX_PREFIX_GROUP_CHARS:
             raise InvalidArgumentError(
-                f"{where}: prefix_group has {len(group)} characters, more than "
+                f"{label}: line {line}: prefix_group has {len(group)} characters, more than "
                 f"{MAX_PREFIX_GROUP_CHARS}; a group is a short name"
             )
         last = arrival
@@ -341,9 +341,9 @@ def _float(value: object, where: str, field: str) -> float:
 
 def _csv_rows(
     label: str, names: list[str], f: Iterator[str], start: int
-) -> Iterator[tuple[int, str, list[str]]]:
+) -> Iterator[tuple[int, list[str]]]:
     """The non-empty data rows after the header (on line ``start - 1``): line number,
-    where (for messages), cells. Raises InvalidArgumentError for a row with fewer cells
+    cells. Raises InvalidArgumentError for a row with fewer cells
     than the header, or one the csv module cannot read."""
     reader = csv.reader(f)
     while True:
@@ -356,25 +356,30 @@ def _csv_rows(
         if not row:
             continue
         line = start + reader.line_num - 1
-        where = f"{label}: line {line}"
         if len(row) < len(names):
-            raise InvalidArgumentError(f"{where}: expected {len(names)} columns, got {len(row)}")
-        yield line, where, row
+            raise InvalidArgumentError(
+                f"{label}: line {line}: expected {len(names)} columns, got {len(row)}"
+            )
+        yield line, row
 
 
 def _azure_rows(label: str, names: list[str], f: Iterator[str], start: int) -> Iterator[Row]:
     ts, ctx, gen = (names.index(c) for c in AZURE_COLUMNS)
     begin: datetime | None = None
-    for line, where, row in _csv_rows(label, names, f, start):
+    for line, row in _csv_rows(label, names, f, start):
         try:
             stamp = _timestamp(row[ts])
         except ValueError:
             raise InvalidArgumentError(
-                f"{where}: field 'TIMESTAMP' must be 'YYYY-MM-DD HH:MM:SS[.fraction]', got "
-                f"{_shown(row[ts])}"
+                f"{label}: line {line}: field 'TIMESTAMP' must be "
+                f"'YYYY-MM-DD HH:MM:SS[.fraction]', got {_shown(row[ts])}"
             ) from None
-        prompt = _int(row[ctx], where, AZURE_COLUMNS[1])
-        output = _int(row[gen], where, AZURE_COLUMNS[2])
+        try:  # int() reads what _int reads (surrounding blanks included)
+            prompt, output = int(row[ctx]), int(row[gen])
+        except ValueError:  # _int names the field
+            where = f"{label}: line {line}"
+            prompt = _int(row[ctx], where, AZURE_COLUMNS[1])
+            output = _int(row[gen], where, AZURE_COLUMNS[2])
         if begin is None:
             begin = stamp
         yield line, (stamp - begin).total_seconds(), prompt, output, None
@@ -392,7 +397,8 @@ def _timestamp(text: str) -> datetime:
 def _simple_rows(label: str, names: list[str], f: Iterator[str], start: int) -> Iterator[Row]:
     cols = [names.index(c) for c in SIMPLE_COLUMNS]
     group_col = names.index("prefix_group") if "prefix_group" in names else None
-    for line, where, row in _csv_rows(label, names, f, start):
+    for line, row in _csv_rows(label, names, f, start):
+        where = f"{label}: line {line}"
         arrival = _float(row[cols[0]], where, "arrival_s")
         group = row[group_col].strip() if group_col is not None else ""
         yield (
