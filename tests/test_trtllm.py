@@ -376,9 +376,6 @@ def test_v2_refuses_what_it_does_not_model() -> None:
     with pytest.raises(InvalidArgumentError, match="speculation"):
         plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="8GiB",
              spec="ngram")  # fmt: skip
-    with pytest.raises(InvalidArgumentError, match="MambaHybridCacheManagerV2 without spec"):
-        plan("Qwen/Qwen3-Next-80B-A3B-Instruct", engine="trtllm@v2", kv_budget="40GiB",
-             spec="mtp")  # fmt: skip
     with pytest.raises(InvalidArgumentError, match="mamba_ssm_cache_dtype"):
         plan("nvidia/Nemotron-H-8B-Base-8K", engine="trtllm@v2", kv_budget="40GiB",
              max_seq_len=8192, state_dtype="fp32")  # fmt: skip

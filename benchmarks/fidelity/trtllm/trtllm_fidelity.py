@@ -76,6 +76,7 @@ HOSTS = {"host0": 0, "host64GiB": 64 * GIB}
 V2_ENGINE = "trtllm@v2"  # kvbudget's KVCacheManagerV2 model
 NODE_MEMORY = 160 * GIB  # the node V2's automatic host tier is checked on (host0 V2 cases)
 NODE_GPUS = 8
+HYBRID_MTP_FAMILIES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 
 
 # ----------------------------------------------------------------------------- cases
@@ -146,6 +147,9 @@ def _specs(name: str) -> list[tuple[str, str | None]]:
     family = raw.get("model_type", "")
     if family in ("deepseek_v3", "glm4_moe") and raw.get("num_nextn_predict_layers"):
         out.append(("mtp", None))
+    text_family = (raw.get("text_config") or raw).get("model_type", "")
+    if text_family in HYBRID_MTP_FAMILIES and load_model(name).mtp_layers:
+        out.append(("mtp", None))  # Qwen3-Next / Qwen3.5: MambaHybridCacheManagerV2 + MTP
     if family == "llama" and raw.get("vocab_size") == 128256 and "3.2-1B" not in name:
         out.append(("draft-target", DRAFT_MODEL))
     return out
@@ -250,7 +254,8 @@ def _pretrained(name: str) -> SimpleNamespace:
     # Gemma-3's text_config names no vocab_size (transformers' default 262,208; only the
     # estimation's dummy prompts read it, as token ids)
     text.setdefault("vocab_size", raw.get("vocab_size", 262_208))
-    dtype = text.get("torch_dtype") or raw.get("torch_dtype")
+    # transformers reads a config's "dtype" (Qwen3.5's text_config) as torch_dtype too
+    dtype = next((c[k] for c in (text, raw) for k in ("torch_dtype", "dtype") if c.get(k)), None)
     text["torch_dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else None
     return SimpleNamespace(**text)
 

@@ -1140,7 +1140,9 @@ V2_DEFAULTS: dict[str, str] = {
 
 def auto_manager(d: Deployment) -> tuple[str, str]:
     """("V1" or "V2", why): the manager ``use_kv_cache_manager_v2: "auto"`` builds."""
-    archs = d.target.config.get("architectures") or ["?"]
+    # the checkpoint's architectures (a Qwen3.5 vision-language config names them outside
+    # its text_config, which is what ``config`` holds)
+    archs = list(d.target.architectures) or d.target.config.get("architectures") or ["?"]
     arch = str(archs[0])
     if arch in V2_DEFAULTS:
         return "V2", f"{arch} defaults to V2 ({V2_DEFAULTS[arch]})"

@@ -47,8 +47,17 @@ SOURCES.md): ``_torch/pyexecutor/_util.py`` (``KvCacheCreator.build_managers``,
   (``_compute_auto_host_tier_quota``: min of the device quota, half the node's free
   memory per local rank, 80% of RLIMIT_MEMLOCK), which the plan never leaves to chance.
 
-Not covered (typed refusals): recurrent-state (hybrid) layers (``MambaHybridCacheManagerV2``),
-ngram speculation, a disk tier (kvbudget takes no disk budget).
+* **Hybrids** (``MambaHybridCacheManagerV2``, ``mamba_cache_manager.py``): per recurrent
+  layer the SSM and conv states as one more life cycle, floored at the live states
+  (``max_batch_size x pp`` + dummy slots) / 0.95; the creator prices those live states as
+  the target's fixed cost. With MTP the draft manager is a hybrid manager holding the MTP
+  attention layer only, and the target allocates the MTP intermediate state buffers
+  (``max_batch_size x (1 + K)`` SSM and conv states per local recurrent layer) with torch,
+  outside its pools and on top of ``max_gpu_total_bytes``: the plan emits the budget less
+  them, and refuses a budget they exceed.
+
+Not covered (typed refusals): EAGLE3 / draft-target on a hybrid, ngram speculation, a disk
+tier (kvbudget takes no disk budget).
 """
 
 from __future__ import annotations
@@ -137,14 +146,14 @@ def hybrid(d: Deployment) -> bool:
 
 
 def _check_hybrid(d: Deployment) -> None:
-    """What of a hybrid this model does not cover: speculation (the MTP intermediate
-    state buffers and replay sit outside the pools), a state dtype other than the
+    """What of a hybrid this model does not cover: speculation other than MTP (EAGLE3 and
+    draft-target heads of a hybrid are not modelled), a state dtype other than the
     checkpoint's (``kv_cache_config.mamba_ssm_cache_dtype``, not emitted)."""
-    if d.spec.name != "none":
+    if d.spec.name not in ("none", "mtp"):
         raise InvalidArgumentError(
-            f"--engine trtllm@v2 models MambaHybridCacheManagerV2 without speculation; "
-            f"--spec {d.spec.name} with {d.target.name}'s recurrent-state layers is not "
-            "modelled (its intermediate state buffers sit outside the pools): use --spec none"
+            f"--engine trtllm@v2 models MambaHybridCacheManagerV2 without speculation or "
+            f"with MTP; --spec {d.spec.name} with {d.target.name}'s recurrent-state layers is "
+            "not modelled: use --spec mtp or --spec none"
         )
     model = parse_dtype("auto", auto=d.target.dtype or "bf16", what="state_dtype")
     if d.state_dtype_value != model:
@@ -166,6 +175,37 @@ def live_states(d: Deployment) -> int:
     """State slots a hybrid manager must hold: ``max_batch_size x pp`` resident
     sequences and the dummy slots."""
     return d.max_batch_size * d.parallel.pp + dummy_slots(d)
+
+
+def intermediate_state_bytes(d: Deployment, m: Manager) -> int:
+    """The MTP intermediate state buffers a hybrid manager allocates with torch, outside
+    its V2 pools (``MambaHybridCacheManager._setup_mtp_intermediate_states``,
+    ``mamba_cache_manager.py``, shapes as recorded in shared/trtllm-src): per local
+    recurrent layer ``max_batch_size x tokens_per_gen_step`` (``1 + K``) SSM and conv
+    states. The SSM rows are left out under the replay state update: Mamba2 layers take
+    it on SM 9.0 (``_create_kv_cache_manager``'s Nemotron branch: spec and SM >= 80),
+    Gated DeltaNet layers only with ``TRTLLM_GDN_REPLAY=1`` (``is_gdn_replay_enabled``,
+    off by default), so theirs are kept. 0 without speculation or recurrent layers."""
+    if d.spec.name == "none" or not m.state_bytes:
+        return 0
+    steps = d.max_batch_size * (1 + d.lookahead_tokens)
+    per_step = sum(
+        conv if isinstance(x, Mamba2Layer) else ssm + conv
+        for (x, _), (ssm, conv) in zip(m.layers, m.states, strict=True)
+    )
+    return steps * per_step
+
+
+def intermediate_reserve(d: Deployment) -> list[int]:
+    """Per PP stage the MTP intermediate state bytes of its managers, which kvbudget
+    takes from the stage's KV budget before emitting ``max_gpu_total_bytes``: with that
+    key set, TensorRT-LLM's quota is ``min(profiled memory, max_gpu_total_bytes)``
+    (``configure_kv_cache_capacity``), and the buffers, torch tensors made when the
+    manager is built, come on top of it."""
+    return [
+        sum(intermediate_state_bytes(d, m) for m in stage_managers(d, s))
+        for s in range(d.parallel.pp)
+    ]
 
 
 def _states(d: Deployment, layer: Layer) -> tuple[int, int]:
@@ -383,6 +423,9 @@ def cost(d: Deployment, m: Manager) -> Cost | None:
     if draft and fixed > 0 and len(set(windows)) == 1 and windows[0] is not None:
         slot = sum(sizes) * tpb  # one SWA pool: whole slots, / max_util_for_resume
         fixed = math.ceil(math.ceil(fixed / slot) / RESUME_F32) * slot
+    # a hybrid's live state slots (_estimate_mamba_hybrid_cache_cost: max_batch_size x pp
+    # sequences + the dummy slots; no snapshot rules or interval: none is emitted)
+    fixed += live_states(d) * m.state_bytes
     return Cost(slope=c.generation, intercept=fixed, per_request=_per_request(d, m, draft))
 
 
@@ -481,8 +524,9 @@ def quota_for_tokens(d: Deployment, m: Manager, tokens: float) -> int:
 
 def tokens_for_quota(d: Deployment, m: Manager, quota: int) -> float:
     """``_get_max_tokens_from_quota``: the float formula; a hybrid manager's is the
-    largest whole count whose quota fits (``MambaHybridCacheManagerV2``'s search)."""
-    if not m.state_bytes:
+    largest whole count whose quota fits (``MambaHybridCacheManagerV2``'s search; a
+    hybrid model's MTP draft manager is one too, with no recurrent layer)."""
+    if not hybrid(d):
         return _tokens_from_quota(d, components(d, m.sizes, m.windows), quota)
     if quota_for_tokens(d, m, 0) > quota:
         return 0
@@ -560,7 +604,7 @@ def _typical(d: Deployment, m: Manager) -> dict[str, Any]:
 def _check_live(d: Deployment, m: Manager, quota: int) -> None:
     """``_minimum_live_gpu_quota``: a hybrid manager refuses a quota under its live
     states and one attention page (or its quota for no token)."""
-    if not m.state_bytes:
+    if not hybrid(d):
         return
     need = max(
         quota_for_tokens(d, m, 0),
@@ -664,7 +708,7 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
     check_block(d.tokens_per_block, facts)
     check(d)
     dtype = kv_dtype_name(d.kv_dtype, facts)
-    gpu_total, host = ledger.min_stage_gpu_bytes, ledger.host_bytes
+    gpu_total, host = _gpu_total(d, ledger), ledger.host_bytes
     stages = allocate(d, gpu_total, host)
     for row in stages:
         for p in row:
@@ -698,6 +742,26 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
         ),
         detail=_detail(d, stages, auto_host_quotas(d, ledger, stages)),
     )
+
+
+def _gpu_total(d: Deployment, ledger: Ledger) -> int:
+    """``max_gpu_total_bytes``: the smallest stage budget less that stage's MTP
+    intermediate state bytes (:func:`intermediate_reserve`); InfeasibleBudgetError where
+    those bytes leave nothing."""
+    reserve = intermediate_reserve(d)
+    budgets = [(s.pp_stage, s.gpu_bytes) for s in ledger.stages] or [
+        (d.parallel.pp - 1, ledger.budget.gpu_bytes)
+    ]
+    stage, gpu = min(budgets, key=lambda sb: sb[1] - reserve[sb[0]])
+    if gpu - reserve[stage] <= 0:
+        raise InfeasibleBudgetError(
+            f"TensorRT-LLM's MTP intermediate state buffers of PP stage {stage} take "
+            f"{reserve[stage]} B per rank outside the KV pools (max_batch_size "
+            f"{d.max_batch_size} x {1 + d.lookahead_tokens} tokens per step x its recurrent "
+            f"layers' SSM and conv states), more than its {gpu} B KV budget: raise "
+            "--kv-budget, lower --max-batch-size or --num-speculative-tokens"
+        )
+    return gpu - reserve[stage]
 
 
 def _pools(d: Deployment, row: list[ManagerPools]) -> tuple[PoolPlan, ...]:
@@ -794,6 +858,14 @@ def _notes(d: Deployment, stages: list[list[ManagerPools]]) -> list[str]:
                     f"manager with one placeholder layer, bounded to {p.budget.max_tokens} tokens "
                     f"({p.quota} B quota) and the whole host_cache_size"
                 )
+    reserve = intermediate_reserve(d)
+    if any(reserve):
+        notes.append(
+            f"# max_gpu_total_bytes is the KV budget less the MTP intermediate state buffers "
+            f"({max(reserve)} B per rank: max_batch_size x (1 + draft tokens) SSM and conv "
+            "states per recurrent layer), which TensorRT-LLM allocates outside the V2 pools, "
+            "on top of max_gpu_total_bytes"
+        )
     if d.parallel.pp > 1:
         notes.append(
             "# the ranks take the MIN of their resumable tokens (0.95 of the quota): a PP "
@@ -923,7 +995,7 @@ def _manager_detail(d: Deployment, p: ManagerPools) -> dict[str, Any]:
         "max_tokens": p.budget.max_tokens,
         "cost": None if c is None else _cost_detail(c),
         "device_quota": p.quota,
-        **_state_detail(p),
+        **_state_detail(d, p),
         "pools": [
             {
                 "tier": tier,
@@ -939,13 +1011,13 @@ def _manager_detail(d: Deployment, p: ManagerPools) -> dict[str, Any]:
     }
 
 
-def _state_detail(p: ManagerPools) -> dict[str, int]:
-    """A hybrid manager's state slots and the MTP intermediate state bytes outside its
-    pools (none without speculation)."""
-    if not p.manager.state_bytes:
+def _state_detail(d: Deployment, p: ManagerPools) -> dict[str, int]:
+    """A hybrid model's manager: its state slots (0 for an MTP draft manager, which holds
+    no recurrent layer) and the MTP intermediate state bytes outside its pools."""
+    if not hybrid(d):
         return {}
-    (slots,) = [g.slots for g in p.storage.gpu if g.ssm]
-    return {"ssm_slots": slots, "intermediate_state_bytes": 0}
+    slots = sum(g.slots for g in p.storage.gpu if g.ssm)
+    return {"ssm_slots": slots, "intermediate_state_bytes": intermediate_state_bytes(d, p.manager)}
 
 
 def _cost_detail(c: Cost) -> dict[str, int | None]:
@@ -957,7 +1029,7 @@ MODEL = EngineModel(
     version=VERSION,
     default=False,
     source=EngineSource(repository="NVIDIA/TensorRT-LLM", ref=REF, files=FILES),
-    summary="TensorRT-LLM's V2 KV cache manager (non-hybrid; EAGLE3, MTP, draft-target)",
+    summary="TensorRT-LLM's V2 KV cache manager (EAGLE3, MTP, draft-target; hybrids with MTP)",
     plan=plan,
     check=check,
     render=v1.render,
