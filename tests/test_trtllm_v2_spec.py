@@ -110,3 +110,97 @@ def test_default_trtllm_plans_v2_for_qwen35_by_its_outer_architectures() -> None
                       max_seq_len=32768, tp=8)  # fmt: skip
     assert p.engine.settings["kv_cache_config.use_kv_cache_manager_v2"] is True
     assert "Qwen3_5ForConditionalGeneration defaults to V2" in p.engine.notes[0]
+
+
+# ---------------------------------------------------------------- the disk tier
+# KvCacheCreator.build_managers splits each of _OFFLOAD_TIER_BUDGET_ATTRS ("host_cache_size",
+# "disk_cache_size") by bytes per token (_split_kv_cache_budget_for_draft drops the
+# intercepts); KVCacheManagerV2.__init__ appends DiskCacheTierConfig(disk_cache_size,
+# disk_cache_path); the runtime sizes the disk level in 2 MiB grains (_storage/_core.py).
+
+
+def test_v2_disk_budget_is_split_by_bytes_per_token_and_sized_in_2_mib_grains() -> None:
+    # harness "Llama-3.1-8B-Instruct+EAGLE3-LLaMA3.1-Instruct-8B eagle3 bf16 tp1 host64GiB
+    # disk256GiB kv8GiB V2"
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", spec="eagle3", kv_budget="8GiB",
+             host_budget="64GiB", disk_budget="256GiB")  # fmt: skip
+    m = managers(p, 0)
+    disk = 256 * GIB
+    # target 32 layers x 4,096 B/token, EAGLE3 head 1 layer x 4,096 B/token
+    draft = disk * 4_096 // (131_072 + 4_096)
+    assert m["draft"]["disk_cache_size"] == draft == 8_329_633_543
+    assert m["target"]["disk_cache_size"] == disk - draft == 266_548_273_401
+    assert p.engine.settings["kv_cache_config.disk_cache_size"] == disk
+    assert p.engine.settings["kv_cache_config.disk_cache_path"] == "/var/tmp/trtllm-kv-cache"
+    grain = 2 << 20
+    (t_disk,) = [x for x in m["target"]["pools"] if x["tier"] == "disk"]
+    (d_disk,) = [x for x in m["draft"]["pools"] if x["tier"] == "disk"]
+    # whole slots in the quota rounded up to the grain: target 4 MiB slots, draft 128 KiB
+    assert t_disk["slots"] == -(-(disk - draft) // grain) * grain // (131_072 * 32) == 63_550
+    assert t_disk["bytes"] == 63_550 * 131_072 * 32
+    assert d_disk["slots"] == -(-draft // grain) * grain // (4_096 * 32) == 63_552
+    assert p.capacity.disk_blocks == 63_550
+    assert [x.tier for x in p.engine.pools if x.role == "target"] == ["gpu", "host", "disk"]
+    # the directory must exist at start-up (KvCacheConfig.validate_disk_cache_config)
+    assert any("disk_cache_path (/var/tmp/trtllm-kv-cache)" in w for w in p.engine.warnings)
+
+
+def test_v2_without_a_disk_budget_emits_no_disk_tier() -> None:
+    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB")
+    assert not [k for k in p.engine.settings if "disk" in k]
+    assert managers(p, 0)["target"]["disk_cache_size"] == 0
+
+
+def test_v1_has_no_disk_tier_and_says_the_budget_holds_nothing() -> None:
+    # resource_manager.py's KVCacheManager reads no disk_cache_size: TensorRT-LLM ignores it
+    for engine in ("trtllm@v1", "trtllm"):  # Qwen3-8B: auto keeps V1 (no V2 default)
+        p = kvbudget.plan("Qwen/Qwen3-8B", engine=engine, kv_budget="8GiB",
+                          disk_budget="64GiB", max_seq_len=32768)  # fmt: skip
+        assert p.engine.detail["kv_cache_manager"] == "V1"
+        assert not [k for k in p.engine.settings if "disk" in k]
+        (w,) = [w for w in p.engine.warnings if "no disk tier" in w]
+        assert f"the {64 * GIB} B per rank of --disk-budget hold nothing" in w
+
+
+# ---------------------------------------------------------------- ngram
+# NGramDecodingConfig (llmapi/llm_args.py, read at stored id 55143598664; the harness stands
+# it in): SpeculativeDecodingMode.NGRAM is no one-engine mode (speculative/interface.py), so
+# should_use_separate_draft_kv_cache is false (no draft manager) and get_num_extra_kv_tokens
+# is 0 (speculative/utils.py); _resolve_kv_cache_manager_v2_auto reads the model default only.
+
+
+def test_default_trtllm_plans_ngram_on_v2_without_a_draft_manager() -> None:
+    # harness "Llama-3.1-8B-Instruct ngram bf16 tp1 host0 kv8GiB V2"
+    p = kvbudget.plan("meta-llama/Llama-3.1-8B-Instruct", spec="ngram", engine="trtllm",
+                      kv_budget="8GiB", max_seq_len=32768)  # fmt: skip
+    assert p.engine.settings["kv_cache_config.use_kv_cache_manager_v2"] is True
+    assert p.engine.settings["speculative_config.decoding_type"] == "NGram"
+    assert "LlamaForCausalLM defaults to V2" in p.engine.notes[0]
+    (m,) = p.engine.detail["stages"][0]["managers"]
+    assert m["role"] == "target"
+    # one pool group of 32 layers x 4,096 B/token x 32-token slots: 8 GiB / 4 MiB
+    (pool,) = m["pools"]
+    assert (pool["slot_bytes"], pool["slots"]) == ([4_194_304], 8 * GIB // (32 * 4_096 * 32))
+    assert pool["slots"] == 2_048
+    assert any(n.startswith("# ngram: no draft manager") for n in p.engine.notes)
+
+
+def test_ngram_follows_the_model_default_so_qwen3_stays_v1() -> None:
+    p = kvbudget.plan("Qwen/Qwen3-8B", spec="ngram", engine="trtllm", kv_budget="8GiB",
+                      max_seq_len=32768)  # fmt: skip
+    assert p.engine.settings["kv_cache_config.use_kv_cache_manager_v2"] is False
+    assert p.engine.notes[0].startswith("# manager: V1, TensorRT-LLM's auto pick")
+
+
+def test_ngram_headroom_is_one_generation_step_without_extra_kv_tokens() -> None:
+    # _get_generation_kv_capacity: get_num_extra_kv_tokens (0 for NGram, K - 1 = 2 for a
+    # one-engine mode) + tokens_per_gen_step (1 + K = 4)
+    from kvbudget.deployment import resolve_deployment
+    from kvbudget.engines import trtllm_v2 as v2
+
+    def headroom(spec: str) -> int:
+        return v2.headroom(resolve_deployment("meta-llama/Llama-3.1-8B-Instruct", spec=spec,
+                                              engine="trtllm@v2", kv_budget="8GiB"))  # fmt: skip
+
+    assert headroom("ngram") == 0 + 4
+    assert headroom("eagle3") == 2 + 4

@@ -20,7 +20,9 @@ SOURCES.md): ``_torch/pyexecutor/_util.py`` (``KvCacheCreator.build_managers``,
 * **Quota**: ``kv_cache_config.max_gpu_total_bytes`` is the budget; a ``max_tokens``
   only caps a manager's quota (the plan emits none).
 * **Managers**: a one-model draft (EAGLE3, MTP, draft-target) gets its own V2 manager,
-  except under attention DP, where EAGLE3/MTP layers are the target's last layers.
+  except under attention DP, where EAGLE3/MTP layers are the target's last layers. NGram
+  is no one-engine mode: no draft manager, no extra KV tokens, ``1 + K`` tokens of
+  generation headroom (its ``NGramDecodingConfig`` read, not transcribed).
   Layers split over PP stages as for V1 (:func:`kvbudget.engines.trtllm.pp_layers`); a
   stage without EAGLE3/MTP layers keeps one placeholder draft layer.
 * **Windows**: each layer's window is the emitted ``max_attention_window`` pattern (full:
@@ -39,8 +41,11 @@ SOURCES.md): ``_torch/pyexecutor/_util.py`` (``KvCacheCreator.build_managers``,
   split, and the draft is bounded to the target's tokens (``(budget - fixed) //
   bytes per token``) as ``max_tokens``. A budget under the fixed costs is refused, as
   TensorRT-LLM refuses it.
-* **Host split**: ``host_cache_size`` likewise by bytes per token only, where both have
-  a cost; else each manager gets it whole.
+* **Host and disk split** (``_OFFLOAD_TIER_BUDGET_ATTRS``): ``host_cache_size`` and
+  ``disk_cache_size`` likewise by bytes per token only, where both have a cost; else each
+  manager gets them whole. The disk tier (``DiskCacheTierConfig``, 2 MiB grains) comes
+  from ``--disk-budget`` with ``disk_cache_path`` set to :data:`DISK_PATH`, a directory
+  the deployer creates (TensorRT-LLM refuses a missing one; the plan warns).
 * **Ranks** (world size > 1): each manager turns ``int(quota x 0.95)`` into tokens, the
   ranks take the MIN, and each quota becomes ``min(quota, ceil(bytes(tokens) / 0.95))``.
 * **Host tier**: ``host_cache_size`` 0 means none; unset, V2 builds one by itself
@@ -56,8 +61,7 @@ SOURCES.md): ``_torch/pyexecutor/_util.py`` (``KvCacheCreator.build_managers``,
   outside its pools and on top of ``max_gpu_total_bytes``: the plan emits the budget less
   them, and refuses a budget they exceed.
 
-Not covered (typed refusals): EAGLE3 / draft-target on a hybrid, ngram speculation, a disk
-tier (kvbudget takes no disk budget).
+Not covered (typed refusals): EAGLE3, draft-target or ngram on a hybrid.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ from kvbudget.plan_types import (
     PoolPlan,
     PoolRole,
 )
+from kvbudget.split import Tier
 from kvbudget.units import count_of
 
 if TYPE_CHECKING:
@@ -107,7 +112,7 @@ FILES = (
 )
 MAX_UTIL_FOR_RESUME = 0.95  # KvCacheConfig.max_util_for_resume default (llm_args.py)
 RESUME_F32 = 0.949999988079071  # float(np.float32(0.95)), the draft slot rounding's divisor
-SPEC_MODES = ("eagle3", "mtp", "draft-target")  # one-model modes the harness runs
+SPEC_MODES = ("eagle3", "mtp", "draft-target", "ngram")  # the modes the harness runs
 gpu_granularity = st.gpu_granularity
 
 
@@ -129,9 +134,9 @@ def check(d: Deployment) -> None:
     v1.check(d)
     if d.spec.name not in ("none", *SPEC_MODES):
         raise InvalidArgumentError(
-            f"--engine trtllm@v2 models TensorRT-LLM's V2 manager with EAGLE3, MTP or "
-            f"draft-target speculation; --spec {d.spec.name} is not modelled there yet: plan "
-            f"it with --engine trtllm@v1 (the V1 manager)"
+            f"--engine trtllm@v2 models TensorRT-LLM's V2 manager with EAGLE3, MTP, "
+            f"draft-target or ngram speculation; --spec {d.spec.name} is not modelled there "
+            f"yet: plan it with --engine trtllm@v1 (the V1 manager)"
         )
     if hybrid(d):
         _check_hybrid(d)
@@ -231,11 +236,13 @@ def _states(d: Deployment, layer: Layer) -> tuple[int, int]:
 
 def headroom(d: Deployment) -> int:
     """``_get_generation_kv_capacity``'s headroom over the history: 1 without
-    speculation, else the extra KV tokens (K - 1) + a generation step's 1 + K tokens."""
+    speculation, else the extra KV tokens (``get_num_extra_kv_tokens``: K - 1 for a
+    one-engine mode, 0 for ngram) + a generation step's ``tokens_per_gen_step`` 1 + K."""
     k = d.lookahead_tokens
     if d.spec.name == "none" or not k:
         return 1
-    return (k - 1) + 1 + k
+    extra = k - 1 if d.spec.name in v1.ONE_ENGINE else 0
+    return extra + 1 + k
 
 
 def backoff(d: Deployment) -> int:
@@ -455,29 +462,37 @@ def _per_request(d: Deployment, m: Manager, draft: bool) -> int | None:
 
 @dataclass(frozen=True, kw_only=True)
 class Budget:
-    """What one manager is handed: ``max_gpu_total_bytes``, ``host_cache_size`` and a
-    ``max_tokens`` bound (None: none)."""
+    """What one manager is handed: ``max_gpu_total_bytes``, ``host_cache_size``,
+    ``disk_cache_size`` and a ``max_tokens`` bound (None: none)."""
 
     gpu: int
     host: int
+    disk: int = 0
     max_tokens: int | None = None
 
 
-def budgets(d: Deployment, mgrs: tuple[Manager, ...], gpu: int, host: int) -> list[Budget]:
-    """The budgets of a stage's managers (``build_managers``' splits)."""
+def budgets(
+    d: Deployment, mgrs: tuple[Manager, ...], gpu: int, host: int, disk: int = 0
+) -> list[Budget]:
+    """The budgets of a stage's managers (``build_managers``' splits: the GPU one after
+    the fixed costs; ``_OFFLOAD_TIER_BUDGET_ATTRS``, host then disk, by bytes per token)."""
     if len(mgrs) == 1:
-        return [Budget(gpu=gpu, host=host)]
+        return [Budget(gpu=gpu, host=host, disk=disk)]
     t, dr = cost(d, mgrs[0]), cost(d, mgrs[1])
     assert t is not None
     if dr is None or any(c.slope < 0 or c.intercept < 0 or not (c.slope or c.intercept)
                          for c in (t, dr)):  # fmt: skip
         tokens = max((gpu - t.intercept) // t.slope, 0) if t.slope > 0 else 0
-        return [Budget(gpu=gpu, host=host), Budget(gpu=gpu, host=host, max_tokens=tokens or None)]
+        return [
+            Budget(gpu=gpu, host=host, disk=disk),
+            Budget(gpu=gpu, host=host, disk=disk, max_tokens=tokens or None),
+        ]
     draft_gpu = _draft_share(d, gpu, t, dr)
     draft_host = host * dr.slope // (t.slope + dr.slope) if host > 0 else 0
+    draft_disk = disk * dr.slope // (t.slope + dr.slope) if disk > 0 else 0
     return [
-        Budget(gpu=gpu - draft_gpu, host=host - draft_host),
-        Budget(gpu=draft_gpu, host=draft_host if host > 0 else host),
+        Budget(gpu=gpu - draft_gpu, host=host - draft_host, disk=disk - draft_disk),
+        Budget(gpu=draft_gpu, host=draft_host if host > 0 else host, disk=draft_disk),
     ]
 
 
@@ -548,11 +563,12 @@ def _own_quota(d: Deployment, m: Manager, b: Budget) -> int:
     return min(b.gpu, math.ceil(quota_for_tokens(d, m, b.max_tokens) / MAX_UTIL_FOR_RESUME))
 
 
-def allocate(d: Deployment, gpu: int, host: int) -> list[list[ManagerPools]]:
-    """Every stage's managers' pools for the emitted ``max_gpu_total_bytes`` and
-    ``host_cache_size``, the ranks' MIN of resumable tokens per manager applied."""
+def allocate(d: Deployment, gpu: int, host: int, disk: int = 0) -> list[list[ManagerPools]]:
+    """Every stage's managers' pools for the emitted ``max_gpu_total_bytes``,
+    ``host_cache_size`` and ``disk_cache_size``, the ranks' MIN of resumable tokens per
+    manager applied."""
     stages = [stage_managers(d, s) for s in range(d.parallel.pp)]
-    handed = [budgets(d, mgrs, gpu, host) for mgrs in stages]
+    handed = [budgets(d, mgrs, gpu, host, disk) for mgrs in stages]
     quotas = [
         [_own_quota(d, m, b) for m, b in zip(mgrs, bs, strict=True)]
         for mgrs, bs in zip(stages, handed, strict=True)
@@ -574,7 +590,10 @@ def allocate(d: Deployment, gpu: int, host: int) -> list[list[ManagerPools]]:
                 )
             ]
             try:
-                pools = st.storage(layers, tpb, gpu_quota=q, host_quota=b.host, **_typical(d, m))
+                pools = st.storage(
+                    layers, tpb, gpu_quota=q, host_quota=b.host, disk_quota=b.disk,
+                    **_typical(d, m),
+                )  # fmt: skip
             except ValueError as exc:
                 raise InfeasibleBudgetError(
                     f"TensorRT-LLM's V2 {m.role} manager gets a {q} B quota per rank, less "
@@ -679,6 +698,7 @@ def _capacity(d: Deployment, stages: list[list[ManagerPools]]) -> Capacity:
     tpb = v1.block_tokens(d)
     growing = [_growing(p.storage.gpu) for row in stages for p in row if p.manager.role == "target"]
     host = [_growing(p.storage.host).slots if p.storage.host else 0 for p in stages[-1][:1]]
+    disk = [_growing(p.storage.disk).slots if p.storage.disk else 0 for p in stages[-1][:1]]
     sequences = d.max_batch_size
     for row in stages:
         for p in row:
@@ -689,6 +709,7 @@ def _capacity(d: Deployment, stages: list[list[ManagerPools]]) -> Capacity:
         tokens_per_block=tpb,
         gpu_blocks=min(g.slots for g in growing),
         host_blocks=host[0],
+        disk_blocks=disk[0],
         max_concurrency=sequences,
     )
 
@@ -708,8 +729,8 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
     check_block(d.tokens_per_block, facts)
     check(d)
     dtype = kv_dtype_name(d.kv_dtype, facts)
-    gpu_total, host = _gpu_total(d, ledger), ledger.host_bytes
-    stages = allocate(d, gpu_total, host)
+    gpu_total, host, disk = _gpu_total(d, ledger), ledger.host_bytes, disk_bytes(ledger)
+    stages = allocate(d, gpu_total, host, disk)
     for row in stages:
         for p in row:
             if any(g.slots == 0 for g in p.storage.gpu):
@@ -725,7 +746,7 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
         source=EngineSource(repository="NVIDIA/TensorRT-LLM", ref=REF, files=FILES),
         pools=_pools(d, last),
         capacity=capacity,
-        settings=_settings(d, gpu_total, host, dtype),
+        settings=_settings(d, gpu_total, host, disk, dtype),
         log=(
             f"Number of tokens per block: {v1.block_tokens(d)}.",
             *(
@@ -739,6 +760,7 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
             + v1.draft_revision_warnings(d)
             + _pinned_warnings(stages, host)
             + _host_warnings(d, ledger, stages, host)
+            + _disk_warnings(ledger, disk)
         ),
         detail=_detail(d, stages, auto_host_quotas(d, ledger, stages)),
     )
@@ -769,7 +791,7 @@ def _pools(d: Deployment, row: list[ManagerPools]) -> tuple[PoolPlan, ...]:
     tpb, out = v1.block_tokens(d), []
     for p in row:
         role: PoolRole = "target" if p.manager.role == "target" else "draft"
-        for tier, groups in (("gpu", p.storage.gpu), ("host", p.storage.host)):
+        for tier, groups in _tiers(p.storage):
             for i, g in enumerate(groups):
                 full = None in g.windows
                 kind: PoolKind = "state" if g.ssm and not g.windows else _kind(g)
@@ -777,18 +799,24 @@ def _pools(d: Deployment, row: list[ManagerPools]) -> tuple[PoolPlan, ...]:
                     PoolPlan(
                         role=role,
                         kind=kind,
-                        tier="gpu" if tier == "gpu" else "host",
+                        tier=tier,
                         tokens_per_block=tpb,
                         blocks=g.slots,
                         bytes=g.bytes,
                         tokens=0 if kind == "state" else g.slots * tpb,
                         window_tokens=None if full or kind == "state" else _window_of(g),
                         padding_bytes=g.bytes - g.slots * sum(g.slot_bytes),
-                        name=f"{p.manager.role} V2 pool group {i} "
-                        f"({'GPU_MEM' if tier == 'gpu' else 'HOST_MEM'})",
+                        name=f"{p.manager.role} V2 pool group {i} ({LEVELS[tier]})",
                     )
                 )
     return tuple(out)
+
+
+LEVELS: dict[Tier, str] = {"gpu": "GPU_MEM", "host": "HOST_MEM", "disk": "DISK"}
+
+
+def _tiers(storage: st.Storage) -> tuple[tuple[Tier, tuple[st.PoolGroup, ...]], ...]:
+    return (("gpu", storage.gpu), ("host", storage.host), ("disk", storage.disk))
 
 
 def _kind(g: st.PoolGroup) -> PoolKind:
@@ -807,11 +835,35 @@ def _group_text(g: st.PoolGroup) -> str:
     return "full" if None in g.windows else f"window {_window_of(g)}"
 
 
-def _settings(d: Deployment, gpu_total: int, host: int, dtype: str) -> dict[str, Any]:
-    """The YAML keys (dotted keys nest): the budget, the host tier (0: none), the manager,
-    the speculation."""
+DISK_PATH = "/var/tmp/trtllm-kv-cache"  # emitted disk_cache_path; the deployer creates it
+
+
+def disk_bytes(ledger: Ledger) -> int:
+    """Disk KV bytes per rank, every role together (``--disk-budget``)."""
+    return sum(m.disk.bytes for m in ledger.managers)
+
+
+def _settings(d: Deployment, gpu_total: int, host: int, disk: int, dtype: str) -> dict[str, Any]:
+    """The YAML keys (dotted keys nest): the budget, the host tier (0: none), the disk
+    tier (``disk_cache_size`` and ``disk_cache_path``, only with a disk budget), the
+    manager, the speculation."""
     settings = v1.manager_settings(d, max_tokens=None, gpu_total=gpu_total, host=host, dtype=dtype)
+    if disk > 0:
+        settings["kv_cache_config.disk_cache_size"] = disk
+        settings["kv_cache_config.disk_cache_path"] = DISK_PATH
     return settings | v1.model_settings(d)
+
+
+def _disk_warnings(ledger: Ledger, disk: int) -> list[str]:
+    """The disk tier's directory, which TensorRT-LLM needs to exist at start-up."""
+    if disk <= 0:
+        return []
+    return [
+        f"create kv_cache_config.disk_cache_path ({DISK_PATH}) on each node, on a local disk "
+        f"with {disk * ledger.budget.gpus_per_node} B free ({disk} B per rank), or point it "
+        "at such a directory: TensorRT-LLM refuses to start when it is not an existing "
+        "directory (KvCacheConfig.validate_disk_cache_config)"
+    ]
 
 
 def _notes(d: Deployment, stages: list[list[ManagerPools]]) -> list[str]:
@@ -843,12 +895,20 @@ def _notes(d: Deployment, stages: list[list[ManagerPools]]) -> list[str]:
             f"# the draft has its own V2 manager: TensorRT-LLM gives it {draft.budget.gpu} B of "
             f"max_gpu_total_bytes (after both managers' fixed costs, by bytes per "
             f"{'request' if _weighted(d, last) else 'token'}) and {draft.budget.host} B of "
-            "host_cache_size (by bytes per token); the target the rest"
+            "host_cache_size (by bytes per token)"
+            + (f", {draft.budget.disk} B of disk_cache_size (so)" if draft.budget.disk else "")
+            + "; the target the rest"
         )
     elif d.spec.name in ("eagle3", "mtp"):
         notes.append(
             "# attention DP: no separate draft manager; the draft layers are the target "
             "manager's last layers"
+        )
+    elif d.spec.name == "ngram":
+        notes.append(
+            "# ngram: no draft manager (NGram is no one-engine mode, so no separate draft KV "
+            f"cache); a generation step holds 1 + {d.lookahead_tokens} tokens of headroom and "
+            "no extra KV tokens"
         )
     for s, row in enumerate(stages[:-1]):
         for p in row:
@@ -905,6 +965,13 @@ def _pinned_warnings(stages: list[list[ManagerPools]], host: int) -> list[str]:
                 f"PP stage {s}'s ranks pin host_cache_size twice: the target manager and the "
                 f"placeholder draft manager each get the whole {host} B (TensorRT-LLM prices "
                 f"no draft there, so it splits nothing): {pinned} B of host memory per rank"
+            )
+        disk = row[0].budget.disk
+        if len(row) > 1 and disk and row[1].budget.disk == disk:
+            out.append(
+                f"PP stage {s}'s ranks take disk_cache_size twice: the target manager and the "
+                f"placeholder draft manager each get the whole {disk} B: {2 * disk} B of disk "
+                "per rank"
             )
     return out
 
@@ -992,6 +1059,7 @@ def _manager_detail(d: Deployment, p: ManagerPools) -> dict[str, Any]:
         "bytes_per_token": p.manager.bytes_per_token,
         "max_gpu_total_bytes": p.budget.gpu,
         "host_cache_size": p.budget.host,
+        "disk_cache_size": p.budget.disk,
         "max_tokens": p.budget.max_tokens,
         "cost": None if c is None else _cost_detail(c),
         "device_quota": p.quota,
@@ -1005,7 +1073,7 @@ def _manager_detail(d: Deployment, p: ManagerPools) -> dict[str, Any]:
                 "bytes": g.bytes,
                 "slot_bytes": list(g.slot_bytes),
             }
-            for tier, groups in (("gpu", p.storage.gpu), ("host", p.storage.host))
+            for tier, groups in _tiers(p.storage)
             for i, g in enumerate(groups)
         ],
     }
@@ -1029,11 +1097,11 @@ MODEL = EngineModel(
     version=VERSION,
     default=False,
     source=EngineSource(repository="NVIDIA/TensorRT-LLM", ref=REF, files=FILES),
-    summary="TensorRT-LLM's V2 KV cache manager (EAGLE3, MTP, draft-target; hybrids with MTP)",
+    summary="TensorRT-LLM's V2 KV cache manager (EAGLE3, MTP, draft-target, ngram; disk tier)",
     plan=plan,
     check=check,
     render=v1.render,
-    spec_names=frozenset(ENGINES["trtllm"].spec_names),  # check() refuses ngram
+    spec_names=frozenset(ENGINES["trtllm"].spec_names),
     memory_default=("memory_fraction", "0.9"),
 )
 
