@@ -29,7 +29,8 @@ SOURCES.md): ``_torch/pyexecutor/_util.py`` (``KvCacheCreator.build_managers``,
   the engine's max_seq_len); with block reuse an EAGLE3/MTP draft's one-token prompt
   lookahead widens every window by 1. A window costs a request ``ceil((w + h - 2) /
   block) + 1`` blocks, ``h`` the generation headroom: 1 without speculation, else the
-  extra KV tokens + the tokens of a generation step (``2K`` for K draft tokens).
+  extra KV tokens + the tokens of a generation step (``2K`` for K draft tokens of a
+  one-engine mode, ``1 + K`` for ngram).
 * **Cost** (``get_cache_size_per_token``): per token the full-length layers' bytes; fixed
   ``max_batch_size`` requests' window blocks + ``max_num_tokens`` tokens of every
   window layer (a draft with one window rounds it up to whole slots / 0.95).
@@ -51,7 +52,6 @@ SOURCES.md): ``_torch/pyexecutor/_util.py`` (``KvCacheCreator.build_managers``,
 * **Host tier**: ``host_cache_size`` 0 means none; unset, V2 builds one by itself
   (``_compute_auto_host_tier_quota``: min of the device quota, half the node's free
   memory per local rank, 80% of RLIMIT_MEMLOCK), which the plan never leaves to chance.
-
 * **Hybrids** (``MambaHybridCacheManagerV2``, ``mamba_cache_manager.py``): per recurrent
   layer the SSM and conv states as one more life cycle, floored at the live states
   (``max_batch_size x pp`` + dummy slots) / 0.95; the creator prices those live states as
@@ -124,7 +124,7 @@ def uncovered(d: Deployment) -> str | None:
         if d.spec.name not in ("none", *SPEC_MODES):
             return f"--spec {d.spec.name}"
         if hybrid(d):
-            return "recurrent-state layers with speculation"
+            return f"recurrent-state layers with --spec {d.spec.name}"
         return "this model"
     return None
 
