@@ -373,12 +373,9 @@ def test_v2_windows_of_one_slot_size_share_one_pool_group() -> None:
 
 
 def test_v2_refuses_what_it_does_not_model() -> None:
-    with pytest.raises(InvalidArgumentError, match="speculation"):
-        plan("meta-llama/Llama-3.1-8B-Instruct", engine="trtllm@v2", kv_budget="8GiB",
-             spec="ngram")  # fmt: skip
-    with pytest.raises(InvalidArgumentError, match="MambaHybridCacheManagerV2 without spec"):
+    with pytest.raises(InvalidArgumentError, match="with MTP; --spec ngram"):
         plan("Qwen/Qwen3-Next-80B-A3B-Instruct", engine="trtllm@v2", kv_budget="40GiB",
-             spec="mtp")  # fmt: skip
+             spec="ngram")  # fmt: skip
     with pytest.raises(InvalidArgumentError, match="mamba_ssm_cache_dtype"):
         plan("nvidia/Nemotron-H-8B-Base-8K", engine="trtllm@v2", kv_budget="40GiB",
              max_seq_len=8192, state_dtype="fp32")  # fmt: skip
@@ -585,16 +582,10 @@ def test_default_trtllm_plans_v1_for_qwen3_and_says_what_v2_would_hold() -> None
     )
 
 
-def test_v1_stays_available_and_uncovered_v2_defaults_pin_v1() -> None:
+def test_v1_stays_available() -> None:
     v1_plan = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB", engine="trtllm@v1")
     assert v1_plan.engine.detail["kv_cache_manager"] == "V1"
     assert v1_plan.engine.settings["kv_cache_config.max_tokens"] == 65_536
-    p = plan("meta-llama/Llama-3.1-8B-Instruct", kv_budget="8GiB", spec="ngram")
-    assert p.engine.settings["kv_cache_config.use_kv_cache_manager_v2"] is False
-    assert p.engine.notes[0].endswith(
-        "kvbudget's V2 model does not cover --spec ngram yet, so the plan pins V1 "
-        "(use_kv_cache_manager_v2 false)"
-    )
 
 
 def test_default_trtllm_plans_v2_with_a_one_model_draft() -> None:

@@ -47,9 +47,10 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -73,9 +74,21 @@ LAYOUTS: dict[str, dict[str, Any]] = {
 }
 BUDGETS = {"8GiB": 8 * GIB, "40GiB": 40 * GIB}
 HOSTS = {"host0": 0, "host64GiB": 64 * GIB}
+DISKS = {"disk0": 0, "disk256GiB": 256 * GIB}  # V2 cases only: V1 has no disk tier
 V2_ENGINE = "trtllm@v2"  # kvbudget's KVCacheManagerV2 model
 NODE_MEMORY = 160 * GIB  # the node V2's automatic host tier is checked on (host0 V2 cases)
 NODE_GPUS = 8
+DISK_DIR = tempfile.gettempdir()  # stands in for the emitted disk_cache_path
+HYBRID_MTP_FAMILIES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+# ngram on a few presets (V1 default, V2 defaults, windows, MLA): no draft manager, so the
+# target's sizing with the speculation's headroom is what changes
+NGRAM_PRESETS = (
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "Qwen/Qwen3-8B",
+    "openai/gpt-oss-20b",
+    "google/gemma-3-27b-it",
+    "deepseek-ai/DeepSeek-V3",
+)
 
 
 # ----------------------------------------------------------------------------- cases
@@ -91,14 +104,16 @@ class Case:
     layout: str
     budget: str
     engine: str = "trtllm@v1"  # "trtllm@v2": the V2 manager's model
+    disk: str = "disk0"
 
     @property
     def id(self) -> str:
         draft = f"+{self.draft.split('/')[-1]}" if self.draft else ""
         manager = " V2" if self.engine == V2_ENGINE else ""
+        disk = "" if self.disk == "disk0" else f" {self.disk}"
         return (
             f"{self.target.split('/')[-1]}{draft} {self.spec} {self.kv_dtype} {self.layout} "
-            f"{self.host} kv{self.budget}{manager}"
+            f"{self.host}{disk} kv{self.budget}{manager}"
         )
 
     def plan_args(self) -> dict[str, Any]:
@@ -110,6 +125,7 @@ class Case:
             "engine": self.engine,
             "kv_budget": BUDGETS[self.budget],
             "host_budget": HOSTS[self.host],
+            "disk_budget": DISKS[self.disk],
             "kv_dtype": self.kv_dtype,
             "max_seq_len": seq,
             **LAYOUTS[self.layout],
@@ -146,8 +162,13 @@ def _specs(name: str) -> list[tuple[str, str | None]]:
     family = raw.get("model_type", "")
     if family in ("deepseek_v3", "glm4_moe") and raw.get("num_nextn_predict_layers"):
         out.append(("mtp", None))
+    text_family = (raw.get("text_config") or raw).get("model_type", "")
+    if text_family in HYBRID_MTP_FAMILIES and load_model(name).mtp_layers:
+        out.append(("mtp", None))  # Qwen3-Next / Qwen3.5: MambaHybridCacheManagerV2 + MTP
     if family == "llama" and raw.get("vocab_size") == 128256 and "3.2-1B" not in name:
         out.append(("draft-target", DRAFT_MODEL))
+    if name in NGRAM_PRESETS:
+        out.append(("ngram", None))
     return out
 
 
@@ -176,7 +197,7 @@ def all_cases() -> list[Case]:
 
 
 def _v2_cases() -> list[Case]:
-    """The presets ``trtllm@v2`` plans x spec x dtype x host x layout x budget."""
+    """The presets ``trtllm@v2`` plans x spec x dtype x host x disk x layout x budget."""
     cases = []
     for name in list_presets():
         if load_model(name).is_head:
@@ -191,11 +212,11 @@ def _v2_cases() -> list[Case]:
         for spec, draft in _specs(name):
             for dtype in ("bf16", "fp8"):
                 for host in HOSTS:
-                    for layout in layouts:
-                        for budget in BUDGETS:
-                            cases.append(
-                                Case(name, draft, spec, dtype, host, layout, budget, V2_ENGINE)
-                            )
+                    for disk in DISKS:
+                        for layout in layouts:
+                            for budget in BUDGETS:
+                                case = Case(name, draft, spec, dtype, host, layout, budget)
+                                cases.append(replace(case, engine=V2_ENGINE, disk=disk))
     return cases
 
 
@@ -250,7 +271,8 @@ def _pretrained(name: str) -> SimpleNamespace:
     # Gemma-3's text_config names no vocab_size (transformers' default 262,208; only the
     # estimation's dummy prompts read it, as token ids)
     text.setdefault("vocab_size", raw.get("vocab_size", 262_208))
-    dtype = text.get("torch_dtype") or raw.get("torch_dtype")
+    # transformers reads a config's "dtype" (Qwen3.5's text_config) as torch_dtype too
+    dtype = next((c[k] for c in (text, raw) for k in ("torch_dtype", "dtype") if c.get(k)), None)
     text["torch_dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else None
     return SimpleNamespace(**text)
 
@@ -359,9 +381,29 @@ def _spec_config(trt: Trt, settings: dict[str, Any], draft: str | None) -> Any:
         spec = trt.args.MTPDecodingConfig(max_draft_len=k)
     elif kind == "Draft_Target":
         spec = trt.args.DraftTargetDecodingConfig(max_draft_len=k, speculative_model=model)
+    elif kind == "NGram":
+        spec = _ngram_config(trt)(max_draft_len=k)
     else:
         raise NotImplementedError(f"harness: decoding_type {kind}")
     return spec
+
+
+def _ngram_config(trt: Trt) -> Any:
+    """Stand-in for ``NGramDecodingConfig`` (llmapi/llm_args.py, read at stored id
+    55143598664; not in the transcription): a ``DecodingBaseConfig`` whose
+    ``decoding_type`` "NGram" gives ``SpeculativeDecodingMode.NGRAM`` and whose linear
+    draft makes ``max_total_draft_tokens = max_draft_len``. Its matching fields
+    (``max_matching_ngram_size``, ``is_keep_all``, ...) size nothing and are left out."""
+    base = trt.args.DecodingBaseConfig
+
+    class NGramDecodingConfig(base):  # type: ignore[misc, valid-type]
+        decoding_type: str = "NGram"
+
+        def model_post_init(self, context: Any) -> None:
+            super().model_post_init(context)
+            self.max_total_draft_tokens = self.max_draft_len
+
+    return NGramDecodingConfig
 
 
 def _kv_cache_config(trt: Trt, settings: dict[str, Any]) -> Any:
@@ -373,6 +415,10 @@ def _kv_cache_config(trt: Trt, settings: dict[str, Any]) -> Any:
     }
     if not fields.get("host_cache_size") and not fields.get("use_kv_cache_manager_v2"):
         fields.pop("host_cache_size", None)  # V1: 0 and unset are alike; V2: 0 is no tier
+    if fields.get("disk_cache_path"):
+        # the deployer creates the emitted directory (the plan's warning says so); here an
+        # existing one stands in, which validate_disk_cache_config checks (os.path.isdir)
+        fields["disk_cache_path"] = DISK_DIR
     return trt.args.KvCacheConfig(**fields)
 
 
@@ -390,15 +436,17 @@ class EngineInputs:
 def _engine_inputs(settings: dict[str, Any], target_mc: _ModelConfig, spec: Any) -> EngineInputs:
     """``tokens_per_block`` (64 where ``ModelConfig.enable_flash_mla``: "Change
     tokens_per_block to: 64 for using FlashMLA") and the internal ``max_seq_len``: the
-    model length, + 1 with the overlap scheduler (on: every mode here supports it,
+    model length, + 1 with the overlap scheduler (on for every mode here but NGram,
     ``support_overlap_scheduler``) + the draft tokens again under overlap, + the extra KV
     tokens + the draft tokens (``max_total_draft_tokens = max_draft_len``, linear trees)."""
     from tensorrt_llm._torch.speculative import get_num_extra_kv_tokens
 
     net = settings["max_seq_len"]
-    seq = net + 1
+    ngram = spec is not None and spec.spec_dec_mode.is_ngram()
+    seq = net if ngram else net + 1  # NGram: no overlap scheduler
     if spec is not None:
-        seq += spec.max_total_draft_tokens  # overlap scheduler on
+        if not ngram:
+            seq += spec.max_total_draft_tokens  # overlap scheduler on
         seq += get_num_extra_kv_tokens(spec) + spec.max_total_draft_tokens
     tpb = settings["kv_cache_config.tokens_per_block"]
     flash = bool(target_mc.enable_flash_mla)
@@ -612,6 +660,7 @@ def _v2_manager_figures(mgr: Any, cfg: Any, prefix: str) -> dict[str, Any]:
         f"{prefix}.max_gpu_total_bytes": cfg.max_gpu_total_bytes,
         f"{prefix}.max_tokens": cfg.max_tokens,
         f"{prefix}.host_cache_size": cfg.host_cache_size,
+        f"{prefix}.disk_cache_size": cfg.disk_cache_size or 0,
         f"{prefix}.device_quota": mgr.harness_device_quota,
     }
     if type(mgr).__name__ == "MambaHybridCacheManagerV2":  # its recurrent-state slots
@@ -726,6 +775,7 @@ def _v2_figures(plan: Any) -> dict[str, Any]:
             out[f"{prefix}.max_gpu_total_bytes"] = m["max_gpu_total_bytes"]
             out[f"{prefix}.max_tokens"] = m["max_tokens"]
             out[f"{prefix}.host_cache_size"] = m["host_cache_size"]
+            out[f"{prefix}.disk_cache_size"] = m["disk_cache_size"]
             out[f"{prefix}.device_quota"] = m["device_quota"]
             for key in ("ssm_slots", "intermediate_state_bytes"):
                 if key in m:

@@ -54,6 +54,9 @@ Facts from ``NVIDIA/TensorRT-LLM``: ``tensorrt_llm/_torch/pyexecutor/_util.py`` 
   one-engine mode (EAGLE3, MTP, draft-target: ``use_one_engine``) holds
   ``max_draft_len - 1`` extra KV tokens per sequence besides its ``max_draft_len`` draft
   tokens.
+* **Disk** (``disk_cache_size``): V1 has no disk tier (the ``KVCacheManager`` reads no
+  disk budget; only ``KVCacheManagerV2`` builds a ``DiskCacheTierConfig``): a
+  ``--disk-budget`` is warned about and emits nothing (:func:`disk_warnings`).
 * **KV dtype** (``TorchLlmArgs.sync_quant_config_with_kv_cache_config_dtype``): "auto"
   keeps a checkpoint's ``kv_cache_quant_algo``, fp8 sets FP8, other names are only
   warned about: a checkpoint that quantizes its KV cache runs it so.
@@ -650,7 +653,7 @@ def plan(d: Deployment, ledger: Ledger, release: TrtllmRelease = RELEASE) -> Eng
     capacity = _capacity(d, pools)
     notes = _notes(d, pools, shares_text, release)
     warnings = _warnings(d, pools, capacity, ledger.host_bytes) + draft_revision_warnings(d)
-    warnings += _host_warnings(ledger.host_bytes, host, release)
+    warnings += _host_warnings(ledger.host_bytes, host, release) + disk_warnings(d)
     return EnginePlan(
         name="trtllm",
         version=release.version,
@@ -856,6 +859,20 @@ def manager_settings(
     if windows is not None:
         settings["kv_cache_config.max_attention_window"] = windows
     return settings
+
+
+def disk_warnings(d: Deployment) -> list[str]:
+    """V1 has no disk tier: the V1 ``KVCacheManager`` (resource_manager.py) reads no
+    ``disk_cache_size``; only ``KVCacheManagerV2.__init__`` (kv_cache_manager_v2.py @
+    38198e34) builds a ``DiskCacheTierConfig``. TensorRT-LLM starts and ignores the key,
+    so the plan emits none and says so."""
+    if d.disk_bytes <= 0:
+        return []
+    return [
+        f"TensorRT-LLM's V1 manager has no disk tier (only the V2 manager reads "
+        f"disk_cache_size): the {d.disk_bytes} B per rank of --disk-budget hold nothing and "
+        "no disk_cache_size is emitted; plan --engine trtllm@v2 for a disk tier"
+    ]
 
 
 def model_settings(d: Deployment) -> dict[str, Any]:
@@ -1140,7 +1157,9 @@ V2_DEFAULTS: dict[str, str] = {
 
 def auto_manager(d: Deployment) -> tuple[str, str]:
     """("V1" or "V2", why): the manager ``use_kv_cache_manager_v2: "auto"`` builds."""
-    archs = d.target.config.get("architectures") or ["?"]
+    # the checkpoint's architectures (a Qwen3.5 vision-language config names them outside
+    # its text_config, which is what ``config`` holds)
+    archs = list(d.target.architectures) or d.target.config.get("architectures") or ["?"]
     arch = str(archs[0])
     if arch in V2_DEFAULTS:
         return "V2", f"{arch} defaults to V2 ({V2_DEFAULTS[arch]})"

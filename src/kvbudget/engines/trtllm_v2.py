@@ -20,14 +20,17 @@ SOURCES.md): ``_torch/pyexecutor/_util.py`` (``KvCacheCreator.build_managers``,
 * **Quota**: ``kv_cache_config.max_gpu_total_bytes`` is the budget; a ``max_tokens``
   only caps a manager's quota (the plan emits none).
 * **Managers**: a one-model draft (EAGLE3, MTP, draft-target) gets its own V2 manager,
-  except under attention DP, where EAGLE3/MTP layers are the target's last layers.
+  except under attention DP, where EAGLE3/MTP layers are the target's last layers. NGram
+  is no one-engine mode: no draft manager, no extra KV tokens, ``1 + K`` tokens of
+  generation headroom (its ``NGramDecodingConfig`` read, not transcribed).
   Layers split over PP stages as for V1 (:func:`kvbudget.engines.trtllm.pp_layers`); a
   stage without EAGLE3/MTP layers keeps one placeholder draft layer.
 * **Windows**: each layer's window is the emitted ``max_attention_window`` pattern (full:
   the engine's max_seq_len); with block reuse an EAGLE3/MTP draft's one-token prompt
   lookahead widens every window by 1. A window costs a request ``ceil((w + h - 2) /
   block) + 1`` blocks, ``h`` the generation headroom: 1 without speculation, else the
-  extra KV tokens + the tokens of a generation step (``2K`` for K draft tokens).
+  extra KV tokens + the tokens of a generation step (``2K`` for K draft tokens of a
+  one-engine mode, ``1 + K`` for ngram).
 * **Cost** (``get_cache_size_per_token``): per token the full-length layers' bytes; fixed
   ``max_batch_size`` requests' window blocks + ``max_num_tokens`` tokens of every
   window layer (a draft with one window rounds it up to whole slots / 0.95).
@@ -39,16 +42,26 @@ SOURCES.md): ``_torch/pyexecutor/_util.py`` (``KvCacheCreator.build_managers``,
   split, and the draft is bounded to the target's tokens (``(budget - fixed) //
   bytes per token``) as ``max_tokens``. A budget under the fixed costs is refused, as
   TensorRT-LLM refuses it.
-* **Host split**: ``host_cache_size`` likewise by bytes per token only, where both have
-  a cost; else each manager gets it whole.
+* **Host and disk split** (``_OFFLOAD_TIER_BUDGET_ATTRS``): ``host_cache_size`` and
+  ``disk_cache_size`` likewise by bytes per token only, where both have a cost; else each
+  manager gets them whole. The disk tier (``DiskCacheTierConfig``, 2 MiB grains) comes
+  from ``--disk-budget`` with ``disk_cache_path`` set to :data:`DISK_PATH`, a directory
+  the deployer creates (TensorRT-LLM refuses a missing one; the plan warns).
 * **Ranks** (world size > 1): each manager turns ``int(quota x 0.95)`` into tokens, the
   ranks take the MIN, and each quota becomes ``min(quota, ceil(bytes(tokens) / 0.95))``.
 * **Host tier**: ``host_cache_size`` 0 means none; unset, V2 builds one by itself
   (``_compute_auto_host_tier_quota``: min of the device quota, half the node's free
   memory per local rank, 80% of RLIMIT_MEMLOCK), which the plan never leaves to chance.
+* **Hybrids** (``MambaHybridCacheManagerV2``, ``mamba_cache_manager.py``): per recurrent
+  layer the SSM and conv states as one more life cycle, floored at the live states
+  (``max_batch_size x pp`` + dummy slots) / 0.95; the creator prices those live states as
+  the target's fixed cost. With MTP the draft manager is a hybrid manager holding the MTP
+  attention layer only, and the target allocates the MTP intermediate state buffers
+  (``max_batch_size x (1 + K)`` SSM and conv states per local recurrent layer) with torch,
+  outside its pools and on top of ``max_gpu_total_bytes``: the plan emits the budget less
+  them, and refuses a budget they exceed.
 
-Not covered (typed refusals): recurrent-state (hybrid) layers (``MambaHybridCacheManagerV2``),
-ngram speculation, a disk tier (kvbudget takes no disk budget).
+Not covered (typed refusals): EAGLE3, draft-target or ngram on a hybrid.
 """
 
 from __future__ import annotations
@@ -81,6 +94,7 @@ from kvbudget.plan_types import (
     PoolPlan,
     PoolRole,
 )
+from kvbudget.split import Tier
 from kvbudget.units import count_of
 
 if TYPE_CHECKING:
@@ -98,7 +112,7 @@ FILES = (
 )
 MAX_UTIL_FOR_RESUME = 0.95  # KvCacheConfig.max_util_for_resume default (llm_args.py)
 RESUME_F32 = 0.949999988079071  # float(np.float32(0.95)), the draft slot rounding's divisor
-SPEC_MODES = ("eagle3", "mtp", "draft-target")  # one-model modes the harness runs
+SPEC_MODES = ("eagle3", "mtp", "draft-target", "ngram")  # the modes the harness runs
 gpu_granularity = st.gpu_granularity
 
 
@@ -110,7 +124,7 @@ def uncovered(d: Deployment) -> str | None:
         if d.spec.name not in ("none", *SPEC_MODES):
             return f"--spec {d.spec.name}"
         if hybrid(d):
-            return "recurrent-state layers with speculation"
+            return f"recurrent-state layers with --spec {d.spec.name}"
         return "this model"
     return None
 
@@ -120,9 +134,9 @@ def check(d: Deployment) -> None:
     v1.check(d)
     if d.spec.name not in ("none", *SPEC_MODES):
         raise InvalidArgumentError(
-            f"--engine trtllm@v2 models TensorRT-LLM's V2 manager with EAGLE3, MTP or "
-            f"draft-target speculation; --spec {d.spec.name} is not modelled there yet: plan "
-            f"it with --engine trtllm@v1 (the V1 manager)"
+            f"--engine trtllm@v2 models TensorRT-LLM's V2 manager with EAGLE3, MTP, "
+            f"draft-target or ngram speculation; --spec {d.spec.name} is not modelled there "
+            f"yet: plan it with --engine trtllm@v1 (the V1 manager)"
         )
     if hybrid(d):
         _check_hybrid(d)
@@ -137,14 +151,14 @@ def hybrid(d: Deployment) -> bool:
 
 
 def _check_hybrid(d: Deployment) -> None:
-    """What of a hybrid this model does not cover: speculation (the MTP intermediate
-    state buffers and replay sit outside the pools), a state dtype other than the
+    """What of a hybrid this model does not cover: speculation other than MTP (EAGLE3 and
+    draft-target heads of a hybrid are not modelled), a state dtype other than the
     checkpoint's (``kv_cache_config.mamba_ssm_cache_dtype``, not emitted)."""
-    if d.spec.name != "none":
+    if d.spec.name not in ("none", "mtp"):
         raise InvalidArgumentError(
-            f"--engine trtllm@v2 models MambaHybridCacheManagerV2 without speculation; "
-            f"--spec {d.spec.name} with {d.target.name}'s recurrent-state layers is not "
-            "modelled (its intermediate state buffers sit outside the pools): use --spec none"
+            f"--engine trtllm@v2 models MambaHybridCacheManagerV2 without speculation or "
+            f"with MTP; --spec {d.spec.name} with {d.target.name}'s recurrent-state layers is "
+            "not modelled: use --spec mtp or --spec none"
         )
     model = parse_dtype("auto", auto=d.target.dtype or "bf16", what="state_dtype")
     if d.state_dtype_value != model:
@@ -166,6 +180,37 @@ def live_states(d: Deployment) -> int:
     """State slots a hybrid manager must hold: ``max_batch_size x pp`` resident
     sequences and the dummy slots."""
     return d.max_batch_size * d.parallel.pp + dummy_slots(d)
+
+
+def intermediate_state_bytes(d: Deployment, m: Manager) -> int:
+    """The MTP intermediate state buffers a hybrid manager allocates with torch, outside
+    its V2 pools (``MambaHybridCacheManager._setup_mtp_intermediate_states``,
+    ``mamba_cache_manager.py``, shapes as recorded in shared/trtllm-src): per local
+    recurrent layer ``max_batch_size x tokens_per_gen_step`` (``1 + K``) SSM and conv
+    states. The SSM rows are left out under the replay state update: Mamba2 layers take
+    it on SM 9.0 (``_create_kv_cache_manager``'s Nemotron branch: spec and SM >= 80),
+    Gated DeltaNet layers only with ``TRTLLM_GDN_REPLAY=1`` (``is_gdn_replay_enabled``,
+    off by default), so theirs are kept. 0 without speculation or recurrent layers."""
+    if d.spec.name == "none" or not m.state_bytes:
+        return 0
+    steps = d.max_batch_size * (1 + d.lookahead_tokens)
+    per_step = sum(
+        conv if isinstance(x, Mamba2Layer) else ssm + conv
+        for (x, _), (ssm, conv) in zip(m.layers, m.states, strict=True)
+    )
+    return steps * per_step
+
+
+def intermediate_reserve(d: Deployment) -> list[int]:
+    """Per PP stage the MTP intermediate state bytes of its managers, which kvbudget
+    takes from the stage's KV budget before emitting ``max_gpu_total_bytes``: with that
+    key set, TensorRT-LLM's quota is ``min(profiled memory, max_gpu_total_bytes)``
+    (``configure_kv_cache_capacity``), and the buffers, torch tensors made when the
+    manager is built, come on top of it."""
+    return [
+        sum(intermediate_state_bytes(d, m) for m in stage_managers(d, s))
+        for s in range(d.parallel.pp)
+    ]
 
 
 def _states(d: Deployment, layer: Layer) -> tuple[int, int]:
@@ -191,11 +236,13 @@ def _states(d: Deployment, layer: Layer) -> tuple[int, int]:
 
 def headroom(d: Deployment) -> int:
     """``_get_generation_kv_capacity``'s headroom over the history: 1 without
-    speculation, else the extra KV tokens (K - 1) + a generation step's 1 + K tokens."""
+    speculation, else the extra KV tokens (``get_num_extra_kv_tokens``: K - 1 for a
+    one-engine mode, 0 for ngram) + a generation step's ``tokens_per_gen_step`` 1 + K."""
     k = d.lookahead_tokens
     if d.spec.name == "none" or not k:
         return 1
-    return (k - 1) + 1 + k
+    extra = k - 1 if d.spec.name in v1.ONE_ENGINE else 0
+    return extra + 1 + k
 
 
 def backoff(d: Deployment) -> int:
@@ -383,6 +430,9 @@ def cost(d: Deployment, m: Manager) -> Cost | None:
     if draft and fixed > 0 and len(set(windows)) == 1 and windows[0] is not None:
         slot = sum(sizes) * tpb  # one SWA pool: whole slots, / max_util_for_resume
         fixed = math.ceil(math.ceil(fixed / slot) / RESUME_F32) * slot
+    # a hybrid's live state slots (_estimate_mamba_hybrid_cache_cost: max_batch_size x pp
+    # sequences + the dummy slots; no snapshot rules or interval: none is emitted)
+    fixed += live_states(d) * m.state_bytes
     return Cost(slope=c.generation, intercept=fixed, per_request=_per_request(d, m, draft))
 
 
@@ -412,29 +462,37 @@ def _per_request(d: Deployment, m: Manager, draft: bool) -> int | None:
 
 @dataclass(frozen=True, kw_only=True)
 class Budget:
-    """What one manager is handed: ``max_gpu_total_bytes``, ``host_cache_size`` and a
-    ``max_tokens`` bound (None: none)."""
+    """What one manager is handed: ``max_gpu_total_bytes``, ``host_cache_size``,
+    ``disk_cache_size`` and a ``max_tokens`` bound (None: none)."""
 
     gpu: int
     host: int
+    disk: int = 0
     max_tokens: int | None = None
 
 
-def budgets(d: Deployment, mgrs: tuple[Manager, ...], gpu: int, host: int) -> list[Budget]:
-    """The budgets of a stage's managers (``build_managers``' splits)."""
+def budgets(
+    d: Deployment, mgrs: tuple[Manager, ...], gpu: int, host: int, disk: int = 0
+) -> list[Budget]:
+    """The budgets of a stage's managers (``build_managers``' splits: the GPU one after
+    the fixed costs; ``_OFFLOAD_TIER_BUDGET_ATTRS``, host then disk, by bytes per token)."""
     if len(mgrs) == 1:
-        return [Budget(gpu=gpu, host=host)]
+        return [Budget(gpu=gpu, host=host, disk=disk)]
     t, dr = cost(d, mgrs[0]), cost(d, mgrs[1])
     assert t is not None
     if dr is None or any(c.slope < 0 or c.intercept < 0 or not (c.slope or c.intercept)
                          for c in (t, dr)):  # fmt: skip
         tokens = max((gpu - t.intercept) // t.slope, 0) if t.slope > 0 else 0
-        return [Budget(gpu=gpu, host=host), Budget(gpu=gpu, host=host, max_tokens=tokens or None)]
+        return [
+            Budget(gpu=gpu, host=host, disk=disk),
+            Budget(gpu=gpu, host=host, disk=disk, max_tokens=tokens or None),
+        ]
     draft_gpu = _draft_share(d, gpu, t, dr)
     draft_host = host * dr.slope // (t.slope + dr.slope) if host > 0 else 0
+    draft_disk = disk * dr.slope // (t.slope + dr.slope) if disk > 0 else 0
     return [
-        Budget(gpu=gpu - draft_gpu, host=host - draft_host),
-        Budget(gpu=draft_gpu, host=draft_host if host > 0 else host),
+        Budget(gpu=gpu - draft_gpu, host=host - draft_host, disk=disk - draft_disk),
+        Budget(gpu=draft_gpu, host=draft_host if host > 0 else host, disk=draft_disk),
     ]
 
 
@@ -481,8 +539,9 @@ def quota_for_tokens(d: Deployment, m: Manager, tokens: float) -> int:
 
 def tokens_for_quota(d: Deployment, m: Manager, quota: int) -> float:
     """``_get_max_tokens_from_quota``: the float formula; a hybrid manager's is the
-    largest whole count whose quota fits (``MambaHybridCacheManagerV2``'s search)."""
-    if not m.state_bytes:
+    largest whole count whose quota fits (``MambaHybridCacheManagerV2``'s search; a
+    hybrid model's MTP draft manager is one too, with no recurrent layer)."""
+    if not hybrid(d):
         return _tokens_from_quota(d, components(d, m.sizes, m.windows), quota)
     if quota_for_tokens(d, m, 0) > quota:
         return 0
@@ -504,11 +563,12 @@ def _own_quota(d: Deployment, m: Manager, b: Budget) -> int:
     return min(b.gpu, math.ceil(quota_for_tokens(d, m, b.max_tokens) / MAX_UTIL_FOR_RESUME))
 
 
-def allocate(d: Deployment, gpu: int, host: int) -> list[list[ManagerPools]]:
-    """Every stage's managers' pools for the emitted ``max_gpu_total_bytes`` and
-    ``host_cache_size``, the ranks' MIN of resumable tokens per manager applied."""
+def allocate(d: Deployment, gpu: int, host: int, disk: int = 0) -> list[list[ManagerPools]]:
+    """Every stage's managers' pools for the emitted ``max_gpu_total_bytes``,
+    ``host_cache_size`` and ``disk_cache_size``, the ranks' MIN of resumable tokens per
+    manager applied."""
     stages = [stage_managers(d, s) for s in range(d.parallel.pp)]
-    handed = [budgets(d, mgrs, gpu, host) for mgrs in stages]
+    handed = [budgets(d, mgrs, gpu, host, disk) for mgrs in stages]
     quotas = [
         [_own_quota(d, m, b) for m, b in zip(mgrs, bs, strict=True)]
         for mgrs, bs in zip(stages, handed, strict=True)
@@ -530,7 +590,10 @@ def allocate(d: Deployment, gpu: int, host: int) -> list[list[ManagerPools]]:
                 )
             ]
             try:
-                pools = st.storage(layers, tpb, gpu_quota=q, host_quota=b.host, **_typical(d, m))
+                pools = st.storage(
+                    layers, tpb, gpu_quota=q, host_quota=b.host, disk_quota=b.disk,
+                    **_typical(d, m),
+                )  # fmt: skip
             except ValueError as exc:
                 raise InfeasibleBudgetError(
                     f"TensorRT-LLM's V2 {m.role} manager gets a {q} B quota per rank, less "
@@ -560,7 +623,7 @@ def _typical(d: Deployment, m: Manager) -> dict[str, Any]:
 def _check_live(d: Deployment, m: Manager, quota: int) -> None:
     """``_minimum_live_gpu_quota``: a hybrid manager refuses a quota under its live
     states and one attention page (or its quota for no token)."""
-    if not m.state_bytes:
+    if not hybrid(d):
         return
     need = max(
         quota_for_tokens(d, m, 0),
@@ -635,6 +698,7 @@ def _capacity(d: Deployment, stages: list[list[ManagerPools]]) -> Capacity:
     tpb = v1.block_tokens(d)
     growing = [_growing(p.storage.gpu) for row in stages for p in row if p.manager.role == "target"]
     host = [_growing(p.storage.host).slots if p.storage.host else 0 for p in stages[-1][:1]]
+    disk = [_growing(p.storage.disk).slots if p.storage.disk else 0 for p in stages[-1][:1]]
     sequences = d.max_batch_size
     for row in stages:
         for p in row:
@@ -645,6 +709,7 @@ def _capacity(d: Deployment, stages: list[list[ManagerPools]]) -> Capacity:
         tokens_per_block=tpb,
         gpu_blocks=min(g.slots for g in growing),
         host_blocks=host[0],
+        disk_blocks=disk[0],
         max_concurrency=sequences,
     )
 
@@ -664,8 +729,8 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
     check_block(d.tokens_per_block, facts)
     check(d)
     dtype = kv_dtype_name(d.kv_dtype, facts)
-    gpu_total, host = ledger.min_stage_gpu_bytes, ledger.host_bytes
-    stages = allocate(d, gpu_total, host)
+    gpu_total, host, disk = _gpu_total(d, ledger), ledger.host_bytes, disk_bytes(ledger)
+    stages = allocate(d, gpu_total, host, disk)
     for row in stages:
         for p in row:
             if any(g.slots == 0 for g in p.storage.gpu):
@@ -681,7 +746,7 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
         source=EngineSource(repository="NVIDIA/TensorRT-LLM", ref=REF, files=FILES),
         pools=_pools(d, last),
         capacity=capacity,
-        settings=_settings(d, gpu_total, host, dtype),
+        settings=_settings(d, gpu_total, host, disk, dtype),
         log=(
             f"Number of tokens per block: {v1.block_tokens(d)}.",
             *(
@@ -695,9 +760,30 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
             + v1.draft_revision_warnings(d)
             + _pinned_warnings(stages, host)
             + _host_warnings(d, ledger, stages, host)
+            + _disk_warnings(ledger, disk)
         ),
         detail=_detail(d, stages, auto_host_quotas(d, ledger, stages)),
     )
+
+
+def _gpu_total(d: Deployment, ledger: Ledger) -> int:
+    """``max_gpu_total_bytes``: the smallest stage budget less that stage's MTP
+    intermediate state bytes (:func:`intermediate_reserve`); InfeasibleBudgetError where
+    those bytes leave nothing."""
+    reserve = intermediate_reserve(d)
+    budgets = [(s.pp_stage, s.gpu_bytes) for s in ledger.stages] or [
+        (d.parallel.pp - 1, ledger.budget.gpu_bytes)
+    ]
+    stage, gpu = min(budgets, key=lambda sb: sb[1] - reserve[sb[0]])
+    if gpu - reserve[stage] <= 0:
+        raise InfeasibleBudgetError(
+            f"TensorRT-LLM's MTP intermediate state buffers of PP stage {stage} take "
+            f"{reserve[stage]} B per rank outside the KV pools (max_batch_size "
+            f"{d.max_batch_size} x {1 + d.lookahead_tokens} tokens per step x its recurrent "
+            f"layers' SSM and conv states), more than its {gpu} B KV budget: raise "
+            "--kv-budget, lower --max-batch-size or --num-speculative-tokens"
+        )
+    return gpu - reserve[stage]
 
 
 def _pools(d: Deployment, row: list[ManagerPools]) -> tuple[PoolPlan, ...]:
@@ -705,7 +791,7 @@ def _pools(d: Deployment, row: list[ManagerPools]) -> tuple[PoolPlan, ...]:
     tpb, out = v1.block_tokens(d), []
     for p in row:
         role: PoolRole = "target" if p.manager.role == "target" else "draft"
-        for tier, groups in (("gpu", p.storage.gpu), ("host", p.storage.host)):
+        for tier, groups in _tiers(p.storage):
             for i, g in enumerate(groups):
                 full = None in g.windows
                 kind: PoolKind = "state" if g.ssm and not g.windows else _kind(g)
@@ -713,18 +799,24 @@ def _pools(d: Deployment, row: list[ManagerPools]) -> tuple[PoolPlan, ...]:
                     PoolPlan(
                         role=role,
                         kind=kind,
-                        tier="gpu" if tier == "gpu" else "host",
+                        tier=tier,
                         tokens_per_block=tpb,
                         blocks=g.slots,
                         bytes=g.bytes,
                         tokens=0 if kind == "state" else g.slots * tpb,
                         window_tokens=None if full or kind == "state" else _window_of(g),
                         padding_bytes=g.bytes - g.slots * sum(g.slot_bytes),
-                        name=f"{p.manager.role} V2 pool group {i} "
-                        f"({'GPU_MEM' if tier == 'gpu' else 'HOST_MEM'})",
+                        name=f"{p.manager.role} V2 pool group {i} ({LEVELS[tier]})",
                     )
                 )
     return tuple(out)
+
+
+LEVELS: dict[Tier, str] = {"gpu": "GPU_MEM", "host": "HOST_MEM", "disk": "DISK"}
+
+
+def _tiers(storage: st.Storage) -> tuple[tuple[Tier, tuple[st.PoolGroup, ...]], ...]:
+    return (("gpu", storage.gpu), ("host", storage.host), ("disk", storage.disk))
 
 
 def _kind(g: st.PoolGroup) -> PoolKind:
@@ -743,11 +835,35 @@ def _group_text(g: st.PoolGroup) -> str:
     return "full" if None in g.windows else f"window {_window_of(g)}"
 
 
-def _settings(d: Deployment, gpu_total: int, host: int, dtype: str) -> dict[str, Any]:
-    """The YAML keys (dotted keys nest): the budget, the host tier (0: none), the manager,
-    the speculation."""
+DISK_PATH = "/var/tmp/trtllm-kv-cache"  # emitted disk_cache_path; the deployer creates it
+
+
+def disk_bytes(ledger: Ledger) -> int:
+    """Disk KV bytes per rank, every role together (``--disk-budget``)."""
+    return sum(m.disk.bytes for m in ledger.managers)
+
+
+def _settings(d: Deployment, gpu_total: int, host: int, disk: int, dtype: str) -> dict[str, Any]:
+    """The YAML keys (dotted keys nest): the budget, the host tier (0: none), the disk
+    tier (``disk_cache_size`` and ``disk_cache_path``, only with a disk budget), the
+    manager, the speculation."""
     settings = v1.manager_settings(d, max_tokens=None, gpu_total=gpu_total, host=host, dtype=dtype)
+    if disk > 0:
+        settings["kv_cache_config.disk_cache_size"] = disk
+        settings["kv_cache_config.disk_cache_path"] = DISK_PATH
     return settings | v1.model_settings(d)
+
+
+def _disk_warnings(ledger: Ledger, disk: int) -> list[str]:
+    """The disk tier's directory, which TensorRT-LLM needs to exist at start-up."""
+    if disk <= 0:
+        return []
+    return [
+        f"create kv_cache_config.disk_cache_path ({DISK_PATH}) on each node, on a local disk "
+        f"with {disk * ledger.budget.gpus_per_node} B free ({disk} B per rank), or point it "
+        "at such a directory: TensorRT-LLM refuses to start when it is not an existing "
+        "directory (KvCacheConfig.validate_disk_cache_config)"
+    ]
 
 
 def _notes(d: Deployment, stages: list[list[ManagerPools]]) -> list[str]:
@@ -779,12 +895,20 @@ def _notes(d: Deployment, stages: list[list[ManagerPools]]) -> list[str]:
             f"# the draft has its own V2 manager: TensorRT-LLM gives it {draft.budget.gpu} B of "
             f"max_gpu_total_bytes (after both managers' fixed costs, by bytes per "
             f"{'request' if _weighted(d, last) else 'token'}) and {draft.budget.host} B of "
-            "host_cache_size (by bytes per token); the target the rest"
+            "host_cache_size (by bytes per token)"
+            + (f", {draft.budget.disk} B of disk_cache_size (so)" if draft.budget.disk else "")
+            + "; the target the rest"
         )
     elif d.spec.name in ("eagle3", "mtp"):
         notes.append(
             "# attention DP: no separate draft manager; the draft layers are the target "
             "manager's last layers"
+        )
+    elif d.spec.name == "ngram":
+        notes.append(
+            "# ngram: no draft manager (NGram is no one-engine mode, so no separate draft KV "
+            f"cache); a generation step holds 1 + {d.lookahead_tokens} tokens of headroom and "
+            "no extra KV tokens"
         )
     for s, row in enumerate(stages[:-1]):
         for p in row:
@@ -794,6 +918,14 @@ def _notes(d: Deployment, stages: list[list[ManagerPools]]) -> list[str]:
                     f"manager with one placeholder layer, bounded to {p.budget.max_tokens} tokens "
                     f"({p.quota} B quota) and the whole host_cache_size"
                 )
+    reserve = intermediate_reserve(d)
+    if any(reserve):
+        notes.append(
+            f"# max_gpu_total_bytes is the KV budget less the MTP intermediate state buffers "
+            f"({max(reserve)} B per rank: max_batch_size x (1 + draft tokens) SSM and conv "
+            "states per recurrent layer), which TensorRT-LLM allocates outside the V2 pools, "
+            "on top of max_gpu_total_bytes"
+        )
     if d.parallel.pp > 1:
         notes.append(
             "# the ranks take the MIN of their resumable tokens (0.95 of the quota): a PP "
@@ -833,6 +965,13 @@ def _pinned_warnings(stages: list[list[ManagerPools]], host: int) -> list[str]:
                 f"PP stage {s}'s ranks pin host_cache_size twice: the target manager and the "
                 f"placeholder draft manager each get the whole {host} B (TensorRT-LLM prices "
                 f"no draft there, so it splits nothing): {pinned} B of host memory per rank"
+            )
+        disk = row[0].budget.disk
+        if len(row) > 1 and disk and row[1].budget.disk == disk:
+            out.append(
+                f"PP stage {s}'s ranks take disk_cache_size twice: the target manager and the "
+                f"placeholder draft manager each get the whole {disk} B: {2 * disk} B of disk "
+                "per rank"
             )
     return out
 
@@ -920,10 +1059,11 @@ def _manager_detail(d: Deployment, p: ManagerPools) -> dict[str, Any]:
         "bytes_per_token": p.manager.bytes_per_token,
         "max_gpu_total_bytes": p.budget.gpu,
         "host_cache_size": p.budget.host,
+        "disk_cache_size": p.budget.disk,
         "max_tokens": p.budget.max_tokens,
         "cost": None if c is None else _cost_detail(c),
         "device_quota": p.quota,
-        **_state_detail(p),
+        **_state_detail(d, p),
         "pools": [
             {
                 "tier": tier,
@@ -933,19 +1073,19 @@ def _manager_detail(d: Deployment, p: ManagerPools) -> dict[str, Any]:
                 "bytes": g.bytes,
                 "slot_bytes": list(g.slot_bytes),
             }
-            for tier, groups in (("gpu", p.storage.gpu), ("host", p.storage.host))
+            for tier, groups in _tiers(p.storage)
             for i, g in enumerate(groups)
         ],
     }
 
 
-def _state_detail(p: ManagerPools) -> dict[str, int]:
-    """A hybrid manager's state slots and the MTP intermediate state bytes outside its
-    pools (none without speculation)."""
-    if not p.manager.state_bytes:
+def _state_detail(d: Deployment, p: ManagerPools) -> dict[str, int]:
+    """A hybrid model's manager: its state slots (0 for an MTP draft manager, which holds
+    no recurrent layer) and the MTP intermediate state bytes outside its pools."""
+    if not hybrid(d):
         return {}
-    (slots,) = [g.slots for g in p.storage.gpu if g.ssm]
-    return {"ssm_slots": slots, "intermediate_state_bytes": 0}
+    slots = sum(g.slots for g in p.storage.gpu if g.ssm)
+    return {"ssm_slots": slots, "intermediate_state_bytes": intermediate_state_bytes(d, p.manager)}
 
 
 def _cost_detail(c: Cost) -> dict[str, int | None]:
@@ -957,11 +1097,11 @@ MODEL = EngineModel(
     version=VERSION,
     default=False,
     source=EngineSource(repository="NVIDIA/TensorRT-LLM", ref=REF, files=FILES),
-    summary="TensorRT-LLM's V2 KV cache manager (non-hybrid; EAGLE3, MTP, draft-target)",
+    summary="TensorRT-LLM's V2 KV cache manager (EAGLE3, MTP, draft-target, ngram; disk tier)",
     plan=plan,
     check=check,
     render=v1.render,
-    spec_names=frozenset(ENGINES["trtllm"].spec_names),  # check() refuses ngram
+    spec_names=frozenset(ENGINES["trtllm"].spec_names),
     memory_default=("memory_fraction", "0.9"),
 )
 
