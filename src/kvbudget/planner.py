@@ -137,14 +137,15 @@ def _assemble(d: Deployment, ledger: Ledger, engine: EnginePlan) -> Plan:
 
 def _unplaced_tier_warnings(d: Deployment, engine: EnginePlan) -> tuple[str, ...]:
     """A host or disk budget the engine plan places in no pool: the engine (as kvbudget
-    models it) has no such tier, so the budget is in none of its settings."""
+    models it) has no such tier, so the budget is in none of its settings (unless the
+    engine model says so itself, naming the flag)."""
     tiers = {pool.tier for pool in engine.pools}
     out = []
     for tier, flag, budget in (
         ("host", "--host-budget", d.host_bytes),
         ("disk", "--disk-budget", d.disk_bytes),
     ):
-        if budget and tier not in tiers:
+        if budget and tier not in tiers and not any(flag in w for w in engine.warnings):
             out.append(
                 f"{flag} {format_bytes(budget)} changes nothing: {d.engine.summary} has no "
                 f"{tier} KV tier in kvbudget's model of it (its pools: "

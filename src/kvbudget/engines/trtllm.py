@@ -85,7 +85,7 @@ from kvbudget.engines.facts import ENGINES
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
 from kvbudget.layers import AttentionLayer, Layer, MLALayer
 from kvbudget.plan_types import Capacity, EnginePlan, EngineSource, Plan, PoolPlan, PoolRole
-from kvbudget.units import count_of
+from kvbudget.units import count_of, format_bytes
 from kvbudget.weights.quantization import checkpoint_kv_dtype
 
 if TYPE_CHECKING:
@@ -870,7 +870,8 @@ def disk_warnings(d: Deployment) -> list[str]:
         return []
     return [
         f"TensorRT-LLM's V1 manager has no disk tier (only the V2 manager reads "
-        f"disk_cache_size): the {d.disk_bytes} B per rank of --disk-budget hold nothing and "
+        f"disk_cache_size): the {format_bytes(d.disk_bytes)} per rank of --disk-budget hold "
+        "nothing and "
         "no disk_cache_size is emitted; plan --engine trtllm@v2 for a disk tier"
     ]
 

@@ -95,7 +95,7 @@ from kvbudget.plan_types import (
     PoolRole,
 )
 from kvbudget.split import Tier
-from kvbudget.units import count_of
+from kvbudget.units import count_of, format_bytes
 
 if TYPE_CHECKING:
     from kvbudget.deployment import Deployment
@@ -860,7 +860,8 @@ def _disk_warnings(ledger: Ledger, disk: int) -> list[str]:
         return []
     return [
         f"create kv_cache_config.disk_cache_path ({DISK_PATH}) on each node, on a local disk "
-        f"with {disk * ledger.budget.gpus_per_node} B free ({disk} B per rank), or point it "
+        f"with {format_bytes(disk * ledger.budget.gpus_per_node)} free "
+        f"({format_bytes(disk)} per rank), or point it "
         "at such a directory: TensorRT-LLM refuses to start when it is not an existing "
         "directory (KvCacheConfig.validate_disk_cache_config)"
     ]
