@@ -613,6 +613,7 @@ def test_default_trtllm_plans_v2_for_gpt_oss_and_warns_what_an_unset_host_tier_p
     (warning,) = [w for w in p.engine.warnings if "host_cache_size" in w]
     assert warning.endswith(
         "up to 8589934592 B per rank (the device quota), 68719476736 B per node of 8 such ranks"
+        " (8.00 GiB per rank, 64.00 GiB per node)"
     )
     # at TP8 the 8 local ranks share it: 16 GiB / 8 x 0.5 = 1 GiB per rank
     tp8 = plan("openai/gpt-oss-20b", kv_budget="8GiB", host_memory="16GiB", tp=8)

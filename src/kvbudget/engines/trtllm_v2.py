@@ -1016,7 +1016,8 @@ def _host_warnings(
         f"keep host_cache_size: 0: left unset, TensorRT-LLM's V2 pins an automatic host tier "
         f"per manager of min(device quota, 0.5 x MemAvailable / local ranks, 0.8 x "
         f"RLIMIT_MEMLOCK) per rank: up to {managers}{per_rank} B per rank ({bound}), "
-        f"{per_rank * ranks} B per node of {count_of(ranks, 'such rank')}"
+        f"{per_rank * ranks} B per node of {count_of(ranks, 'such rank')} "
+        f"({format_bytes(per_rank)} per rank, {format_bytes(per_rank * ranks)} per node)"
     ]
 
 
