@@ -135,6 +135,52 @@ def simulate_options(
     """The simulator's own options (a signature only; see :func:`run_simulate`)."""
 
 
+def _checked_options(
+    guard: Callable[[Callable[[], Any]], Any],
+    *,
+    policies: str,
+    rate_scale: float,
+    prefix_share: float,
+    peak_tflops: float | None,
+    dp_router: str,
+    plots: str | None,
+    html: str | None,
+) -> tuple[str, ...]:
+    """The policy names of ``--policies``, after every option checked before the replay
+    (finite numbers, the rate scale, the router, distinct policies, writable outputs);
+    a bad one is ``guard``'s ``error:`` line."""
+    from kvbudget.cli import _raise
+    from kvbudget.errors import InvalidArgumentError
+    from kvbudget.sim.policies import POLICIES
+    from kvbudget.sim.shards import require_router
+    from kvbudget.sim.trace import require_rate_scale
+
+    floats = (("--rate-scale", rate_scale), ("--prefix-share", prefix_share))
+    for flag, value in (*floats, ("--peak-tflops", peak_tflops)):
+        if value is not None and not math.isfinite(value):
+            guard(_raise(InvalidArgumentError(f"{flag} must be a finite number, got {value}")))
+    guard(lambda: require_rate_scale(rate_scale))
+    guard(lambda: require_router(dp_router))
+    names = tuple(p.strip() for p in policies.split(",") if p.strip())
+    if policies.strip() == "all":
+        names = POLICIES
+    if not names or len(set(names)) != len(names):
+        guard(
+            _raise(
+                InvalidArgumentError(
+                    f"--policies needs distinct policy names (or all), got {policies!r}; "
+                    f"choose from {', '.join(POLICIES)}"
+                )
+            )
+        )
+    # output paths are checked before the replay, not after minutes of it
+    if plots is not None:
+        guard(lambda: _check_output("--plots", Path(plots), True))
+    if html is not None:
+        guard(lambda: _check_output("--html", Path(html), False))
+    return names
+
+
 def run_simulate(
     plan_kwargs: Mapping[str, Any],
     *,
@@ -162,46 +208,29 @@ def run_simulate(
     ``guard(action)`` runs ``action`` and turns kvbudget and file errors into one
     ``error:`` line (the CLI's ``_run``).
     """
-    from kvbudget.cli import _raise
     from kvbudget.deployment import resolve_deployment
-    from kvbudget.errors import InvalidArgumentError
     from kvbudget.planner import build_plan
     from kvbudget.sim.acceptance import AcceptanceModel
     from kvbudget.sim.engine_cache import cache_plan
-    from kvbudget.sim.policies import POLICIES, policy_plans
-    from kvbudget.sim.shards import require_router
+    from kvbudget.sim.policies import policy_plans
     from kvbudget.sim.simulation import engine_flags_for, simulate
     from kvbudget.sim.trace import (
         PrefixSynthesis,
         default_trace_path,
         read_trace,
         replayable_trace,
-        require_rate_scale,
     )
 
-    floats = (("--rate-scale", rate_scale), ("--prefix-share", prefix_share))
-    for flag, value in (*floats, ("--peak-tflops", peak_tflops)):
-        if value is not None and not math.isfinite(value):
-            guard(_raise(InvalidArgumentError(f"{flag} must be a finite number, got {value}")))
-    guard(lambda: require_rate_scale(rate_scale))
-    guard(lambda: require_router(dp_router))
-    names = tuple(p.strip() for p in policies.split(",") if p.strip())
-    if policies.strip() == "all":
-        names = POLICIES
-    if not names or len(set(names)) != len(names):
-        guard(
-            _raise(
-                InvalidArgumentError(
-                    f"--policies needs distinct policy names (or all), got {policies!r}; "
-                    f"choose from {', '.join(POLICIES)}"
-                )
-            )
-        )
-    # output paths are checked before the replay, not after minutes of it
-    if plots is not None:
-        guard(lambda: _check_output("--plots", Path(plots), True))
-    if html is not None:
-        guard(lambda: _check_output("--html", Path(html), False))
+    names = _checked_options(
+        guard,
+        policies=policies,
+        rate_scale=rate_scale,
+        prefix_share=prefix_share,
+        peak_tflops=peak_tflops,
+        dp_router=dp_router,
+        plots=plots,
+        html=html,
+    )
     model = guard(lambda: AcceptanceModel.parse(acceptance))
     synth = guard(
         lambda: PrefixSynthesis(
