@@ -108,6 +108,17 @@ def test_defaults_plan(tmp_path: Path) -> None:
     assert d["device_bytes"] == total == 8_586_617_664 <= 8 * GIB
 
 
+def test_bf16_is_planned_as_sglangs_fp8_rows(tmp_path: Path) -> None:
+    # bf16 emits --kv-cache-dtype auto, which SGLang resolves to fp8_e4m3 for DeepSeek-V4
+    # (_deepseek_v4_kv_cache_dtype): the same pools as fp8, with a warning saying so
+    bf16 = sliding_plan(tmp_path / "bf16", kv_dtype="bf16")
+    fp8 = sliding_plan(tmp_path / "fp8")
+    assert bf16.engine.settings["--kv-cache-dtype"] == "auto"
+    assert bf16.engine.pools == fp8.engine.pools
+    assert any("fp8_e4m3" in w for w in bf16.engine.warnings)
+    assert not fp8.engine.warnings
+
+
 def test_refusals(tmp_path: Path) -> None:
     # SGLang's ModelConfig reads compress_ratios; the transformers form fails there
     with pytest.raises(InvalidArgumentError, match="compress_ratios"):
@@ -115,6 +126,10 @@ def test_refusals(tmp_path: Path) -> None:
              kv_budget="8GiB", host_budget=0)  # fmt: skip
     with pytest.raises(InvalidArgumentError, match="without speculative decoding"):
         sliding_plan(tmp_path / "mtp", spec="mtp")
+    # SGLang asserts a uint8 store for the V4 row (DeepSeekV4SingleKVPool.create_buffer):
+    # only fp8 rows; kvbudget's nvfp4 would be --kv-cache-dtype nvfp4
+    with pytest.raises(InvalidArgumentError, match="nvfp4"):
+        sliding_plan(tmp_path / "nvfp4", kv_dtype="nvfp4")
     with pytest.raises(InvalidArgumentError, match="HiCache"):
         sliding_plan(tmp_path / "host", host_budget=64 * 10**9)
     # 2 MiB: the sliding pool would be at most window + page (validate_swa_pool_size)

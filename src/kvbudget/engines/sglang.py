@@ -683,8 +683,9 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
     dtype = kv_dtype_name(d.kv_dtype, facts)
     if dtype not in sglang_dsv4.KV_DTYPES:
         raise InvalidArgumentError(
-            f"SGLang keeps DeepSeek-V4's latents in its 584-byte fp8 row; kvbudget models "
-            f"--kv-cache-dtype auto or fp8_e4m3 for it, got {dtype}; pass --kv-dtype fp8"
+            f"SGLang keeps DeepSeek-V4's latents in its 584-byte fp8 row and fails at "
+            f"start-up on --kv-cache-dtype {dtype} (DeepSeekV4SingleKVPool.create_buffer "
+            "asserts a uint8 store); pass --kv-dtype fp8 or auto"
         )
     lay = sglang_dsv4.layout_of(d)
     budget = ledger.min_stage_gpu_bytes
@@ -698,28 +699,15 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
         )
     page = sglang_dsv4.PAGE_TOKENS
     fraction = _mem_fraction(d, ledger.max_weights_bytes, budget)
+    warnings: tuple[str, ...] = ()
+    if d.kv_dtype != "fp8":
+        warnings = (
+            "SGLang keeps DeepSeek-V4's cache in fp8 whatever the checkpoint's dtype "
+            "(--kv-cache-dtype auto resolves to fp8_e4m3: arg_groups/overrides.py "
+            f"_deepseek_v4_kv_cache_dtype); the plan's pools are those fp8 rows, not {d.kv_dtype}",
+        )
     sequences = min(p.full // (d.max_seq_len + d.lookahead_tokens), d.max_batch_size)
-    settings: dict[str, Any] = {
-        "--tp-size": d.parallel.tp,
-        "--pp-size": d.parallel.pp,
-        "--context-length": d.max_seq_len,
-        "--max-running-requests": d.max_batch_size,
-        "--chunked-prefill-size": d.max_num_batched_tokens,
-        facts.block_knob: page,
-        facts.kv_dtype_knob: dtype,
-        facts.token_knob: p.full,
-        "--swa-full-tokens-ratio": sglang_dsv4.SWA_FULL_TOKENS_RATIO,
-    }
-    if d.target_revision:
-        settings["--revision"] = d.target_revision
-    if d.parallel.dp > 1:
-        settings["--dp-size"] = d.parallel.dp
-    if d.parallel.dp_attention:
-        settings["--enable-dp-attention"] = True
-    if d.parallel.ep > 1:
-        settings["--ep-size"] = d.parallel.ep
-    if fraction is not None:
-        settings["--mem-fraction-static"] = fraction
+    settings = _dsv4_settings(d, p, dtype, fraction)
     return EnginePlan(
         name="sglang",
         version=release.version,
@@ -745,7 +733,7 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
             "1/128 of them, with the indexer keys and the compressors' float32 states",
             "# SGLang sets --page-size 256 and --kv-cache-dtype fp8_e4m3 for DeepSeek-V4",
         ),
-        warnings=(),
+        warnings=warnings,
         detail={
             "max_total_num_tokens": p.full,
             "max_running_requests": p.running,
@@ -763,6 +751,35 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
             "pre_load_bytes": pre_load_bytes(d),
         },
     )
+
+
+def _dsv4_settings(
+    d: Deployment, p: sglang_dsv4.Dsv4Pools, dtype: str, fraction: str | None
+) -> dict[str, Any]:
+    """The ``sglang.launch_server`` flags of a DeepSeek-V4 plan."""
+    facts = ENGINES["sglang"]
+    settings: dict[str, Any] = {
+        "--tp-size": d.parallel.tp,
+        "--pp-size": d.parallel.pp,
+        "--context-length": d.max_seq_len,
+        "--max-running-requests": d.max_batch_size,
+        "--chunked-prefill-size": d.max_num_batched_tokens,
+        facts.block_knob: sglang_dsv4.PAGE_TOKENS,
+        facts.kv_dtype_knob: dtype,
+        facts.token_knob: p.full,
+        "--swa-full-tokens-ratio": sglang_dsv4.SWA_FULL_TOKENS_RATIO,
+    }
+    if d.target_revision:
+        settings["--revision"] = d.target_revision
+    if d.parallel.dp > 1:
+        settings["--dp-size"] = d.parallel.dp
+    if d.parallel.dp_attention:
+        settings["--enable-dp-attention"] = True
+    if d.parallel.ep > 1:
+        settings["--ep-size"] = d.parallel.ep
+    if fraction is not None:
+        settings["--mem-fraction-static"] = fraction
+    return settings
 
 
 def _dsv4_pools(lay: sglang_dsv4.Dsv4Layout, p: sglang_dsv4.Dsv4Pools) -> tuple[PoolPlan, ...]:
