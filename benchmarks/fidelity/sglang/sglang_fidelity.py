@@ -16,7 +16,8 @@ real pool classes, their buffers on torch's ``meta`` device. A sidecar draft (EA
 EAGLE3, draft model) gets its draft worker's configurator (``is_draft_worker=True``, the
 target's ``MemoryPoolConfig``, request pool and allocator), as
 ``ModelRunner.alloc_memory_pool`` builds it. No SGLang code is copied; the model configs
-are kvbudget's shipped presets (``src/kvbudget/data/models``).
+are kvbudget's shipped presets (``src/kvbudget/data/models``) and the DeepSeek-V4 family
+configs of tests/family_configs.py in the form SGLang reads (``FAMILY_SGLANG``).
 
 Stubs (``_sglang_stubs.py``): triton and torchvision stand-ins, the platform of an H200,
 the meta device's streams, the Triton copy-kernel warm-ups, gpt-oss's ``mxfp4``
@@ -143,9 +144,55 @@ def _is_moe(model: Any) -> bool:
     return any(k in text for k in ("num_experts", "n_routed_experts", "num_local_experts"))
 
 
+# DeepSeek-V4 family configs (tests/family_configs.py, which the tests read too) in the
+# form SGLang 0.5.23 reads: the per-layer ``compress_ratios`` list of DeepSeek's own
+# config (0 sliding, 4, 128; one entry per decoder and MTP layer) in place of
+# transformers' ``layer_types`` / ``compress_rates``, which SGLang's ModelConfig does not
+# read (``_derive_model_shapes``: AttributeError on ``compress_ratios``)
+sys.path.insert(0, str(REPO / "tests"))
+from family_configs import FAMILY_CONFIGS  # noqa: E402
+
+_DSV4_RATIO = {
+    "sliding_attention": 0,
+    "compressed_sparse_attention": 4,
+    "heavily_compressed_attention": 128,
+}
+
+
+def _sglang_form(cfg: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in cfg.items() if k not in ("layer_types", "compress_rates")}
+    mtp = [0] * int(cfg.get("num_nextn_predict_layers", 1))
+    out["compress_ratios"] = [_DSV4_RATIO[t] for t in cfg["layer_types"]] + mtp
+    return out
+
+
+FAMILY_SGLANG = {
+    name: _sglang_form(FAMILY_CONFIGS[name])
+    for name in ("family/deepseek-v4-defaults", "family/deepseek-v4-sliding")
+}
+
+
+def _is_family(name: str | None) -> bool:
+    return name is not None and name.startswith("family/")
+
+
+def family_cases() -> list[Case]:
+    """The DeepSeek-V4 family configs x {none, mtp} x {8, 40} GiB x {bf16, fp8} x {TP1,
+    TP8, DP attention}, no host pool (kvbudget does not model SGLang's DeepSeek-V4 MTP,
+    nor its HiCache)."""
+    return [
+        Case(name, spec, None, budget, dtype, 0, layout)
+        for name in FAMILY_SGLANG
+        for spec in ("none", "mtp")
+        for budget in BUDGETS_GIB
+        for dtype in KV_DTYPES
+        for layout in ("tp1", "tp8", "dpa8")
+    ]
+
+
 def all_cases() -> list[Case]:
     """Every preset target x applicable spec x {8, 40} GiB x {bf16, fp8} x {no host,
-    64 GB} x {TP1, TP8, DP attention (MoE)}."""
+    64 GB} x {TP1, TP8, DP attention (MoE)}, then the family cases."""
     kb = _kvbudget()
     cases = []
     for name in kb.list_presets():
@@ -159,7 +206,7 @@ def all_cases() -> list[Case]:
                     for host in HOST_GB:
                         for layout in layouts:
                             cases.append(Case(name, spec, draft, budget, dtype, host, layout))
-    return cases
+    return cases + family_cases()
 
 
 _QUICK = (
@@ -215,7 +262,7 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
 
     try:
         p = kb.plan(
-            case.target,
+            _model_dir(case.target) if _is_family(case.target) else case.target,
             case.draft,
             spec=case.spec,
             kv_budget=case.budget_gib * GiB,
@@ -267,10 +314,19 @@ _TMP = tempfile.TemporaryDirectory(prefix="kvbudget-sglang-fidelity-")
 
 
 def _model_dir(hub_id: str) -> str:
+    """A folder holding the config.json of a preset or a family config (a folder kvbudget
+    already planned from is itself)."""
+    if Path(hub_id).is_dir():
+        return hub_id
     path = Path(_TMP.name) / hub_id.replace("/", "--")
     if not path.exists():
         path.mkdir(parents=True)
-        (path / "config.json").write_text(_preset_file(hub_id).read_text("utf-8"), "utf-8")
+        text = (
+            json.dumps(FAMILY_SGLANG[hub_id])
+            if _is_family(hub_id)
+            else _preset_file(hub_id).read_text("utf-8")
+        )
+        (path / "config.json").write_text(text, "utf-8")
     return str(path)
 
 
@@ -611,10 +667,7 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
         "swa_tokens": result.swa_max_total_num_tokens if mc.is_hybrid_swa else None,
         "target_pool_bytes": _tensor_bytes(result.token_to_kv_pool, _state_seen(result)),
         "draft_pool_bytes": draft_bytes,
-        "indexer_pool_bytes": _tensor_bytes(
-            getattr(result.token_to_kv_pool, "index_k_with_scale_buffer", None), set()
-        )
-        or None,
+        "indexer_pool_bytes": _indexer_bytes(result.token_to_kv_pool) or None,
         "host_indexer_bytes": host.get("host_indexer_bytes"),
         **_state_side(result),
         "host_tokens": host.get("host_tokens"),
@@ -623,6 +676,14 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
         "host_state_slots": host.get("host_state_slots"),
         "host_bytes": host.get("host_bytes"),
     }
+
+
+def _indexer_bytes(pool: Any) -> int:
+    """The indexer key buffers: DSA's ``index_k_with_scale_buffer``, DeepSeek-V4's
+    ``index_pools`` (``DeepSeekV4IndexerPool`` per compress ratio)."""
+    buffers = [getattr(pool, "index_k_with_scale_buffer", None)]
+    buffers += [x.index_k_with_scale_buffer for x in getattr(pool, "index_pools", {}).values()]
+    return _tensor_bytes(buffers, set())
 
 
 def _state_seen(result: Any) -> set[int]:

@@ -254,7 +254,7 @@ DEEPSEEK_V4 = Architecture(
     weights=weights,
     # no engine model but vLLM's builds these caches: SGLang and TensorRT-LLM (see the
     # README's families section) and kvbudget's own cache (no compressed pool)
-    unmodelled_engines=frozenset({"sglang", "trtllm", "kvbudget"}),
+    unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
 )
 
 ARCHITECTURES = (DEEPSEEK_V4,)

@@ -73,6 +73,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.cost import pp_stage_layers
+from kvbudget.engines import sglang_dsv4
 from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import (
     GB,
@@ -562,6 +563,8 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
     release = release or RELEASE
     facts = ENGINES["sglang"]
     check_block(d.tokens_per_block, facts)
+    if sglang_dsv4.is_dsv4(d):
+        return _plan_dsv4(d, ledger, release)
     dtype = kv_dtype_name(d.kv_dtype, facts)
     page = page_tokens(d)
     stages = [plan_stage(d, s, ledger.min_stage_gpu_bytes) for s in range(d.parallel.pp)]
@@ -670,6 +673,141 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
             "mamba_reserved_bytes": state.reserved_bytes if state else None,
         },
     )
+
+
+def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EnginePlan:
+    """DeepSeek-V4's plan (:mod:`kvbudget.engines.sglang_dsv4`): the most full tokens
+    whose pools fit the rank's KV budget, pinned by ``--max-total-tokens``."""
+    sglang_dsv4.check(d, host_bytes=ledger.host_bytes)
+    facts = ENGINES["sglang"]
+    dtype = kv_dtype_name(d.kv_dtype, facts)
+    if dtype not in sglang_dsv4.KV_DTYPES:
+        raise InvalidArgumentError(
+            f"SGLang keeps DeepSeek-V4's latents in its 584-byte fp8 row and fails at "
+            f"start-up on --kv-cache-dtype {dtype} (DeepSeekV4SingleKVPool.create_buffer "
+            "asserts a uint8 store); pass --kv-dtype fp8 or auto"
+        )
+    lay = sglang_dsv4.layout_of(d)
+    budget = ledger.min_stage_gpu_bytes
+    p = sglang_dsv4.largest_pools(d, lay, budget)
+    if p is None:
+        raise InfeasibleBudgetError(
+            f"SGLang's DeepSeek-V4 pools need a sliding pool of more than "
+            f"{lay.window + sglang_dsv4.PAGE_TOKENS} tokens (validate_swa_pool_size) at "
+            f"--swa-full-tokens-ratio {sglang_dsv4.SWA_FULL_TOKENS_RATIO}; {budget:,} B of KV "
+            "budget per rank do not hold them; raise --kv-budget"
+        )
+    page = sglang_dsv4.PAGE_TOKENS
+    fraction = _mem_fraction(d, ledger.max_weights_bytes, budget)
+    warnings: tuple[str, ...] = ()
+    if d.kv_dtype != "fp8":
+        warnings = (
+            "SGLang keeps DeepSeek-V4's cache in fp8 whatever the checkpoint's dtype "
+            "(--kv-cache-dtype auto resolves to fp8_e4m3: arg_groups/overrides.py "
+            f"_deepseek_v4_kv_cache_dtype); the plan's pools are those fp8 rows, not {d.kv_dtype}",
+        )
+    sequences = min(p.full // (d.max_seq_len + d.lookahead_tokens), d.max_batch_size)
+    settings = _dsv4_settings(d, p, dtype, fraction)
+    return EnginePlan(
+        name="sglang",
+        version=release.version,
+        source=_source(release),
+        pools=_dsv4_pools(lay, p),
+        capacity=engine_capacity(
+            d,
+            tokens=p.full,
+            tokens_per_block=page,
+            gpu_blocks=p.full // page,
+            host_blocks=0,
+            host_tokens=0,
+            max_concurrency=sequences,
+        ),
+        settings=settings,
+        log=(
+            f"DSV4 pool sizes: full={p.full}, swa={p.swa}, c4={p.c4}, c128={p.c128}, "
+            f"c4_state={p.c4_state}, c128_state=0",
+        ),
+        notes=(
+            f"# {facts.token_knob} is the full pool's tokens; the sliding pool holds "
+            f"{p.swa} (--swa-full-tokens-ratio), the ratio-4 and ratio-128 pools 1/4 and "
+            "1/128 of them, with the indexer keys and the compressors' float32 states",
+            "# SGLang sets --page-size 256 and --kv-cache-dtype fp8_e4m3 for DeepSeek-V4",
+        ),
+        warnings=warnings,
+        detail={
+            "max_total_num_tokens": p.full,
+            "max_running_requests": p.running,
+            "weights_bytes": ledger.max_weights_bytes,
+            "swa_tokens": p.swa,
+            "swa_full_tokens_ratio": sglang_dsv4.SWA_FULL_TOKENS_RATIO,
+            "device_bytes": p.total_bytes,
+            "profiled_budget_bytes": budget,
+            "mem_fraction_static": fraction,
+            "indexer_bytes": p.indexer_bytes or None,
+            "c4_tokens": p.c4,
+            "c128_tokens": p.c128,
+            "c4_state_rows": p.c4_state,
+            "c128_state_rows": p.c128_state,
+            "pre_load_bytes": pre_load_bytes(d),
+        },
+    )
+
+
+def _dsv4_settings(
+    d: Deployment, p: sglang_dsv4.Dsv4Pools, dtype: str, fraction: str | None
+) -> dict[str, Any]:
+    """The ``sglang.launch_server`` flags of a DeepSeek-V4 plan."""
+    facts = ENGINES["sglang"]
+    settings: dict[str, Any] = {
+        "--tp-size": d.parallel.tp,
+        "--pp-size": d.parallel.pp,
+        "--context-length": d.max_seq_len,
+        "--max-running-requests": d.max_batch_size,
+        "--chunked-prefill-size": d.max_num_batched_tokens,
+        facts.block_knob: sglang_dsv4.PAGE_TOKENS,
+        facts.kv_dtype_knob: dtype,
+        facts.token_knob: p.full,
+        "--swa-full-tokens-ratio": sglang_dsv4.SWA_FULL_TOKENS_RATIO,
+    }
+    if d.target_revision:
+        settings["--revision"] = d.target_revision
+    if d.parallel.dp > 1:
+        settings["--dp-size"] = d.parallel.dp
+    if d.parallel.dp_attention:
+        settings["--enable-dp-attention"] = True
+    if d.parallel.ep > 1:
+        settings["--ep-size"] = d.parallel.ep
+    if fraction is not None:
+        settings["--mem-fraction-static"] = fraction
+    return settings
+
+
+def _dsv4_pools(lay: sglang_dsv4.Dsv4Layout, p: sglang_dsv4.Dsv4Pools) -> tuple[PoolPlan, ...]:
+    """The DeepSeek-V4 pool's buffers, one :class:`PoolPlan` per kind."""
+    page = sglang_dsv4.PAGE_TOKENS
+
+    def pool(kind: PoolKind, tokens: int, per_page: int, nbytes: int, name: str) -> PoolPlan:
+        return PoolPlan(
+            role="target",
+            kind=kind,
+            tier="gpu",
+            tokens_per_block=per_page,
+            blocks=tokens // per_page,
+            bytes=nbytes,
+            tokens=tokens,
+            window_tokens=lay.window if kind == "window" else None,
+            name=name,
+        )
+
+    out = [pool("window", p.swa, page, p.swa_bytes, "swa")]
+    if lay.c4_layers:
+        out.append(pool("kv", p.c4, page // 4, p.c4_bytes, "c4"))
+        out.append(pool("kv", p.c128 * 32, page // 4, p.indexer_bytes, "c4 indexer"))
+        out.append(pool("checkpoint", p.c4_state, 1, p.c4_state_bytes, "c4 state"))
+    if lay.c128_layers:
+        out.append(pool("kv", p.c128, page // 128, p.c128_bytes, "c128"))
+        out.append(pool("checkpoint", p.c128_state, 1, p.c128_state_bytes, "c128 state"))
+    return tuple(out)
 
 
 def _max_running_requests(d: Deployment, full: int, state: StatePlan | None = None) -> int:

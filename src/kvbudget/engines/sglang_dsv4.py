@@ -1,0 +1,254 @@
+"""SGLang 0.5.23's DeepSeek-V4 pools (``DeepSeekV4TokenToKVPool``), as it sizes them.
+
+Facts from the SGLang 0.5.23 wheel (``python/sglang/srt/``; the PyPI wheel records no
+commit), each run by the fidelity harness (``benchmarks/fidelity/sglang``) on the path
+modelled here: CUDA on Hopper, no speculative decoding, no HiCache, one PP stage, the
+paged (not ``unified_kv``) pool, ``SGLANG_DSV4_*`` environment switches at their defaults.
+
+* **Config** (``configs/model_config.py`` ``_derive_model_shapes``): SGLang reads the
+  per-layer ``compress_ratios`` list (0 sliding only, 4, 128) of DeepSeek's own config;
+  a transformers-5 config that has only ``layer_types`` / ``compress_rates`` fails there
+  (``AttributeError: ... no attribute 'compress_ratios'``), so kvbudget refuses it.
+  ``qk_nope_head_dim = head_dim - qk_rope_head_dim``; the window is ``sliding_window``.
+* **Server arguments** (``arg_groups/model_overrides/deepseek_v4.py``,
+  ``arg_groups/deepseek_v4_hook.py`` ``apply_deepseek_v4_defaults``,
+  ``arg_groups/overrides.py`` ``_deepseek_v4_kv_cache_dtype``): ``--page-size`` 256
+  whatever is given; ``--kv-cache-dtype auto`` becomes ``fp8_e4m3`` (only it and
+  ``bfloat16`` pass); ``--swa-full-tokens-ratio`` 0.1 when not given; speculative
+  decoding only EAGLE (top-k 1) or DSPARK.
+* **Latent rows** (``mem_cache/deepseek_v4_memory_pool.py`` ``DeepSeekV4SingleKVPool``,
+  layout ``KVLayout.V4``, ``select_dsv4_kv_layout`` off SM100): one row is 448 fp8 nope
+  values + 64 bf16 rope values + 7 scale bytes + 1 pad = 584 B (asserted for that
+  layout), whatever the KV dtype; a page of ``p`` rows takes ``ceil(p x 584 / 576) x
+  576`` B (``create_buffer``'s assertion); a pool of ``size`` rows has
+  ``ceil((size + 256) / p)`` pages per layer (``_num_dsv4_physical_kv_pages``: the
+  allocator's reserved page at the 256-token logical page).
+* **Pools** (``DeepSeekV4TokenToKVPool.__init__``, ``_init_compressed_pools``,
+  ``_init_paged_compress_states``): the window (SWA) pool, ``swa`` rows of 256-row
+  pages, on every layer; per ratio-4 layer ``full // 4`` compressed rows (64-row pages)
+  and an indexer key pool (``DeepSeekV4IndexerPool``, fp8: ``index_head_dim +
+  index_head_dim // 128 x 4`` B a row, 64-row pages) of ``c128 x 32`` rows
+  (``c4_logical_size``); per ratio-128 layer ``full // 128`` rows (2-row pages).
+  Compressor states (``mem_cache/deepseek_v4_compress_state.py`` ``CompressStatePool``,
+  float32 by ``SGLANG_DSV4_COMPRESS_STATE_DTYPE``): ``size + ring + 1`` rows padded to
+  the ratio; ratio 4 (overlapping, attention and indexer each) ``2 x 2 x dim`` values a
+  row, ring 8, ``size = swa // 256 x 8``; ratio 128 ``2 x dim`` values, ring 128,
+  ``size = (running + 1) x 128`` (``get_compress_state_ring_size``).
+* **Sizing** (``model_executor/pool_configurator.py`` ``DSV4PoolConfigurator``): from
+  ``--max-total-tokens`` (``calculate_pool_sizes_from_max_tokens``,
+  ``_compute_dsv4_sizes``): ``full`` floored to the page, ``swa = int(full x ratio)``
+  floored to the page (refused when ``swa <= window + 256``, ``validate_swa_pool_size``),
+  ``c4 = full // 4``, ``c128 = full // 128``; running requests per DP worker
+  ``min(max(1, --max-running-requests // dp), full // 2)``
+  (``KVCacheConfigurator.resolve_max_num_reqs``). Its byte-budget estimate
+  (``calculate_pool_sizes``) prices the same pools per token without the reserved pages,
+  so it never admits fewer tokens than these exact bytes; ``--max-total-tokens`` then
+  binds (``config_from_budget``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvbudget.engines.common import cdiv
+from kvbudget.errors import InvalidArgumentError
+from kvbudget.layers import CompressedMLALayer
+
+if TYPE_CHECKING:
+    from kvbudget.deployment import Deployment
+
+PAGE_TOKENS = 256  # arg_groups/model_overrides/deepseek_v4.py: page_size = 256
+ROW_BYTES = 584  # DeepSeekV4SingleKVPool.create_buffer's KVLayout.V4 assertion
+PAGE_ALIGN_BYTES = 576  # KVLayout.V4.page_bytes: pages rounded up to 576 B
+SWA_FULL_TOKENS_RATIO = 0.1  # DSV4_DEFAULT_SWA_FULL_TOKENS_RATIO; emitted
+C4_RING, C128_RING = 8, 128  # get_compress_state_ring_size without speculative decoding
+STATE_BYTES = 4  # SGLANG_DSV4_COMPRESS_STATE_DTYPE float32 (its default)
+KV_DTYPES = ("auto", "fp8_e4m3")  # auto resolves to fp8_e4m3; both give the same rows
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dsv4Layout:
+    """One rank's DeepSeek-V4 layers as SGLang's pool holds them (all replicated)."""
+
+    layers: int
+    c4_layers: int
+    c128_layers: int
+    head_dim: int  # qk_nope + qk_rope: the compressor state's width
+    index_head_dim: int
+    window: int
+
+    @property
+    def index_row_bytes(self) -> int:
+        """One fp8 indexer key with its fp32 scales (``get_dsv4_indexer_bytes_per_token``)."""
+        return self.index_head_dim + self.index_head_dim // 128 * 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dsv4Pools:
+    """Sizes (rows) and bytes of every buffer of the pool at ``full`` tokens."""
+
+    full: int
+    swa: int
+    c4: int
+    c128: int
+    c4_state: int
+    c128_state: int
+    running: int
+    swa_bytes: int
+    c4_bytes: int
+    c128_bytes: int
+    indexer_bytes: int
+    c4_state_bytes: int
+    c128_state_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            self.swa_bytes
+            + self.c4_bytes
+            + self.c128_bytes
+            + self.indexer_bytes
+            + self.c4_state_bytes
+            + self.c128_state_bytes
+        )
+
+
+def is_dsv4(d: Deployment) -> bool:
+    """The target is DeepSeek-V4 (compressed-latent layers)."""
+    return any(isinstance(x, CompressedMLALayer) for x in d.target.layers)
+
+
+def check(d: Deployment, *, host_bytes: int = 0) -> None:
+    """InvalidArgumentError for a DeepSeek-V4 deployment outside the modelled path."""
+    cfg = d.target.raw_config
+    text = cfg.get("text_config", cfg)
+    if not isinstance(text.get("compress_ratios"), list):
+        raise InvalidArgumentError(
+            f"SGLang 0.5.23 reads DeepSeek-V4's per-layer compress_ratios list, which "
+            f"{d.target.name}'s config lacks (it has layer_types / compress_rates, the "
+            "transformers form); SGLang fails on it (configs/model_config.py "
+            "_derive_model_shapes); pass a config with compress_ratios, or plan it with "
+            "--engine vllm"
+        )
+    if d.spec.name != "none":
+        raise InvalidArgumentError(
+            f"--engine sglang is modelled for DeepSeek-V4 without speculative decoding "
+            f"only (SGLang takes EAGLE or DSPARK for it, whose rings and draft pools are "
+            f"not modelled); got --spec {d.spec.name}; plan --spec none or --engine vllm"
+        )
+    if d.parallel.pp > 1 or host_bytes:
+        raise InvalidArgumentError(
+            "--engine sglang is modelled for DeepSeek-V4 on one pipeline stage without "
+            "HiCache; drop --pp / --host-budget or plan --engine vllm"
+        )
+    for x in d.target.layers:
+        if not isinstance(x, CompressedMLALayer) or (x.head_dim, x.rope_head_dim) != (512, 64):
+            raise InvalidArgumentError(
+                f"SGLang's DeepSeek-V4 pool takes 512-wide latents with 64 rotary dims "
+                f"(its 584-byte row); {d.target.name} layer {x.index} is {x!r}"
+            )
+
+
+def layout_of(d: Deployment) -> Dsv4Layout:
+    """The pool's layer counts and widths for ``d``'s target."""
+    layers = [x for x in d.target.layers if isinstance(x, CompressedMLALayer)]
+    first = layers[0]
+    index = next((x.index_head_dim for x in layers if x.index_head_dim), 0)
+    return Dsv4Layout(
+        layers=len(layers),
+        c4_layers=sum(x.compress_ratio == 4 for x in layers),
+        c128_layers=sum(x.compress_ratio == 128 for x in layers),
+        head_dim=first.head_dim,
+        index_head_dim=index,
+        window=first.window,
+    )
+
+
+def page_bytes(rows: int) -> int:
+    """Bytes of one page of ``rows`` latent rows (``KVLayout.V4.page_bytes``)."""
+    return cdiv(rows * ROW_BYTES, PAGE_ALIGN_BYTES) * PAGE_ALIGN_BYTES
+
+
+def _pages(size: int, page: int) -> int:
+    """``_num_dsv4_physical_kv_pages``: the allocator's reserved 256-token page on top."""
+    return cdiv(size + PAGE_TOKENS, page)
+
+
+def _state_bytes(size: int, ring: int, ratio: int, width: int) -> int:
+    """One ``CompressStatePool``: ``size + ring + 1`` rows padded to the ratio."""
+    rows = cdiv(size + ring + 1, ratio) * ratio
+    return rows * width * STATE_BYTES
+
+
+def swa_tokens(full: int) -> int:
+    """``_get_swa_tokens``: ``int(full x ratio)`` floored to the page."""
+    return int(full * SWA_FULL_TOKENS_RATIO) // PAGE_TOKENS * PAGE_TOKENS
+
+
+def running_per_worker(d: Deployment, full: int) -> int:
+    """``resolve_max_num_reqs`` with ``--max-running-requests`` given."""
+    dp = d.parallel.dp if d.parallel.dp_attention else 1
+    return min(max(1, d.max_batch_size // dp), full // 2)
+
+
+def pools(lay: Dsv4Layout, full: int, running: int) -> Dsv4Pools:
+    """Every buffer of ``DeepSeekV4TokenToKVPool`` at ``full`` tokens (a page multiple)."""
+    swa = swa_tokens(full)
+    c4, c128 = full // 4, full // 128
+    c4_state = swa // PAGE_TOKENS * C4_RING
+    c128_state = (running + 1) * C128_RING
+    c4_page, c128_page = PAGE_TOKENS // 4, PAGE_TOKENS // 128
+    c4_state_bytes = _state_bytes(c4_state, C4_RING, 4, 4 * lay.head_dim) + _state_bytes(
+        c4_state, C4_RING, 4, 4 * lay.index_head_dim
+    )
+    return Dsv4Pools(
+        full=full,
+        swa=swa,
+        c4=c4,
+        c128=c128,
+        c4_state=c4_state,
+        c128_state=c128_state,
+        running=running,
+        swa_bytes=_pages(swa, PAGE_TOKENS) * page_bytes(PAGE_TOKENS) * lay.layers,
+        c4_bytes=_pages(c4, c4_page) * page_bytes(c4_page) * lay.c4_layers,
+        c128_bytes=_pages(c128, c128_page) * page_bytes(c128_page) * lay.c128_layers,
+        indexer_bytes=_pages(c128 * 32, c4_page) * c4_page * lay.index_row_bytes * lay.c4_layers,
+        c4_state_bytes=c4_state_bytes * lay.c4_layers,
+        c128_state_bytes=_state_bytes(c128_state, C128_RING, 128, 2 * lay.head_dim)
+        * lay.c128_layers,
+    )
+
+
+def largest_pools(d: Deployment, lay: Dsv4Layout, budget_bytes: int) -> Dsv4Pools | None:
+    """The pools of the most full tokens (a page multiple) whose bytes fit
+    ``budget_bytes`` with a sliding pool SGLang accepts; None when none does."""
+
+    def at(pages: int) -> Dsv4Pools:
+        full = pages * PAGE_TOKENS
+        return pools(lay, full, running_per_worker(d, full))
+
+    lo, hi = 0, budget_bytes // PAGE_TOKENS + 1  # a token costs at least a byte
+    while lo < hi:  # bytes grow with the pages: the last page count that fits
+        mid = (lo + hi + 1) // 2
+        if at(mid).total_bytes <= budget_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo == 0:
+        return None
+    best = at(lo)
+    return best if best.swa > lay.window + PAGE_TOKENS else None
+
+
+__all__ = [
+    "PAGE_TOKENS",
+    "Dsv4Layout",
+    "Dsv4Pools",
+    "check",
+    "is_dsv4",
+    "largest_pools",
+    "layout_of",
+    "page_bytes",
+    "pools",
+]
