@@ -252,8 +252,9 @@ DEEPSEEK_V4 = Architecture(
     layers=layers,
     mtp_layers=mtp_layers,
     weights=weights,
-    # no engine model but vLLM's builds these caches: SGLang and TensorRT-LLM (see the
-    # README's families section) and kvbudget's own cache (no compressed pool)
+    # vLLM's and SGLang's engine models build these caches (SGLang's without speculation:
+    # engines/sglang_dsv4.py); TensorRT-LLM's transcription raises for the family, and
+    # kvbudget's own cache has no compressed pool (see the README's families section)
     unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
 )
 
