@@ -256,6 +256,14 @@ class KbSide:
     error: str | None = None
 
 
+def _mamba(pool: Any) -> bool:
+    """A Mamba/GDN state pool (SGLang's MambaPool, beside the KV pool); DeepSeek-V4's
+    compressor states are state pools that SGLang keeps inside its token-to-KV pool."""
+    from kvbudget.engines.sglang_dsv4 import COMPRESSOR_STATE_POOLS
+
+    return bool(pool.kind == "state" and pool.name not in COMPRESSOR_STATE_POOLS)
+
+
 def kvbudget_side(case: Case, engine: str) -> KbSide:
     kb = _kvbudget()
     from kvbudget.engines import emit
@@ -284,15 +292,14 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
         "max_running_requests": detail.get("max_running_requests"),
         "swa_tokens": detail.get("swa_tokens"),
         "target_pool_bytes": sum(
-            x.bytes for x in pools if x.tier == "gpu" and x.role == "target" and x.kind != "state"
+            x.bytes for x in pools if x.tier == "gpu" and x.role == "target" and not _mamba(x)
         ),
         "draft_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and x.role == "draft")
         or None,
         "indexer_pool_bytes": detail.get("indexer_bytes"),
         "host_indexer_bytes": detail.get("host_indexer_bytes"),
         "state_slots": detail.get("mamba_cache_slots"),
-        "state_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and x.kind == "state")
-        or None,
+        "state_pool_bytes": sum(x.bytes for x in pools if x.tier == "gpu" and _mamba(x)) or None,
         "host_tokens": detail.get("host_tokens") or None,
         "host_swa_tokens": detail.get("host_swa_tokens") or None,
         "host_draft_tokens": detail.get("host_draft_tokens") or None,

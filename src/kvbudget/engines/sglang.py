@@ -803,10 +803,10 @@ def _dsv4_pools(lay: sglang_dsv4.Dsv4Layout, p: sglang_dsv4.Dsv4Pools) -> tuple[
     if lay.c4_layers:
         out.append(pool("kv", p.c4, page // 4, p.c4_bytes, "c4"))
         out.append(pool("kv", p.c128 * 32, page // 4, p.indexer_bytes, "c4 indexer"))
-        out.append(pool("checkpoint", p.c4_state, 1, p.c4_state_bytes, "c4 state"))
+        out.append(pool("state", p.c4_state, 1, p.c4_state_bytes, "c4 state"))
     if lay.c128_layers:
         out.append(pool("kv", p.c128, page // 128, p.c128_bytes, "c128"))
-        out.append(pool("checkpoint", p.c128_state, 1, p.c128_state_bytes, "c128 state"))
+        out.append(pool("state", p.c128_state, 1, p.c128_state_bytes, "c128 state"))
     return tuple(out)
 
 

@@ -64,6 +64,10 @@ PAGE_ALIGN_BYTES = 576  # KVLayout.V4.page_bytes: pages rounded up to 576 B
 SWA_FULL_TOKENS_RATIO = 0.1  # DSV4_DEFAULT_SWA_FULL_TOKENS_RATIO; emitted
 C4_RING, C128_RING = 8, 128  # get_compress_state_ring_size without speculative decoding
 STATE_BYTES = 4  # SGLANG_DSV4_COMPRESS_STATE_DTYPE float32 (its default)
+# the compressors' ring states: PoolPlan kind "state" (per-request state, not KV rows), but
+# SGLang keeps them inside its token-to-KV pool (deepseek_v4_memory_pool.py), not beside it
+# as a Mamba pool: the harness counts them with the target's pool bytes
+COMPRESSOR_STATE_POOLS = ("c4 state", "c128 state")
 KV_DTYPES = ("auto", "fp8_e4m3")  # auto resolves to fp8_e4m3; both give the same rows
 
 
@@ -242,6 +246,7 @@ def largest_pools(d: Deployment, lay: Dsv4Layout, budget_bytes: int) -> Dsv4Pool
 
 
 __all__ = [
+    "COMPRESSOR_STATE_POOLS",
     "PAGE_TOKENS",
     "Dsv4Layout",
     "Dsv4Pools",
