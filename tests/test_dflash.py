@@ -18,6 +18,7 @@ from family_configs import DFLASH_FULL, DFLASH_SWA, folder
 from hypothesis import given
 from hypothesis import strategies as st
 
+import kvbudget
 from kvbudget import count_params, plan
 from kvbudget.errors import ConfigError, InvalidArgumentError
 from kvbudget.layers import AttentionLayer
@@ -149,3 +150,17 @@ def test_window_rule_invariants(layers: int, use_swa: bool, listed: list[bool] |
         expected = [use_swa] * layers
     assert [w is not None for w in windows(cfg)] == expected
     assert {w for w in windows(cfg) if w is not None} <= {1024}
+
+
+def test_vllm_029_refuses_a_dflash_draft_under_pp(tmp_path: Path) -> None:
+    """vLLM 0.29.0 gives the draft the target's PP size (config/speculative.py
+    create_draft_parallel_config) and its DFlashQwen3Model has no SupportsPP, so
+    ModelConfig refuses PP 2 (its harness cases: "Pipeline parallelism is not supported
+    for this model"); 0.33.0 runs the draft at PP 1 and plans it."""
+    draft = folder(tmp_path, SWA)
+    args = {"spec": "dflash", "kv_budget": "40GiB", "host_budget": 0, "pp": 2}
+    args |= {"max_seq_len": 32768}
+    assert plan(QWEN3_8B, draft, engine="vllm@0.33.0", **args).capacity.tokens > 0
+    with pytest.raises(kvbudget.EngineRefusedError, match="SupportsPP") as info:
+        plan(QWEN3_8B, draft, engine="vllm@0.29.0", **args)
+    assert "the dflash drafter is given the target's --pipeline-parallel-size" in str(info.value)

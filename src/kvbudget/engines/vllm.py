@@ -105,7 +105,7 @@ class VllmRelease:
       ``pp + 1`` (``VllmConfig.max_concurrent_batches``; 0.29.0's Model Runner V2 takes
       only eagle, eagle3, mtp, config/vllm.py:2562-2574, so ngram and draft-target run
       on V1; 0.33.0 runs them all on V2).
-    * ``speculation_with_pp``: an EAGLE/EAGLE3/MTP drafter runs with PP > 1 (0.33.0 gives
+    * ``speculation_with_pp``: an EAGLE/EAGLE3/MTP/DFlash drafter runs with PP > 1 (0.33.0 gives
       the draft ``pipeline_parallel_size=1``, config/speculative.py:1905; 0.29.0 gives it
       the target's, :1690, and the draft classes lack ``SupportsPP``, so
       ``ModelConfig`` refuses, config/model.py:1424-1430).
@@ -775,7 +775,9 @@ def _refusals(d: Deployment, pool: VllmPool, release: VllmRelease) -> tuple[str,
 
 def _pp_refusal(d: Deployment, release: VllmRelease) -> str | None:
     """A drafter under PP in a release that gives it the target's PP size."""
-    drafter = d.spec.name in ("eagle", "eagle3", "mtp")
+    # a DFlash draft too: 0.29.0's DFlashQwen3Model has no SupportsPP either (its PP 2
+    # cases refused in the 0.29.0 harness with vLLM's own message)
+    drafter = d.spec.name in ("eagle", "eagle3", "mtp", "dflash")
     if not (drafter and d.parallel.pp > 1 and not release.speculation_with_pp):
         return None
     return (
