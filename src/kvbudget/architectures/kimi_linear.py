@@ -27,7 +27,11 @@ backend), with attention residuals, a latent MoE and MTP layers of its own.
 Weights: vLLM's modules as it names them after its checkpoint mapper
 (``KimiLinearModel.packed_modules_mapping``: ``in_proj_qkvgfab`` packs q, k, v, b and
 f_a; ``conv1d`` packs the q, k and v convolutions), in vLLM's storage (``conv1d``,
-``dt_bias``, ``A_log`` float32).
+``dt_bias``, ``A_log`` float32). Not modelled: with TP > 1 and no expert parallelism,
+vLLM's ``KimiMoE`` pads each routed expert to ``256 x TP`` intermediate rows when
+``moe_intermediate_size / TP`` < 256 (``min_moe_intermediate_per_partition``); the
+inventory holds the checkpoint's unpadded experts, so at such a TP a rank's expert bytes
+are below what vLLM allocates.
 """
 
 from __future__ import annotations
