@@ -205,6 +205,58 @@ FAMILY_CONFIGS["family/deepseek-v4-sliding"] = {
     "mlp_layer_types": ["hash_moe"] * 3 + ["moe"] * 5,
     "num_nextn_predict_layers": 3,
 }
+# Kimi-Linear (vLLM KimiLinearForCausalLM, vllm/models/kimi_k3): no verbatim Hub config
+# is reachable here, and vLLM's own ``KimiLinearConfig`` defaults
+# (vllm/transformers_utils/configs/kimi_linear.py) describe no KDA, MLA or MoE at all, so
+# the geometry is transformers 5.20.2's ``KimiLinearConfig`` defaults
+# (models/kimi_linear/configuration_kimi_linear.py; its docstring names
+# moonshotai/Kimi-Linear-48B-A3B-Instruct), written under the field names vLLM's config
+# class reads: 27 layers, hidden 2304, 32 heads, MLA latent 512 + 64 rope (nope 128, v 128,
+# no q LoRA), 256 experts of 1024 (top 8, one shared, the first layer dense 9216),
+# KDA 32 heads of 128 with a 4-tap conv. The layer pattern is transformers' default
+# (``full_attention`` where ``i and i % 4 == 0``, 0-indexed) in vLLM's 1-indexed
+# ``linear_attn_config`` lists; ``mla_use_nope`` true (vLLM's KimiDecoderLayer asserts it).
+# Not a released checkpoint's config.
+_KIMI_LINEAR_LAYERS = 27
+_KIMI_FULL = [i + 1 for i in range(_KIMI_LINEAR_LAYERS) if i and i % 4 == 0]
+_KIMI_LINEAR: dict[str, Any] = {
+    "model_type": "kimi_linear",
+    "architectures": ["KimiLinearForCausalLM"],
+    "vocab_size": 163840,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "moe_intermediate_size": 1024,
+    "num_hidden_layers": _KIMI_LINEAR_LAYERS,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "kv_lora_rank": 512,
+    "q_lora_rank": None,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+    "mla_use_nope": True,
+    "num_experts": 256,
+    "num_experts_per_token": 8,
+    "num_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "routed_scaling_factor": 2.446,
+    "moe_renormalize": True,
+    "moe_router_activation_func": "sigmoid",
+    "hidden_act": "silu",
+    "max_position_embeddings": 1048576,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "linear_attn_config": {
+        "kda_layers": [i for i in range(1, _KIMI_LINEAR_LAYERS + 1) if i not in _KIMI_FULL],
+        "full_attn_layers": _KIMI_FULL,
+        "num_heads": 32,
+        "head_dim": 128,
+        "short_conv_kernel_size": 4,
+    },
+}
+FAMILY_CONFIGS["family/kimi-linear-defaults"] = _KIMI_LINEAR
+KIMI_LINEAR = _KIMI_LINEAR
 DEEPSEEK_V4 = _DEEPSEEK_V4
 DEEPSEEK_V4_SLIDING = FAMILY_CONFIGS["family/deepseek-v4-sliding"]
 GEMMA4_TEXT = _GEMMA4_TEXT

@@ -1,7 +1,7 @@
 """2026 families kvbudget does not model yet: one ``error:`` line naming the model_type.
 
 The configs hold the fields that tell the family apart (field names from vLLM 0.33.0's
-config classes, ``vllm/transformers_utils/configs/{kimi_linear,kimi_k3,minimax_m3}.py``,
+config classes, ``vllm/transformers_utils/configs/{kimi_k3,minimax_m3}.py``,
 and transformers 5.20.2 ``DeepseekV4Config``); none is read as a generic decoder.
 """
 
@@ -36,7 +36,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "compress_rates": {"heavily_compressed_attention": 128},
         "layer_types": ["heavily_compressed_attention"] * 4,
     },
-    "kimi_linear": {**BASE, "model_type": "kimi_linear", "kv_lora_rank": 512},
     "kimi_k3": {"model_type": "kimi_k3", "text_config": {**BASE, "model_type": "kimi_linear"}},
     "minimax_m3_vl": {
         "model_type": "minimax_m3_vl",

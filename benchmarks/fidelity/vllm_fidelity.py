@@ -120,7 +120,7 @@ MAX_NUM_BATCHED_TOKENS = 8192
 NUM_SPECULATIVE_TOKENS = 3
 NGRAM_PROMPT_LOOKUP = 5  # vLLM's default for both ngram window fields
 DRAFT_TARGET_DRAFT = "meta-llama/Llama-3.2-1B-Instruct"
-MAMBA_TYPES = ("nemotron_h", "qwen3_next")
+MAMBA_TYPES = ("nemotron_h", "qwen3_next", "kimi_linear")
 
 # kvbudget spec names -> vLLM --speculative-config "method"
 VLLM_METHOD = {
@@ -990,6 +990,57 @@ def _gdn_layer(vc, name, hf):
     return layer
 
 
+def _kda_layer(vc, name, hf):
+    """vLLM's KimiGatedDeltaNetAttention (Kimi-Linear's KDA layers, no full-rank gate).
+
+    Attributes as gdn/base.py:25-46 and kimi_gdn_linear_attn.py ``__init__`` set them
+    (``num_heads``, ``head_dim``, ``conv_size`` from ``linear_attn_config``); its own
+    ``get_state_shape`` / ``get_state_dtype`` (``kda_state_shape``, ``kda_state_dtype``)
+    and the base ``get_kv_cache_spec`` run unchanged. It declares no prefill
+    checkpoint alignment (abstract.py ``MambaBase.get_prefill_checkpoint_alignment``).
+    """
+    from vllm.model_executor.layers.mamba.gdn.kimi_gdn_linear_attn import (
+        KimiGatedDeltaNetAttention,
+    )
+
+    tp = vc.parallel_config.tensor_parallel_size
+    kda = hf.linear_attn_config
+    if kda["num_heads"] % tp:  # ``assert self.num_heads % self.tp_size == 0``
+        raise Skip(f"{name}: {kda['num_heads']} KDA heads not divisible by TP {tp}")
+    layer = _bare(KimiGatedDeltaNetAttention)
+    layer.tp_size = tp
+    layer.num_heads = kda["num_heads"]
+    layer.head_dim = kda["head_dim"]
+    layer.conv_size = kda["short_conv_kernel_size"]
+    layer.model_config = vc.model_config
+    layer.cache_config = vc.cache_config
+    layer.speculative_config = vc.speculative_config
+    layer.num_spec = vc.num_speculative_tokens
+    layer.prefix = name
+    return layer
+
+
+def _kimi_mla_layer(vc, name, hf, backend):
+    """Kimi-Linear's MultiHeadLatentAttention (models/kimi_k3/nvidia/mla.py), whose own
+    ``get_kv_cache_spec`` runs: an MLA spec of ``kv_lora_rank + qk_rope_head_dim``, one
+    KV head, ``max_tp_shards=1``. Its backend is chosen as DeepSeek's MLA is
+    (``get_attn_backend(..., use_mla=True)``), so the harness's SM90 MLA backend."""
+    from vllm.models.kimi_k3.nvidia.mla import MultiHeadLatentAttention
+
+    tp = vc.parallel_config.tensor_parallel_size
+    if hf.num_attention_heads % tp:
+        raise Skip(f"{name}: {hf.num_attention_heads} heads not divisible by TP {tp}")
+    layer = _bare(MultiHeadLatentAttention)
+    layer.head_size = hf.kv_lora_rank + hf.qk_rope_head_dim
+    layer.kv_cache_dtype = vc.cache_config.cache_dtype
+    layer.non_causal_multi_token_decode = False
+    layer.attn_backend = backend
+    layer.kv_sharing_target_layer_name = None
+    layer.layer_name = name
+    layer.is_draft_layer = False
+    return layer
+
+
 def _dsv4_cache_layers(vc, hf, i: int, prefix: str, draft: bool) -> list[tuple[str, Any]]:
     """DeepSeek-V4 decoder layer ``i``'s cache-owning modules as vLLM 0.33.0 builds them
     on SM90 (``DeepseekV4FlashMLAAttention``, the CUDA default off SM12:
@@ -1211,6 +1262,15 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
         backend_names.append(attn_name)
         for i in range(n):
             add(f"model.layers.{i}.self_attn.attn", _gemma4_attention(vc, mc, hf, i, attn_backend))
+    elif arch == "KimiLinearForCausalLM":
+        # models/kimi_k3/nvidia/model.py KimiDecoderLayer: KDA where is_kda_layer, else MLA
+        backend_names.append(mla_name)
+        for i in range(n):
+            prefix = f"model.layers.{i}.self_attn"
+            if hf.is_kda_layer(i):
+                add(prefix, _kda_layer(vc, prefix, hf))
+            else:
+                add(prefix, _kimi_mla_layer(vc, prefix, hf, mla_backend))
     elif arch == "Qwen3NextForCausalLM":
         backend_names.append(attn_name)
         for i, lt in enumerate(hf.layer_types):

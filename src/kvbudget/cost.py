@@ -36,7 +36,7 @@ from typing import Literal
 from kvbudget._validate import require_int, require_model
 from kvbudget.dtypes import DType, parse_dtype
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.layers import AttentionLayer, GatedDeltaNetLayer, Layer, Mamba2Layer
+from kvbudget.layers import AttentionLayer, GatedDeltaNetLayer, KimiDeltaLayer, Layer, Mamba2Layer
 from kvbudget.model import ModelSpec
 
 LayerSelection = Literal["model", "mtp", "all"]
@@ -156,6 +156,9 @@ def _check_tp(model: ModelSpec, layers: tuple[Layer, ...], tp: int) -> None:
                 raise fail("linear_num_key_heads", layer.num_k_heads)
             if layer.num_v_heads % tp:
                 raise fail("linear_num_value_heads", layer.num_v_heads)
+        if isinstance(layer, KimiDeltaLayer) and layer.num_heads % tp:
+            # vLLM's KDA layer: ``assert self.num_heads % self.tp_size == 0``
+            raise fail("linear_attn_config.num_heads", layer.num_heads)
 
 
 def cache_cost_detail(
@@ -237,7 +240,7 @@ def _storage_dtypes(model: ModelSpec, kv_dtype: str, state_dtype: str) -> _Dtype
     in the model's; an explicit state_dtype sets both. A model without recurrent layers
     stores no state (its state dtype is the KV one, never parsed)."""
     kv = parse_dtype(kv_dtype, auto=model.dtype)
-    if not any(x.kind in ("gated_deltanet", "mamba2") for x in model.layers):
+    if not any(x.kind in ("gated_deltanet", "kda", "mamba2") for x in model.layers):
         return _Dtypes(kv=kv, state=kv, ssm=None)
     state = parse_dtype(state_dtype, auto=model.dtype, what="state_dtype")
     auto = str(state_dtype).strip().lower() == "auto"

@@ -19,6 +19,8 @@ from typing import Literal, TypeAlias
 
 from kvbudget.dtypes import DType
 
+FLOAT32_BYTES = 4
+
 
 def per_rank(count: int, tp: int) -> int:
     """Heads (or groups) held by one of ``tp`` ranks: ``ceil(count / tp)``, at least 1."""
@@ -259,6 +261,54 @@ class CompressedMLALayer:
         return 0
 
 
+@dataclass(frozen=True, kw_only=True)
+class KimiDeltaLayer:
+    """Kimi Delta Attention (Kimi-Linear's KDA layers), as vLLM 0.33.0 keeps its state
+    (``model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py``
+    ``KimiGatedDeltaNetAttention``; ``mamba_utils.py`` ``kda_state_shape``,
+    ``kda_state_dtype``).
+
+    Per-sequence state on one rank, with ``h = num_heads / tp`` (vLLM asserts
+    ``num_heads % tp == 0``)::
+
+        conv state      = (conv_kernel - 1 + lookahead) x 3 x h x head_dim   (dtype)
+        recurrent state = h x head_dim x head_dim                            (float32)
+
+    One packed conv state runs over q, k and v (each ``num_heads x head_dim`` wide). The
+    recurrent state is float32 whatever ``ssm_dtype`` says: the layer passes no
+    ``mamba_ssm_cache_dtype`` to ``kda_state_dtype``, whose default ``auto`` is float32
+    (unlike a Gated DeltaNet state, which follows the model dtype). Nothing grows with
+    the number of tokens.
+    """
+
+    index: int
+    num_heads: int
+    head_dim: int
+    conv_kernel: int
+
+    kind: Literal["kda"] = "kda"
+    sliding_window: None = None
+
+    def bytes_per_token(self, dtype: DType, tp: int) -> int:
+        """Linear attention stores nothing per token: 0."""
+        return 0
+
+    def state_bytes(
+        self, dtype: DType, tp: int, *, lookahead: int = 0, ssm_dtype: DType | None = None
+    ) -> int:
+        """Conv state (in ``dtype``) plus float32 recurrent state of one sequence on one
+        rank; ``ssm_dtype`` is ignored (see the class docstring)."""
+        h = per_rank(self.num_heads, tp)
+        conv = (self.conv_kernel - 1 + lookahead) * 3 * h * self.head_dim
+        return dtype.bytes_for(conv) + FLOAT32_BYTES * h * self.head_dim * self.head_dim
+
+
 Layer: TypeAlias = (
-    AttentionLayer | MLALayer | GatedDeltaNetLayer | Mamba2Layer | NoCacheLayer | CompressedMLALayer
+    AttentionLayer
+    | MLALayer
+    | GatedDeltaNetLayer
+    | KimiDeltaLayer
+    | Mamba2Layer
+    | NoCacheLayer
+    | CompressedMLALayer
 )

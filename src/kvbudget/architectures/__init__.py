@@ -2,9 +2,10 @@
 
 Each family module (``llama``, ``llama4``, ``qwen``, ``gemma``, ``gemma4``, ``gpt_oss``,
 ``minimax_m2``, ``deepseek``, ``deepseek_v4``, ``glm4_moe``, ``qwen3_next``,
-``nemotron_h``) builds one or more :class:`Architecture` values from the same parsed config fields
-(:class:`~kvbudget.config_fields.ConfigFields`): its cache layers (read by
-:mod:`kvbudget.model`) and its weight inventory (read by :mod:`kvbudget.weights`).
+``kimi_linear``, ``nemotron_h``) builds one or more :class:`Architecture` values from the
+same parsed config fields (:class:`~kvbudget.config_fields.ConfigFields`): its cache
+layers (read by :mod:`kvbudget.model`) and its weight inventory (read by
+:mod:`kvbudget.weights`).
 EAGLE3 heads (:mod:`~kvbudget.architectures.eagle3`) are read
 as their family's layers with their own weights; DFlash block drafts
 (:mod:`~kvbudget.architectures.dflash`) by their own module, whatever their ``model_type``.
@@ -27,6 +28,7 @@ from kvbudget.architectures import (
     gemma4,
     glm4_moe,
     gpt_oss,
+    kimi_linear,
     llama,
     llama4,
     minimax_m2,
@@ -52,6 +54,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     *deepseek_v4.ARCHITECTURES,
     *glm4_moe.ARCHITECTURES,
     *qwen3_next.ARCHITECTURES,
+    *kimi_linear.ARCHITECTURES,
     *nemotron_h.ARCHITECTURES,
 )
 

@@ -15,7 +15,10 @@ UNMODELLED: MappingProxyType[str, str] = MappingProxyType(
     {
         "deepseek_v41": "DeepSeek-V4.1: vLLM's own model (a circular-buffer compressor, "
         "bounded window replay)",
-        "kimi_linear": "Kimi-Linear: Kimi Delta Attention linear layers beside MLA",
+        # Kimi-Linear (kimi_linear) is modelled; K3's KDA layer is its own class
+        # (models/kimi_k3/nvidia/kda.py KimiK3DeltaAttention: its recurrent state follows
+        # mamba_ssm_cache_dtype, backend-dependent prefill checkpoints), with attention
+        # residuals, a latent MoE and its own MTP model
         "kimi_k3": "Kimi K3: a Kimi-Linear text model",
         "kimi_k3_mtp": "Kimi K3's MTP layers",
         "minimax_m3_text": "MiniMax-M3: sparse attention with an index cache",

@@ -213,6 +213,7 @@ class VllmPool:
 # FlashAttention's kernel block sizes: MultipleOf(16) (flash_attn.py
 # get_supported_kernel_block_sizes)
 KERNEL_BLOCK = 16
+MLA_HYBRID_BLOCK = 128  # platforms/interface.py _align_hybrid_block_size, use_mla
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,6 +258,10 @@ def mamba_setup(d: Deployment, release: VllmRelease) -> MambaSetup | None:
     bs = d.tokens_per_block
     if attn_page_1:
         kernel_align = max(KERNEL_BLOCK, bs)
+        if attention[0].kind == "mla":
+            # an MLA hybrid (Kimi-Linear): blocks a multiple of 128 for the TRTLLM /
+            # FlashInfer MLA decode kernels (``_align_hybrid_block_size``, use_mla)
+            kernel_align = max(kernel_align, MLA_HYBRID_BLOCK)
         if align:
             kernel_align = math.lcm(kernel_align, checkpoint_alignment or 1)
         block = kernel_align * cdiv(state_page, kernel_align * attn_page_1)
@@ -412,7 +417,7 @@ def _layer_spec(
             draft=draft,
             stage=stage,
         )
-    if mamba is not None and layer.kind in ("gated_deltanet", "mamba2"):
+    if mamba is not None and layer.kind in ("gated_deltanet", "kda", "mamba2"):
         return LayerSpec(
             kind="mamba",
             block_size=mamba.mamba_block_size,
