@@ -27,6 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvbudget import count_params, plan, weights_bytes
+from kvbudget.architectures.kimi_linear import vllm_expert_padding_bytes
 from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import ConfigError, InvalidArgumentError
 from kvbudget.layers import KimiDeltaLayer, MLALayer
@@ -221,3 +222,22 @@ def test_engines_that_do_not_model_it_refuse(tmp_path: Path) -> None:
     odd = folder(tmp_path / "odd", with_linear(num_heads=24))
     with pytest.raises(InvalidArgumentError, match=r"linear_attn_config.num_heads=24"):
         plan(odd, spec="none", engine="vllm", kv_budget="8GiB", host_budget=0, tp=16)
+
+
+def test_vllm_pads_routed_experts_at_tp8_and_the_plan_warns(tmp_path: Path) -> None:
+    # KimiMoE (vllm/models/kimi_k3/nvidia/model.py): moe_intermediate_size 1024 / TP 8 =
+    # 128 < 256 rows per partition without expert parallelism, so each expert is padded to
+    # 256 x 8 = 2,048 rows: a rank's routed experts double. bf16 routed experts at TP 8:
+    # 26 layers x 256 experts x 3 x 1,024 x 2,304 x 2 B / 8 = 11,777,605,632 B per rank
+    routed = 26 * 256 * 3 * 1024 * 2304 * 2 // 8
+    assert routed == 11_777_605_632
+    model = parse(KIMI_LINEAR)
+    assert weights_bytes(model, tp=8).routed_experts_bytes == routed
+    assert vllm_expert_padding_bytes(model, tp=8, ep=1) == routed * 2048 // 1024 - routed
+    assert vllm_expert_padding_bytes(model, tp=4, ep=1) == 0  # 1024 / 4 = 256: no padding
+    assert vllm_expert_padding_bytes(model, tp=8, ep=8) == 0  # experts whole per rank
+    p = plan(folder(tmp_path, KIMI_LINEAR), spec="none", engine="vllm", kv_budget="40GiB",
+             host_budget=0, max_seq_len=32768, tp=8)  # fmt: skip
+    (warned,) = [w for w in p.warnings if w.startswith("vLLM pads")]
+    assert "10.97 GiB (11,777,605,632 B) more weights per rank" in warned
+    assert "--ep 8" in warned

@@ -27,22 +27,25 @@ backend), with attention residuals, a latent MoE and MTP layers of its own.
 Weights: vLLM's modules as it names them after its checkpoint mapper
 (``KimiLinearModel.packed_modules_mapping``: ``in_proj_qkvgfab`` packs q, k, v, b and
 f_a; ``conv1d`` packs the q, k and v convolutions), in vLLM's storage (``conv1d``,
-``dt_bias``, ``A_log`` float32). Not modelled: with TP > 1 and no expert parallelism,
-vLLM's ``KimiMoE`` pads each routed expert to ``256 x TP`` intermediate rows when
+``dt_bias``, ``A_log`` float32). With TP > 1 and no expert parallelism, vLLM's
+``KimiMoE`` pads each routed expert to ``256 x TP`` intermediate rows when
 ``moe_intermediate_size / TP`` < 256 (``min_moe_intermediate_per_partition``); the
-inventory holds the checkpoint's unpadded experts, so at such a TP a rank's expert bytes
-are below what vLLM allocates.
+inventory holds the checkpoint's unpadded experts (what the weights figure counts), and a
+vLLM plan warns with the padding's bytes per rank (:func:`vllm_expert_padding_bytes`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.architectures.base import Architecture
 from kvbudget.architectures.decoder import final, gated_mlp
 from kvbudget.config_fields import ConfigFields
 from kvbudget.inventory import At, Inventory, ModelFields
 from kvbudget.layers import KimiDeltaLayer, Layer, MLALayer
+
+if TYPE_CHECKING:
+    from kvbudget.model_spec import ModelSpec
 
 LINEAR_FIELDS = ("kda_layers", "num_heads", "head_dim", "short_conv_kernel_size")
 
@@ -211,3 +214,27 @@ KIMI_LINEAR = Architecture(
 )
 
 ARCHITECTURES = (KIMI_LINEAR,)
+
+
+MIN_MOE_INTERMEDIATE_PER_PARTITION = 256  # KimiMoE's getattr(config, ..., 256) default
+
+
+def vllm_expert_padding_bytes(model: ModelSpec, *, tp: int, ep: int) -> int:
+    """Bytes per rank that vLLM 0.33.0 allocates beyond the checkpoint's routed experts
+    (``vllm/models/kimi_k3/nvidia/model.py`` ``KimiMoE.__init__``): with TP > 1 and no
+    expert parallelism, an expert whose ``moe_intermediate_size / tp`` is below
+    ``min_moe_intermediate_per_partition`` (256) is padded to ``256 x tp`` rows, so each
+    rank's routed-expert bytes grow by ``padded / moe_intermediate_size``. 0 otherwise
+    (or for another family)."""
+    from kvbudget.weights.placement import weights_bytes
+
+    if model.model_type != "kimi_linear" or tp <= 1 or ep > 1:
+        return 0
+    inter = model.config.get("moe_intermediate_size")
+    floor = int(
+        model.config.get("min_moe_intermediate_per_partition", MIN_MOE_INTERMEDIATE_PER_PARTITION)
+    )
+    if not isinstance(inter, int) or inter <= 0 or inter // tp >= floor:
+        return 0
+    routed = weights_bytes(model, tp=tp).routed_experts_bytes
+    return routed * floor * tp // inter - routed

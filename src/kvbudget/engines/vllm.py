@@ -77,6 +77,7 @@ from kvbudget.engines.facts import ENGINES
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.layers import AttentionLayer, CompressedMLALayer, Layer, MLALayer
 from kvbudget.plan_types import EnginePlan, EngineSource, Plan, PoolPlan
+from kvbudget.units import format_bytes
 
 if TYPE_CHECKING:
     from kvbudget.deployment import Deployment
@@ -746,6 +747,7 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
             f"{d.max_seq_len} at once (--max-num-seqs {d.max_batch_size}); it "
             "admits more shorter ones"
         )
+    warnings += _expert_padding_warnings(d)
     log = (
         f"GPU KV cache size: {pool.gpu_kv_cache_tokens:,} tokens, Maximum concurrency for "
         f"{d.max_seq_len:,} tokens per request: {pool.max_concurrency:.2f}x",
@@ -765,6 +767,24 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
         refusals=refusals,
         detail=_detail(d, pool, release),
     )
+
+
+def _expert_padding_warnings(d: Deployment) -> list[str]:
+    """Routed-expert rows vLLM pads in at this TP (Kimi-Linear's KimiMoE), which the
+    checkpoint's weights figure does not hold."""
+    from kvbudget.architectures.kimi_linear import vllm_expert_padding_bytes
+
+    layout = d.parallel
+    extra = vllm_expert_padding_bytes(d.target, tp=layout.tp, ep=layout.ep)
+    if not extra:
+        return []
+    return [
+        f"vLLM pads {d.target.name}'s routed experts to 256 x TP intermediate rows at "
+        f"--tp {layout.tp} without expert parallelism (KimiMoE, min_moe_intermediate_per_"
+        f"partition): {format_bytes(extra)} ({extra:,} B) more weights per rank than the "
+        "plan counts; leave that much GPU memory free beyond --kv-budget, or use --ep "
+        f"{layout.tp} (experts whole per rank, no padding)"
+    ]
 
 
 def _refusals(d: Deployment, pool: VllmPool, release: VllmRelease) -> tuple[str, ...]:
