@@ -271,3 +271,23 @@ def folder(path: Path, cfg: dict[str, Any]) -> str:
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(cfg), "utf-8")
     return str(path)
+
+
+def vllm_plan(tmp_path: Path, cfg: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    """``cfg`` planned with ``--engine vllm`` at the family tests' defaults (no spec, 40
+    GiB, 32,768 tokens, batch 256, 8,192 batched tokens; ``kw`` overrides): the engine's
+    ``detail`` plus its ``settings``."""
+    from kvbudget import plan
+
+    args: dict[str, Any] = {
+        "spec": "none",
+        "engine": "vllm",
+        "kv_budget": "40GiB",
+        "host_budget": 0,
+        "max_seq_len": 32768,
+        "max_batch_size": 256,
+        "max_num_batched_tokens": 8192,
+        **kw,
+    }
+    p = plan(folder(tmp_path, cfg), **args)
+    return {**dict(p.engine.detail), "settings": dict(p.engine.settings)}

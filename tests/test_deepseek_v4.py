@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from family_configs import DEEPSEEK_V4, DEEPSEEK_V4_SLIDING, folder
+from family_configs import DEEPSEEK_V4, DEEPSEEK_V4_SLIDING, folder, vllm_plan
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -62,22 +62,6 @@ SMALL: dict[str, Any] = {
 
 def parse(cfg: dict[str, Any]) -> Any:
     return parse_config(cfg, source="test", name="dsv4-test")
-
-
-def vllm_plan(tmp_path: Path, cfg: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    args: dict[str, Any] = {
-        "spec": "none",
-        "engine": "vllm",
-        "kv_budget": "40GiB",
-        "host_budget": 0,
-        "max_seq_len": 32768,
-        "max_batch_size": 256,
-        "max_num_batched_tokens": 8192,
-        **kw,
-    }
-    p = plan(folder(tmp_path, cfg), **args)
-    assert p.engine is not None
-    return {**dict(p.engine.detail), "settings": dict(p.engine.settings)}
 
 
 def test_layers_follow_the_config_defaults() -> None:

@@ -775,6 +775,8 @@ def _expert_padding_warnings(d: Deployment) -> list[str]:
     from kvbudget.architectures.kimi_linear import vllm_expert_padding_bytes
 
     layout = d.parallel
+    if d.weights_override is not None:  # --weights-bytes is the user's figure, padding and all
+        return []
     extra = vllm_expert_padding_bytes(d.target, tp=layout.tp, ep=layout.ep)
     if not extra:
         return []
