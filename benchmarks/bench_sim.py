@@ -14,9 +14,10 @@ trace's duration plus one second, indices renumbered), streamed, with the defaul
 synthetic prefixes (seed 0); the default plan (``kvbudget.plan()``: Llama-3.1-8B-Instruct
 + EAGLE3 on one H200) unless budgets are given; acceptance 0.7 per token, K = 3.
 
-Prints per policy, for the step-by-step loop (``ReplayConfig(fast_forward=False)``, the
-baseline) and the fast path (the default, :mod:`kvbudget.sim.fast_decode`) run in this
-same process: requests, simulated steps, wall and CPU seconds of the replay, requests/s
+Prints per policy, for the step-by-step loop with the engine's cache
+(``ReplayConfig(fast_forward=False, counted_cache=False)``, the baseline) and the fast
+path (the default: :mod:`kvbudget.sim.fast_decode` and, where the plan fits it,
+:mod:`kvbudget.sim.counted_cache`) run in this same process: requests, simulated steps, wall and CPU seconds of the replay, requests/s
 (wall and CPU), the fast path's ratio to the baseline, whether their metrics are
 identical, and the process's peak resident memory (``ru_maxrss``: run two sizes in
 separate processes to see whether it grows). CPU seconds are the steadier figure on a
@@ -103,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     configs = [("fast path", config)]
     if not args.no_baseline:
-        configs.insert(0, ("step by step", replace(config, fast_forward=False)))
+        baseline = replace(config, fast_forward=False, counted_cache=False)
+        configs.insert(0, ("step by step", baseline))
     jobs = [(v, args, roof, c) for v in variants for _, c in configs]
     if args.jobs > 1:
         from concurrent.futures import ProcessPoolExecutor

@@ -127,11 +127,11 @@ def test_fast_path_equals_step_by_step_when_runs_fill_twin_blocks(
     step-by-step loop's."""
     from kvbudget.cache.tokens import CheckedIds
     from kvbudget.sim import fast_decode
-    from kvbudget.sim.replay import _Tokens
+    from kvbudget.sim.prompt_ids import PromptIds
     from kvbudget.sim.trace import TraceRequest
 
     same = CheckedIds.of(list(range(2, 22)))  # 20 tokens: one full block and a part
-    monkeypatch.setattr(_Tokens, "prompt", lambda self, req: same)
+    monkeypatch.setattr(PromptIds, "prompt", lambda self, req: same)
     one_by_one = []
     events = fast_decode._cache_events
 
@@ -148,7 +148,11 @@ def test_fast_path_equals_step_by_step_when_runs_fill_twin_blocks(
         TraceRequest(index=i, arrival_s=0.001 * (i // 2) * 40, prompt_tokens=20, output_tokens=50)
         for i in range(6)
     ]
-    config = ReplayConfig(acceptance=AcceptanceModel(rates=(0.7,)), max_num_batched_tokens=64)
+    # the engine's cache on both sides: these ids are not the replay's own, which the
+    # counted cache counts
+    config = ReplayConfig(
+        acceptance=AcceptanceModel(rates=(0.7,)), max_num_batched_tokens=64, counted_cache=False
+    )
     slow, fast = both(variant, trace, flat_roofline(plan), config)
     assert one_by_one  # the event-by-event path ran
     assert fast == slow

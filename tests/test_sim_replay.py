@@ -190,13 +190,11 @@ def test_a_request_swapped_out_is_not_resumed_in_the_same_step(
     """Four requests for two batch slots and 8 GPU blocks: victims go to the host tier.
     A step that preempted resumes and admits nothing (vLLM's rule), so between a swap-out
     and the resume of the same request at least one step commits."""
-    import importlib
+    from kvbudget.sim import replay_cache
 
-    # the package re-exports the function ``replay``, which hides the module attribute
-    replay_module = importlib.import_module("kvbudget.sim.replay")
     events: list[tuple[str, object]] = []
 
-    class Recording(replay_module.SpecDecodeCache):  # type: ignore[misc, name-defined]
+    class Recording(replay_cache.SpecDecodeCache):  # type: ignore[misc, name-defined]
         def preempt(self, request_id, *, mode):  # type: ignore[no-untyped-def]
             kept = super().preempt(request_id, mode=mode)
             events.append((f"out:{mode}", request_id))
@@ -210,7 +208,7 @@ def test_a_request_swapped_out_is_not_resumed_in_the_same_step(
             events.append(("commit", request_id))
             return super().commit(request_id, accepted_token_ids)
 
-    monkeypatch.setattr(replay_module, "SpecDecodeCache", Recording)
+    monkeypatch.setattr(replay_cache, "SpecDecodeCache", Recording)
     trace = write_trace(tmp_path / "t.csv", ["0,16,100,"] * 4)
     m = run(small_plan(8, host_blocks=16), trace)
     assert m.completed == 4 and m.swapped_out > 0
@@ -224,7 +222,7 @@ def test_a_request_swapped_out_is_not_resumed_in_the_same_step(
 
 
 def test_prefix_group_ids_are_bounded_and_drawn_again_the_same() -> None:
-    from kvbudget.sim.replay import MAX_KEPT_PREFIX_TOKENS, _Tokens
+    from kvbudget.sim.prompt_ids import MAX_KEPT_PREFIX_TOKENS, PromptIds
     from kvbudget.sim.trace import TraceRequest
 
     def req(i: int, group: str) -> TraceRequest:
@@ -234,7 +232,7 @@ def test_prefix_group_ids_are_bounded_and_drawn_again_the_same() -> None:
         )  # fmt: skip
 
     # each group keeps max(512, 1024) = 1024 ids; a bound of 2048 holds two groups
-    tokens = _Tokens(32000, seed=0, max_tokens=2048)
+    tokens = PromptIds(32000, seed=0, max_tokens=2048)
     first = tokens.prompt(req(0, "a"))
     tokens.prompt(req(1, "b"))
     tokens.prompt(req(2, "a"))  # "a" used again: "b" is now the oldest

@@ -92,3 +92,24 @@ def test_checked_ids_are_checked_once_and_admitted_by_their_bound() -> None:
     with pytest.raises(InvalidCacheOperationError, match=f"got {vocab}"):
         cache.admit(RequestId("s"), too_big)
     assert RequestId("s") not in cache
+
+
+def test_a_prompt_joined_again_hashes_as_its_ids() -> None:
+    """A joined prompt joined again (a recomputed request's prompt and its outputs)
+    keeps only the ids its first part took from the shared head as the head's: its
+    memoized head hashes are the hashes of its own ids (a head of 8 ids, a prompt of
+    its first 4 and 4 others, then 4 more: blocks of 2 tokens)."""
+    from kvbudget.cache import ROOT_HASH
+    from kvbudget.cache.hashing import extend_block_hashes
+    from kvbudget.cache.tokens import CheckedIds
+
+    head = CheckedIds.of(range(10, 18))
+    prompt = CheckedIds.join([head.slice(4), CheckedIds.of([1, 2, 3, 4])])
+    again = CheckedIds.join([prompt, CheckedIds.of([1, 1, 1, 1])])
+    cut = again.slice(3)
+    for ids in (prompt, again, cut):
+        expected: list = []  # type: ignore[type-arg]
+        extend_block_hashes(expected, ids.ids, 2, (), root=ROOT_HASH, with_next=False)
+        memo = ids.head_hashes(2, False, (), ROOT_HASH)
+        assert memo == expected[: len(memo)]
+        assert len(memo) == min(4, len(ids)) // 2  # the head's 4 ids: 2 blocks, 1 cut

@@ -38,12 +38,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from kvbudget.cache import PreemptMode, RequestId, SpecDecodeCache
 from kvbudget.errors import InvalidArgumentError, InvalidCacheOperationError, OutOfBlocksError
 
 T = TypeVar("T")
+
+
+class Reserving(Protocol):
+    """A cache that reserves lookahead (:meth:`SpecDecodeCache.reserve
+    <kvbudget.SpecDecodeCache.reserve>`, raising OutOfBlocksError when the GPU lacks
+    blocks): what :func:`reserve_or_preempt` needs."""
+
+    def reserve(self, request_id: RequestId, num_tokens: int) -> None: ...
 
 
 class Reserved(Enum):
@@ -108,7 +116,7 @@ def preempt(
 
 
 def reserve_or_preempt(
-    cache: SpecDecodeCache,
+    cache: Reserving,
     running: list[T],
     request: T,
     request_id: RequestId,

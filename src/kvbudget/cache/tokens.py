@@ -134,8 +134,12 @@ class CheckedIds:
         out = cls._make(ids, max((part.bound for part in parts), default=0))
         if parts:
             first = parts[0]
-            object.__setattr__(out, "head", first.head if first.head is not None else first)
-            object.__setattr__(out, "head_tokens", len(first))
+            if first.head is None:
+                object.__setattr__(out, "head", first)
+                object.__setattr__(out, "head_tokens", len(first))
+            else:  # only the ids ``first`` took from its head are the head's
+                object.__setattr__(out, "head", first.head)
+                object.__setattr__(out, "head_tokens", first.head_tokens)
         return out
 
     def __len__(self) -> int:
@@ -145,8 +149,12 @@ class CheckedIds:
         """The first ``stop`` ids (the bound kept: still an upper bound); its ``head`` is
         this one's (or this one), so a prompt joined from it reuses the head's memo."""
         out = CheckedIds._make(self.ids[:stop], self.bound)
-        object.__setattr__(out, "head", self.head if self.head is not None else self)
-        object.__setattr__(out, "head_tokens", len(out))
+        if self.head is None:
+            object.__setattr__(out, "head", self)
+            object.__setattr__(out, "head_tokens", len(out))
+        else:  # only the ids this one took from its head are the head's
+            object.__setattr__(out, "head", self.head)
+            object.__setattr__(out, "head_tokens", min(len(out), self.head_tokens))
         return out
 
     def head_hashes(

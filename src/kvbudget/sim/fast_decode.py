@@ -42,10 +42,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from kvbudget.cache.decode_run import DecodeRun
     from kvbudget.sim.replay import _Replay
-
-OUTPUT_TOKEN = 1  # the id every output token has (replay's module docstring)
+    from kvbudget.sim.replay_cache import DecodeSteps as DecodeRun
 
 # step -> (request, new blocks, how many of them its commit keeps) of the reservations
 # that need blocks; step -> requests whose commit fills a block (hashed)
@@ -73,7 +71,7 @@ def run_steady(
         last = min(last, first + check_every - first % check_every - 1)
     if last <= first:
         return 0
-    run = rp.cache.decode_run([live.rid for live in running], OUTPUT_TOKEN)
+    run = rp.cache.decode_run([live.rid for live in running])
     if run is None:
         return 0
     width = len(running)

@@ -22,13 +22,12 @@ reference engine, with the simulator's settings (``admit_while_swapped=True``,
 ``watermark=False``); steady decode steps take the fast path of
 :mod:`kvbudget.sim.fast_decode` (the same metrics).
 
-Token ids: a request's prompt is its prefix group's tokens (seeded per group, so equal
-groups give equal blocks) then two marker tokens that encode its index and a fixed filler
-(the hash chain makes every later block unique); output tokens are a fixed id. Real ids
-never matter to the cache beyond equality of blocks. The ids of at most
-:data:`MAX_KEPT_PREFIX_TOKENS` tokens of prefix groups are kept (about 37 MiB), the least
-recently used group's dropped first; a dropped group that comes back is drawn again from
-its seed, the same ids, so the bound changes time, never results.
+The cache is :mod:`kvbudget.sim.replay_cache`'s: the engine's
+:class:`~kvbudget.SpecDecodeCache` fed synthetic prompt ids (:mod:`kvbudget.sim.
+prompt_ids`: a request's prefix group's seeded ids, marker tokens, a filler; outputs one
+fixed id), or, for plans whose cache is kv blocks on the GPU, the same counts kept per
+extent (:mod:`kvbudget.sim.counted_cache`; ``ReplayConfig(counted_cache=False)`` or
+``fast_forward=False`` for the engine's cache).
 
 Not finished, with a reason (every request is either completed or counted in one):
 
@@ -43,25 +42,22 @@ Outputs longer than ``max_seq_len - prompt`` tokens are cut there (``truncated_o
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from kvbudget.cache import RequestId, SpecDecodeCache
-from kvbudget.cache.tokens import CheckedIds
+from kvbudget.cache import RequestId
 from kvbudget.errors import InvalidArgumentError, OutOfBlocksError
-from kvbudget.scheduling import BatchRules, Reserved, preempt, reserve_or_preempt
+from kvbudget.scheduling import BatchRules, Reserved, reserve_or_preempt
 from kvbudget.sim.acceptance import AcceptanceDraw, AcceptanceModel
 from kvbudget.sim.fast_decode import run_steady
 from kvbudget.sim.metrics import LatencyRecorder, Percentiles, PolicyMetrics, Series
 from kvbudget.sim.policies import PolicyPlan
+from kvbudget.sim.prompt_ids import PromptIds
+from kvbudget.sim.replay_cache import replay_cache
 from kvbudget.sim.roofline import Roofline
 from kvbudget.sim.trace import TraceRequest
-
-# tokens of prefix-group ids kept between requests (each group holds at least 1,024);
-# they are kept as int64 arrays, 8 bytes per id: 2^20 tokens are 8 MiB
-MAX_KEPT_PREFIX_TOKENS = 1 << 20
 
 PreemptChoice = Literal["auto", "swap", "recompute"]
 ProgressFn = Callable[[int], None]
@@ -76,7 +72,10 @@ class ReplayConfig:
     ``sample_steps``: steps between reads of the cache's counters (series points and
     host traffic); ``seed``: acceptance draws and prefix-group tokens; ``fast_forward``:
     run steady decode steps in integers (:mod:`kvbudget.sim.fast_decode`, the same
-    metrics), False for the step-by-step loop alone (the reference it is tested against).
+    metrics), False for the step-by-step loop with the engine's cache alone (the
+    reference both are tested against); ``counted_cache``: count a plan's blocks per
+    extent where it fits (:mod:`kvbudget.sim.counted_cache`, the same metrics), False
+    for the engine's cache.
     """
 
     acceptance: AcceptanceModel
@@ -86,6 +85,7 @@ class ReplayConfig:
     max_series_points: int = 2048
     seed: int = 0
     fast_forward: bool = True
+    counted_cache: bool = True
 
     def __post_init__(self) -> None:
         if type(self.max_num_batched_tokens) is not int or self.max_num_batched_tokens < 1:
@@ -96,8 +96,9 @@ class ReplayConfig:
             raise InvalidArgumentError(
                 f"preempt must be auto, swap or recompute, got {self.preempt!r} (--preempt)"
             )
-        if type(self.fast_forward) is not bool:
-            raise InvalidArgumentError(f"fast_forward must be a bool, got {self.fast_forward!r}")
+        for name in ("fast_forward", "counted_cache"):
+            if type(getattr(self, name)) is not bool:
+                raise InvalidArgumentError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if type(self.sample_steps) is not int or self.sample_steps < 1:
             raise InvalidArgumentError(
                 f"--sample-steps must be an int >= 1, got {self.sample_steps!r}"
@@ -129,78 +130,14 @@ class _Live:
         self.context = 0  # tokens whose KV is computed
         self.first_token_s = -1.0
         self.preempted = False
-        self.readmit: tuple[int, ...] | None = None  # verified tokens after a recompute
+        self.readmit: int | None = None  # verified tokens after a recompute
         self.active = False  # in the running list
 
     @property
     def admit_tokens(self) -> int:
         """Tokens its next admission brings: the prompt, or the verified tokens after a
         recompute."""
-        return self.req.prompt_tokens if self.readmit is None else len(self.readmit)
-
-
-class _Tokens:
-    """Prompt token ids for the cache (see the module docstring). Internal, mutable.
-
-    Keeps the ids of at most ``max_tokens`` tokens of prefix groups (a group longer
-    than that alone is kept until the next group is drawn), least recently used
-    dropped first."""
-
-    __slots__ = ("_filler", "_groups", "_kept_tokens", "_max_tokens", "_seed", "_vocab")
-
-    def __init__(
-        self, vocab_size: int, seed: int, *, max_tokens: int = MAX_KEPT_PREFIX_TOKENS
-    ) -> None:
-        self._vocab = max(vocab_size, 3)
-        self._seed = seed
-        self._max_tokens = max_tokens
-        self._groups: OrderedDict[str, CheckedIds] = OrderedDict()  # oldest use first
-        self._kept_tokens = 0
-        self._filler = CheckedIds.of(())
-
-    def prompt(self, req: TraceRequest) -> CheckedIds:
-        """``req``'s prompt ids, joined from pieces checked once (the cache does not
-        read them again)."""
-        v = self._vocab
-        parts: list[CheckedIds] = []
-        head = 0
-        if req.prefix_group is not None and req.prefix_tokens:
-            group = self._groups.get(req.prefix_group)
-            if group is None or len(group) < req.prefix_tokens:
-                group = self._group(req.prefix_group, req.prefix_tokens)
-            else:
-                self._groups.move_to_end(req.prefix_group)
-            parts.append(group.slice(req.prefix_tokens))
-            head = req.prefix_tokens
-        rest = req.prompt_tokens - head
-        i = req.index
-        marker = CheckedIds.of([1 + i % (v - 1), 1 + (i // (v - 1)) % (v - 1)][:rest])
-        fill = rest - len(marker)
-        if len(self._filler) < fill:
-            size = max(fill, 2 * len(self._filler))
-            self._filler = CheckedIds.of([(k * 7919 + 13) % v for k in range(size)])
-        parts.append(marker)
-        parts.append(self._filler.slice(fill))
-        return CheckedIds.join(parts)
-
-    def kept(self) -> tuple[int, int]:
-        """Groups and tokens whose ids are kept now (tests)."""
-        return len(self._groups), self._kept_tokens
-
-    def _group(self, name: str, length: int) -> CheckedIds:
-        """Group ``name``'s first ``max(length, 1024)`` ids, drawn from its seed (the
-        same ids whenever drawn), kept as the most recently used."""
-        import random
-
-        rng = random.Random(f"{self._seed}:{name}")
-        tokens = CheckedIds.of([rng.randrange(self._vocab) for _ in range(max(length, 1024))])
-        old = self._groups.pop(name, None)
-        self._kept_tokens += len(tokens) - (len(old) if old is not None else 0)
-        self._groups[name] = tokens
-        while self._kept_tokens > self._max_tokens and len(self._groups) > 1:
-            _, dropped = self._groups.popitem(last=False)
-            self._kept_tokens -= len(dropped)
-        return tokens
+        return self.req.prompt_tokens if self.readmit is None else self.readmit
 
 
 def replay(
@@ -232,7 +169,6 @@ class _Replay:
     def __init__(self, policy: PolicyPlan, roofline: Roofline, config: ReplayConfig) -> None:
         plan = policy.plan
         self.policy, self.config = policy, config
-        self.cache = SpecDecodeCache.from_plan(plan)
         cap = plan.capacity
         self.tpb = plan.tokens_per_block
         self.k = cap.lookahead_tokens
@@ -247,16 +183,16 @@ class _Replay:
             config.preempt == "auto" and self.host_blocks > 0
         )
         self.block_pair_bytes = sum(m.block_bytes for m in plan.managers)
-        self.tokens = _Tokens(plan.vocab_size or 32000, config.seed)
+        ids = PromptIds(plan.vocab_size or 32000, config.seed)
+        counted = config.counted_cache and config.fast_forward
+        self.cache = replay_cache(plan, ids, self.step_slots, counted=counted)
         self.accept = AcceptanceDraw(config.acceptance, self.k, config.seed)
-        self.out_ids = [(1,) * n for n in range(self.step_slots + 1)]
         self.link = roofline.rates.host_link_bytes_per_s
         if self.host_blocks and not self.link:
             raise InvalidArgumentError(
                 f"{roofline.rates.name} has no host-link bandwidth in gpus.csv, but the plan "
                 "has a host tier; simulate with --host-budget 0 or another --gpu"
             )
-        self.role = plan.managers[0].role
         self.step_time = roofline.stepper()
         self.decode_terms = roofline.decode_terms()
         self.waiting: deque[_Live] = deque()
@@ -313,7 +249,7 @@ class _Replay:
                 sample()
             finish(decoders, prefilled)
             if check_every and steps % check_every == 0:
-                self.cache.check_invariants()
+                self.cache.check()
             if progress is not None and steps % 256 == 0:
                 progress(self.completed + sum(self.reasons.values()))
         if progress is not None:
@@ -371,12 +307,13 @@ class _Replay:
 
     def _preempt(self, victim: _Live) -> None:
         """Swap ``victim`` out (when the plan has a host tier and it fits), else drop its
-        blocks for recompute (:func:`kvbudget.scheduling.preempt`)."""
+        blocks for recompute (:meth:`ReplayCache.preempt
+        <kvbudget.sim.replay_cache.ReplayCache.preempt>`)."""
         self.preempted_now = True
         if not victim.preempted:
             victim.preempted = True
             self.preempted_requests += 1
-        mode, tokens = preempt(self.cache, victim.rid, "swap" if self.swap_first else "recompute")
+        mode, tokens = self.cache.preempt(victim.rid, self.swap_first)
         self.running.remove(victim)
         victim.active = False
         if mode == "swap":
@@ -438,9 +375,9 @@ class _Replay:
             )
         ):
             live = waiting[0]
-            ids = live.readmit if live.readmit is not None else self.tokens.prompt(live.req)
+            admit_tokens = live.admit_tokens
             try:
-                hit = self.cache.admit(live.rid, ids)
+                hit = self.cache.admit(live.rid, live.req, admit_tokens)
             except OutOfBlocksError:
                 if running or self.swapped:
                     break
@@ -452,7 +389,7 @@ class _Replay:
             running.append(live)
             live.active = True
             live.context = hit
-            left = len(ids) - hit
+            left = admit_tokens - hit
             chunk = min(left, budget)
             budget -= chunk
             pairs += chunk * hit + chunk * (chunk + 1) // 2
@@ -467,10 +404,8 @@ class _Replay:
     def sample(self) -> None:
         """4. every sample_steps steps: the window's host copies (they delay the clock
         only by what they take beyond the window) and one series point."""
-        gpu_pool = self.cache.kv_counts("gpu")
-        host_pool = self.cache.kv_counts("host")
+        gpu_used, gpu_cached, host_used, host_cached, moved = self.cache.sample_counts()
         if self.host_blocks:
-            moved = host_pool.offloaded_blocks + host_pool.onboarded_blocks
             copied = (moved - self.host_moved_blocks) * self.block_pair_bytes
             host_s = copied / self.link if self.link else 0.0
             self.host_moved_blocks = moved
@@ -483,23 +418,23 @@ class _Replay:
                 len(self.running),
                 len(self.waiting),
                 len(self.swapped),
-                gpu_pool.used_blocks,
-                gpu_pool.cached_blocks,
-                host_pool.used_blocks,
-                host_pool.cached_blocks,
+                gpu_used,
+                gpu_cached,
+                host_used,
+                host_cached,
             )
         )
 
     def _finish_step(self, decoders: list[_Live], prefilled: list[_Live]) -> None:
         """5. commits (1 + accepted tokens, seeded draws), first tokens, finishes."""
         finished: list[_Live] = []
-        commit, out_ids = self.cache.commit, self.out_ids
+        commit = self.cache.commit
         # 1 + accepted per decoding request, in running order
         for live, n in zip(decoders, self.accept.counts(len(decoders)), strict=True):
             left = live.output - live.generated
             if n > left:
                 n = left
-            commit(live.rid, out_ids[n])
+            commit(live.rid, n)
             live.generated += n
             live.context += n
             if live.generated >= live.output:
@@ -531,9 +466,7 @@ class _Replay:
 
     def _metrics(self) -> PolicyMetrics:
         """The replay's metrics, from its counters and the cache's."""
-        stats = self.cache.stats()
-        gpu_pool = stats.pool(self.role, "gpu")
-        host_pool = stats.pool(self.role, "host")
+        prompt, hits, gpu_hits, host_hits, offloaded, onboarded = self.cache.totals()
         policy, tpb, pair = self.policy, self.tpb, self.block_pair_bytes
         makespan = max(0.0, self.last_finish - (self.first_arrival or 0.0))
         return PolicyMetrics(
@@ -549,15 +482,12 @@ class _Replay:
             max_waiting=self.max_waiting,
             max_running=self.max_running,
             steps=self.steps,
-            prompt_tokens=stats.prompt_tokens,
-            hit_tokens=stats.hit_tokens,
-            hit_tokens_by_tier={
-                "gpu": gpu_pool.hit_blocks * tpb,
-                "host": host_pool.hit_blocks * tpb,
-            },
+            prompt_tokens=prompt,
+            hit_tokens=hits,
+            hit_tokens_by_tier={"gpu": gpu_hits * tpb, "host": host_hits * tpb},
             output_tokens=self.output_total,
-            host_offloaded_bytes=host_pool.offloaded_blocks * pair,
-            host_onboarded_bytes=host_pool.onboarded_blocks * pair,
+            host_offloaded_bytes=offloaded * pair,
+            host_onboarded_bytes=onboarded * pair,
             pinned_host_bytes=policy.pinned_host_bytes,
             host_budget_bytes=policy.host_budget_bytes,
             node_pinned_host_bytes=policy.node_pinned_host_bytes,
@@ -570,7 +500,7 @@ class _Replay:
             ttft_s=Percentiles.of(self.latencies.ttft),
             tpot_s=Percentiles.of(self.latencies.tpot),
             series=self.series.columns(),
-            notes=policy.notes,
+            notes=policy.notes + self.cache.notes(),
         )
 
 
