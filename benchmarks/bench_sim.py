@@ -17,10 +17,11 @@ synthetic prefixes (seed 0); the default plan (``kvbudget.plan()``: Llama-3.1-8B
 Prints per policy, for the step-by-step loop with the engine's cache
 (``ReplayConfig(fast_forward=False, counted_cache=False)``, the baseline) and the fast
 path (the default: :mod:`kvbudget.sim.fast_decode` and, where the plan fits it,
-:mod:`kvbudget.sim.counted_cache`) run in this same process: requests, simulated steps, wall and CPU seconds of the replay, requests/s
-(wall and CPU), the fast path's ratio to the baseline, whether their metrics are
-identical, and the process's peak resident memory (``ru_maxrss``: run two sizes in
-separate processes to see whether it grows). CPU seconds are the steadier figure on a
+:mod:`kvbudget.sim.counted_cache`) run in this same process: requests, simulated
+steps, wall and CPU seconds of the replay, requests/s (wall and CPU), the fast path's
+ratio to the baseline, whether their metrics are identical, and the process's peak
+resident memory (``ru_maxrss``: run two sizes in separate processes to see whether it
+grows). CPU seconds are the steadier figure on a
 shared machine. ``--no-baseline`` runs the fast path alone.
 """
 
@@ -40,13 +41,25 @@ from kvbudget.sim.roofline import gpu_rates, roofline_for
 from kvbudget.sim.trace import PrefixSynthesis, TraceRequest, default_trace_path, read_trace
 
 
-def tiled(requests: int, synth: PrefixSynthesis, rate_scale: float = 1.0) -> Iterator[TraceRequest]:
-    """The shipped trace, lap after lap, until ``requests`` requests, arrivals divided by
-    ``rate_scale``."""
-    path = default_trace_path()
+def trace_duration_s() -> float:
+    """The shipped trace's last arrival, seconds (read once, before any timing)."""
     duration = 0.0
-    for last in read_trace(path, prefixes=PrefixSynthesis(share=0.0)):
+    for last in read_trace(default_trace_path(), prefixes=PrefixSynthesis(share=0.0)):
         duration = last.arrival_s
+    return duration
+
+
+def tiled(
+    requests: int,
+    synth: PrefixSynthesis,
+    rate_scale: float = 1.0,
+    duration: float | None = None,
+) -> Iterator[TraceRequest]:
+    """The shipped trace, lap after lap, until ``requests`` requests, arrivals divided by
+    ``rate_scale``; laps ``duration`` + 1 s apart (default: :func:`trace_duration_s`)."""
+    path = default_trace_path()
+    if duration is None:
+        duration = trace_duration_s()
     lap, count = 0, 0
     while True:
         shift = lap * (duration + 1.0)
@@ -135,7 +148,7 @@ def _timed(
 ) -> tuple[str, float, float, int, int, dict[str, object]]:
     variant, args, roof, config = job
     synth = PrefixSynthesis()
-    stream = tiled(args.requests, synth, args.rate_scale)
+    stream = tiled(args.requests, synth, args.rate_scale, trace_duration_s())
     cpu0, wall0 = time.process_time(), time.perf_counter()
     m = replay(variant, stream, roof, config)  # type: ignore[arg-type]
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0

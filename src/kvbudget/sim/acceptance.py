@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from bisect import bisect_right
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import repeat, starmap
 from operator import sub
 
 from kvbudget.errors import InvalidArgumentError
@@ -109,7 +109,7 @@ class AcceptanceDraw:
         pos = self._pos
         if pos + n > len(self._buf):
             rand, more = self._random, max(n, BATCH_DRAWS)
-            u = [rand() for _ in range(more)]  # one u per draw, in stream order
+            u = list(starmap(rand, repeat((), more)))  # one u per draw, in stream order
             # 1 + accepted = draft_len + 1 - #{P(accepted >= i) <= u}, as draw() reads it
             accepted = map(bisect_right, repeat(self.ascending, more), u)
             self._buf = self._buf[pos:] + list(map(sub, repeat(self.draft_len + 1, more), accepted))

@@ -131,25 +131,21 @@ def _clocks(rp: _Replay, contexts: list[int], steps: int, until_s: float) -> lis
     roofline time of a decode-only step (:meth:`Roofline.decode_terms
     <kvbudget.sim.roofline.Roofline.decode_terms>`, bit for bit)."""
     weights, kv, bandwidth, per_decoder, per_context, peak = rp.decode_terms
-    clock = rp.clock
-    clocks = [clock]
-    append = clocks.append
+    run = contexts[:steps]
     if peak is None:
-        for ctx in contexts[:steps]:
-            if clock >= until_s:
-                break
-            clock += (weights + ctx * kv) / bandwidth
-            append(clock)
-        return clocks
-    fixed_flops = per_decoder * len(rp.running)
-    for ctx in contexts[:steps]:
-        if clock >= until_s:
-            break
-        memory_s = (weights + ctx * kv) / bandwidth
-        compute_s = (fixed_flops + per_context * ctx) / peak
-        clock += memory_s if memory_s > compute_s else compute_s
-        append(clock)
-    return clocks
+        times = [(weights + ctx * kv) / bandwidth for ctx in run]
+    else:
+        fixed_flops = per_decoder * len(rp.running)
+        times = [
+            memory_s if (memory_s := (weights + ctx * kv) / bandwidth) > (
+                compute_s := (fixed_flops + per_context * ctx) / peak
+            ) else compute_s
+            for ctx in run
+        ]  # fmt: skip
+    # the clock added step by step (accumulate adds in order: the same floats)
+    clocks = list(accumulate(times, initial=rp.clock))
+    ran = bisect_left(clocks, until_s, 0, len(run))  # the first step starting at until_s
+    return clocks[: ran + 1]
 
 
 def _evictions(run: DecodeRun, takes: Takes, steps: int) -> tuple[int, int]:
