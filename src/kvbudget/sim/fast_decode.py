@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from kvbudget.sim.replay import _Replay
     from kvbudget.sim.replay_cache import DecodeSteps as DecodeRun
 
+NEVER = 1 << 62  # more output tokens than any request has
+
 # step -> (request, new blocks, how many of them its commit keeps) of the reservations
 # that need blocks; step -> requests whose commit fills a block (hashed)
 Takes = dict[int, list[tuple[int, int, int]]]
@@ -60,9 +62,15 @@ def run_steady(
     running = rp.running
     if rp.waiting or rp.swapped or not running or rp.clock >= until_s:
         return 0
+    done_at = []  # each request's tokens once its output is done
+    left = NEVER  # the fewest output tokens a request has left
     for live in running:
         if live.prefill_left:
             return 0
+        more = live.output - live.generated
+        done_at.append(live.context + more)
+        if more < left:
+            left = more
     first = rp.steps
     sample_steps = rp.config.sample_steps
     sampled = first + sample_steps - first % sample_steps  # the next sampled step
@@ -75,11 +83,8 @@ def run_steady(
     if run is None:
         return 0
     width = len(running)
-    done_at = [live.context + live.output - live.generated for live in running]
     # each step commits at least one token: some request finishes within ``span`` steps
-    span = min(
-        last - first, min(d - live.context for d, live in zip(done_at, running, strict=True))
-    )
+    span = min(last - first, left)
     drawn = rp.accept.counts(span * width)
     # paths[j][s]: request j's tokens before step s (after step s - 1)
     paths = [
@@ -87,10 +92,12 @@ def run_steady(
     ]
     n = span
     for path, done in zip(paths, done_at, strict=True):
-        n = min(n, bisect_left(path, done))  # it reaches its output in step index - 1
-    for j, path in enumerate(paths):
-        if path[n] > done_at[j]:
-            path[n] = done_at[j]  # the finishing commit is cut at the output's end
+        end = bisect_left(path, done)  # it reaches its output in step index - 1
+        if end < n:
+            n = end
+    for path, done in zip(paths, done_at, strict=True):
+        if path[n] > done:
+            path[n] = done  # the finishing commit is cut at the output's end
     clocks = _clocks(
         rp, paths[0] if width == 1 else list(map(sum, zip(*paths, strict=True))), n, until_s
     )
