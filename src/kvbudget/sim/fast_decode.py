@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from kvbudget.sim.replay_cache import DecodeSteps as DecodeRun
 
 NEVER = 1 << 62  # more output tokens than any request has
+# sampled steps a run may go through besides the one it may end with
+SAMPLED_STEPS_PER_RUN = 1
 
 # step -> (request, new blocks, how many of them its commit keeps) of the reservations
 # that need blocks; step -> requests whose commit fills a block (hashed)
@@ -73,8 +75,8 @@ def run_steady(
             left = more
     first = rp.steps
     sample_steps = rp.config.sample_steps
-    sampled = first + sample_steps - first % sample_steps  # the next sampled step
-    last = sampled  # the run may end with that step
+    # the run may go on past the next sampled step, to the one after (and end with it)
+    last = first + (SAMPLED_STEPS_PER_RUN + 1) * sample_steps - first % sample_steps
     if check_every:
         last = min(last, first + check_every - first % check_every - 1)
     if last <= first:
@@ -105,14 +107,7 @@ def run_steady(
     takes: Takes = {}
     for j, path in enumerate(paths):
         _reservations(takes, j, path, n, rp.tpb, rp.step_slots, rp.max_seq)
-    batched = n - 1 if first + n == sampled else n  # a sampled last step: one by one
-    ran, evict = _evictions(run, takes, batched)
-    if ran and not run.finish([path[ran] for path in paths], evict):
-        ran = _cache_events(run, paths, batched, takes, rp.tpb)  # a twin: event by event
-    rp.clock, rp.steps = clocks[ran], first + ran
-    if ran == batched < n and _sampled_step(rp, run, paths, ran, takes.get(ran, []), clocks[n]):
-        ran = n  # (the sample may have moved the clock past clocks[n])
-    n = ran
+    n = _advance(rp, run, paths, takes, clocks, first, n)
     rp.accept.unread((span - n) * width)
     if not n:
         run.close([path[0] for path in paths])
@@ -155,9 +150,48 @@ def _clocks(rp: _Replay, contexts: list[int], steps: int, until_s: float) -> lis
     return clocks[: ran + 1]
 
 
-def _evictions(run: DecodeRun, takes: Takes, steps: int) -> tuple[int, int]:
-    """The steps that run (``steps``, or the first whose reservations the GPU cannot
-    take) and how many cached blocks their reservations evict, counted as
+def _advance(
+    rp: _Replay,
+    run: DecodeRun,
+    paths: list[list[int]],
+    takes: Takes,
+    clocks: list[float],
+    first: int,
+    steps: int,
+) -> int:
+    """Bring the cache and the clock through the run's first ``steps`` steps
+    (``takes``: their reservations, ``clocks`` the clock before each): each stretch
+    up to a step the replay samples in one batch (:func:`_evictions` and
+    :meth:`DecodeRun.finish <kvbudget.cache.decode_run.DecodeRun.finish>`, or event by
+    event where a twin refuses it), the sampled step one by one (:func:`_sampled_step`).
+    Returns the steps that ran: fewer where the GPU cannot take a step's reservations
+    (the step-by-step loop preempts there) or a sample moved the clock (host copies:
+    the later clocks no longer hold)."""
+    sample_steps = rp.config.sample_steps
+    at = 0  # steps brought about so far
+    while True:
+        # the next sampled step: the one after which rp.steps is a multiple
+        sampled = sample_steps - (first + at) % sample_steps - 1 + at
+        end = sampled if sampled < steps else steps
+        ran, evict = _evictions(run, takes, at, end)
+        if ran > at and not run.finish([path[ran] for path in paths], evict):
+            ran = _cache_events(run, paths, at, end, takes, rp.tpb)  # a twin: one by one
+        rp.clock, rp.steps = clocks[ran], first + ran
+        if ran < end or end == steps:
+            return ran
+        clock = clocks[end + 1]
+        if not _sampled_step(rp, run, paths, end, takes.get(end, []), clock):
+            return end
+        if rp.clock != clock:  # the sample moved the clock on
+            return end + 1
+        at = end + 1
+        if at == steps:
+            return at
+
+
+def _evictions(run: DecodeRun, takes: Takes, start: int, steps: int) -> tuple[int, int]:
+    """The steps from ``start`` that run (to ``steps``, or the first whose reservations
+    the GPU cannot take) and how many cached blocks their reservations evict, counted as
     :func:`_cache_events` takes and releases blocks (the free list first, blocks taken
     and released again from it skipped, an evicting step's unkept blocks released onto
     it), in integers. Exact when no block the run fills hands a twin's hash over
@@ -166,6 +200,8 @@ def _evictions(run: DecodeRun, takes: Takes, steps: int) -> tuple[int, int]:
     cached = run.available() - free
     evict = 0
     for s in sorted(takes):
+        if s < start:
+            continue
         if s >= steps:
             break
         need = kept = 0
@@ -216,10 +252,10 @@ def _sampled_step(
 
 
 def _cache_events(
-    run: DecodeRun, paths: list[list[int]], steps: int, takes: Takes, tpb: int
+    run: DecodeRun, paths: list[list[int]], start: int, steps: int, takes: Takes, tpb: int
 ) -> int:
-    """The cache events of the first ``steps`` steps (``takes``: their reservations), one
-    by one in step order (a step's reservations, then its commits in running order);
+    """The cache events of steps ``start .. steps - 1`` (``takes``: their reservations),
+    one by one in step order (a step's reservations, then its commits in running order);
     returns the steps that ran: ``steps``, or the first step whose reservations the GPU
     cannot take."""
     fills: Fills = {}
@@ -228,6 +264,8 @@ def _cache_events(
     if not takes and not fills:
         return steps
     for s in sorted(takes.keys() | fills.keys()):
+        if s < start:
+            continue
         if s >= steps:
             break
         settle = fills.get(s, [])
