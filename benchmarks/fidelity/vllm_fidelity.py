@@ -1399,7 +1399,9 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
         # Attention (MiniMaxM3Attention)
         sparse_backend = _minimax_m3_sparse_backend(vc, hf)
         backend_names += [attn_name, sparse_backend.get_name(), "MINIMAX_M3_SPARSE_INDEXER"]
-        sparse_ids = {i for i, f in enumerate(hf.sparse_attention_config["sparse_attention_freq"]) if f}
+        sparse_ids = {
+            i for i, f in enumerate(hf.sparse_attention_config["sparse_attention_freq"]) if f
+        }
         for i in range(n):
             prefix = f"model.layers.{i}.self_attn"
             if i in sparse_ids:

@@ -251,9 +251,10 @@ def weights(inv: Inventory, c: ModelFields) -> None:
 
 
 def checked_layers(f: ConfigFields) -> list[Layer]:
-    """:func:`layers`, after :func:`check_modelled` (a plan never reads a config vLLM
-    would not load)."""
+    """:func:`layers`, after :func:`check_modelled` and the ``moe_layer_freq`` check (a
+    plan never reads a config vLLM would not load)."""
     check_modelled(f)
+    moe_flags(f)
     return layers(f)
 
 
