@@ -152,6 +152,14 @@ def test_weights_by_hand() -> None:
     assert c.total == 426_174_572_928
 
 
+def test_default_weights_match_transformers() -> None:
+    c = count_params(parse(MINIMAX_M3))
+    # transformers 5.20.2 MiniMaxM3VLTextModel(MiniMaxM3VLTextConfig(**the text config))
+    # on the meta device (no lm_head): 424,945,372,416 parameters, plus 57 x 128
+    # e_score_correction_bias buffers (a Parameter in vLLM's MiniMaxM3MoE)
+    assert c.total - c.lm_head == 424_945_372_416 + 57 * 128
+
+
 def test_weight_bytes_by_hand() -> None:
     m = parse(MINIMAX_M3)
     w = weights_bytes(m, tp=1)
