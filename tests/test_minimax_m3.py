@@ -179,6 +179,8 @@ def test_vl_weights_sit_under_language_model() -> None:
     names = {w.name for w in model_inventory(parse(MINIMAX_M3))}
     assert "language_model.model.layers.3.self_attn.index_k_proj" in names
     assert "language_model.model.layers.3.block_sparse_moe.gate" in names
+    # the checkpoint's expert names (MiniMaxM3Model.get_expert_mapping: w1, w2, w3)
+    assert "language_model.model.layers.3.block_sparse_moe.experts.w2" in names
     assert "language_model.lm_head" in names
     text = parse(MINIMAX_M3["text_config"])
     assert "model.layers.0.mlp.gate_proj" in {w.name for w in model_inventory(text)}
@@ -228,3 +230,93 @@ def test_kvbudget_engine_counts_the_index_keys(tmp_path: Path) -> None:
     assert p.capacity.tokens_per_block == 32
     assert p.capacity.gpu_blocks == 40 * GIB // (32 * 137_472) == 9763
     assert p.capacity.tokens == 9763 * 32 == 312_416
+
+
+# A tiny MiniMax-M3 checkpoint as the vision-language wrapper stores it (vLLM's
+# MiniMaxM3Model.load_weights names: q/k/v/index_q/index_k projections apart, experts
+# experts.{j}.w1/w3/w2, the router stored fp32): hidden 64, 4 heads and 2 KV (and index)
+# heads of 16, layer 0 plain and dense (MLP 48), layer 1 sparse with 2 experts of 32 and
+# one shared expert, vocabulary 128.
+_TINY_TEXT: dict[str, Any] = {
+    **MINIMAX_M3["text_config"],
+    "vocab_size": 128,
+    "hidden_size": 64,
+    "intermediate_size": 32,
+    "dense_intermediate_size": 48,
+    "shared_intermediate_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "num_local_experts": 2,
+    "moe_layer_freq": [0, 1],
+    "sparse_attention_config": {
+        **MINIMAX_M3["text_config"]["sparse_attention_config"],
+        "sparse_index_dim": 16,
+        "sparse_num_index_heads": 2,
+        "sparse_attention_freq": [0, 1],
+        "sparse_disable_index_value": [0, 1],
+    },
+}
+
+
+def _tiny_tensors() -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The tiny checkpoint's tensors: name -> (safetensors dtype, shape)."""
+    p = "language_model.model"
+    bf16: dict[str, tuple[int, ...]] = {"embed_tokens": (128, 64), "norm": (64,)}
+    for i in (0, 1):
+        attn = {"q_proj": (64, 64), "k_proj": (32, 64), "v_proj": (32, 64), "o_proj": (64, 64)}
+        for name, shape in {**attn, "q_norm": (16,), "k_norm": (16,)}.items():
+            bf16[f"layers.{i}.self_attn.{name}"] = shape
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            bf16[f"layers.{i}.{norm}"] = (64,)
+    for name, shape in (("gate_proj", (48, 64)), ("up_proj", (48, 64)), ("down_proj", (64, 48))):
+        bf16[f"layers.0.mlp.{name}"] = shape
+    for name, shape in (("index_q_proj", (32, 64)), ("index_k_proj", (16, 64)),
+                        ("index_q_norm", (16,)), ("index_k_norm", (16,))):  # fmt: skip
+        bf16[f"layers.1.self_attn.{name}"] = shape
+    moe = "layers.1.block_sparse_moe"
+    for name, shape in (("gate_proj", (32, 64)), ("up_proj", (32, 64)), ("down_proj", (64, 32))):
+        bf16[f"{moe}.shared_experts.{name}"] = shape
+    for j in (0, 1):
+        for name, shape in (("w1", (32, 64)), ("w3", (32, 64)), ("w2", (64, 32))):
+            bf16[f"{moe}.experts.{j}.{name}"] = shape
+    t = {f"{p}.{name}.weight": ("BF16", shape) for name, shape in bf16.items()}
+    t[f"{p}.{moe}.gate.weight"] = ("F32", (2, 64))
+    t[f"{p}.{moe}.e_score_correction_bias"] = ("F32", (2,))
+    t["language_model.lm_head.weight"] = ("BF16", (128, 64))
+    return t
+
+
+def test_a_checkpoints_headers_match_the_inventory_tensor_by_tensor(tmp_path: Path) -> None:
+    from hub_server import header_sum, sharded
+
+    from kvbudget.model import load_model
+
+    shards = {"model-00001-of-00001.safetensors": _tiny_tensors()}
+    cfg = {**MINIMAX_M3, "text_config": _TINY_TEXT}
+    folder(tmp_path, cfg)
+    for name, data in sharded(shards).items():
+        (tmp_path / name).write_bytes(data)
+    model = load_model(tmp_path)
+    # bf16 unless said: embeddings and lm_head 128 x 64 x 2 = 16,384 each; attention
+    # (q 64, k 32, v 32 rows of 64, o 64 x 64, q/k norms 16) 24,640 a layer; layer 0's MLP
+    # 3 x 48 x 64 x 2 = 18,432; layer 1's indexer (index_q 32, index_k 16 rows, two
+    # norms of 16) 6,208, its fp32 router 2 x 64 x 4 + bias 2 x 4 = 520, shared expert
+    # 3 x 32 x 64 x 2 = 12,288, experts 2 x 12,288; norms 4 x 128 + 128
+    layer0 = 24_640 + 18_432 + 256
+    layer1 = 24_640 + 6_208 + 520 + 12_288 + 24_576 + 256
+    total = 2 * 16_384 + layer0 + layer1 + 128
+    assert total == header_sum(shards) == 144_712
+    loaded = weights_bytes(model)
+    assert loaded.source == "safetensors headers" and loaded.total_bytes == total
+    assert loaded.other_bytes == 0  # every stored tensor matched an inventory tensor
+    assert weights_bytes(model, source="inventory").total_bytes == total
+    # TP 2: q, o and the MLPs halved, one of 2 KV and index heads a rank, index_k, the
+    # router and the norms whole; the vocabulary's 128 rows split in two
+    attn2 = 4_096 + 2 * 2_048 + 4_096 + 64
+    layer0_2 = attn2 + 18_432 // 2 + 256
+    layer1_2 = attn2 + 2_048 + 2_048 + 64 + 520 + 12_288 // 2 + 24_576 // 2 + 256
+    at_tp2 = weights_bytes(model, tp=2)
+    assert at_tp2.total_bytes == 2 * 8_192 + layer0_2 + layer1_2 + 128 == 74_056
+    assert at_tp2.other_bytes == 0

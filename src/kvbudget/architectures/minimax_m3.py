@@ -226,7 +226,12 @@ def moe(layer: At, c: ModelFields) -> None:
     shared = c.int("n_shared_experts", 0, minimum=0)
     if shared:
         gated_mlp(block.sub("shared_experts", "shared_experts"), hidden, inter * shared)
-    gated_mlp(block.sub("experts", "routed_experts"), hidden, inter, copies=experts)
+    # the checkpoint's expert names (get_expert_mapping: w1 gate, w3 up, w2 down), which
+    # the safetensors headers' tensors are matched to
+    routed = block.sub("experts", "routed_experts")
+    for proj in ("w1", "w3"):
+        routed.linear(proj, inter, hidden, shard="column", copies=experts)
+    routed.linear("w2", hidden, inter, shard="row", copies=experts)
 
 
 def weights(inv: Inventory, c: ModelFields) -> None:
