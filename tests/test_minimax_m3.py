@@ -118,6 +118,16 @@ def test_vllm_plan_by_hand(tmp_path: Path) -> None:
     assert e["gpu_kv_cache_tokens"] == int(2440 / 256 * 32768) == 312_320  # the harness's
 
 
+def test_a_text_config_plans_the_same_pool_and_says_vllm_serves_the_wrapper(
+    tmp_path: Path,
+) -> None:
+    text = plan(folder(tmp_path, MINIMAX_M3["text_config"]), spec="none", engine="vllm",
+                kv_budget="40GiB", host_budget=0, max_seq_len=32768)  # fmt: skip
+    assert text.engine.detail["num_gpu_blocks"] == 2440  # test_vllm_plan_by_hand's
+    (warned,) = [w for w in text.warnings if "minimax_m3_text" in w]
+    assert "serve the vision-language checkpoint" in warned
+
+
 def test_vllm_tp8_fp8_by_hand(tmp_path: Path) -> None:
     e = vllm_plan(tmp_path, MINIMAX_M3, tp=8, kv_dtype="fp8")
     # K/V: one replicated fp8 head a rank, 128 x 2 x 128 x 1 B; the index key stays bf16

@@ -790,6 +790,15 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
             "admits more shorter ones"
         )
     warnings += _expert_padding_warnings(d)
+    if d.target.model_type == "minimax_m3_text":
+        # vLLM 0.33.0 registers MiniMaxM3Config (minimax_m3_vl) and MiniMaxM3MTPConfig
+        # only (transformers_utils/config.py _CONFIG_REGISTRY), and transformers has no
+        # minimax_m3_text: its ModelConfig refuses such a config.json
+        warnings.append(
+            f"vLLM {release.version} does not load a top-level minimax_m3_text config "
+            "(only the minimax_m3_vl checkpoint that wraps it, whose KV cache this plan is); "
+            "serve the vision-language checkpoint"
+        )
     log = (
         f"GPU KV cache size: {pool.gpu_kv_cache_tokens:,} tokens, Maximum concurrency for "
         f"{d.max_seq_len:,} tokens per request: {pool.max_concurrency:.2f}x",
