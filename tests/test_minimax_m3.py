@@ -217,9 +217,10 @@ def test_configs_vllm_cannot_build_are_refused(cfg: dict[str, Any], match: str) 
 
 def test_engines_that_do_not_model_it_refuse(tmp_path: Path) -> None:
     target = folder(tmp_path, MINIMAX_M3)
-    for engine in ("sglang", "trtllm"):
+    for engine, why in (("sglang", "MiniMaxSparseKVPool .* not build"), ("trtllm", "manager")):
         with pytest.raises(
-            InvalidArgumentError, match=r"plan it with --engine vllm or --engine kvbudget$"
+            InvalidArgumentError,
+            match=rf"{why}\); plan it with --engine vllm or --engine kvbudget$",
         ):
             plan(target, spec="none", engine=engine, kv_budget="8GiB", host_budget=0)
     with pytest.raises(InvalidArgumentError, match=r"num_mtp_modules\) are not modelled"):
