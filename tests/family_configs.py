@@ -340,7 +340,27 @@ FAMILY_CONFIGS["family/minimax-m3-pattern"] = {
         },
     },
 }
+# An EAGLE3 head for MiniMax-M3 (MiniMaxM3SparseForConditionalGeneration is SupportsEagle3):
+# one Llama layer on the target's hidden size, 8 KV heads of 128 (values chosen; no
+# released head's config is reachable)
+FAMILY_CONFIGS["family/minimax-m3-eagle3-head"] = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "hidden_size": 6144,
+    "intermediate_size": 16384,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 48,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 200064,
+    "draft_vocab_size": 32000,
+    "target_hidden_size": 6144,
+    "max_position_embeddings": 524288,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+}
 KIMI_LINEAR = _KIMI_LINEAR
+MINIMAX_M3_EAGLE3_HEAD = FAMILY_CONFIGS["family/minimax-m3-eagle3-head"]
 MINIMAX_M3 = FAMILY_CONFIGS["family/minimax-m3-defaults"]
 MINIMAX_M3_PATTERN = FAMILY_CONFIGS["family/minimax-m3-pattern"]
 DEEPSEEK_V4 = _DEEPSEEK_V4

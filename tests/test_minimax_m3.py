@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from family_configs import MINIMAX_M3, MINIMAX_M3_PATTERN, folder, vllm_plan
+from family_configs import (
+    MINIMAX_M3,
+    MINIMAX_M3_EAGLE3_HEAD,
+    MINIMAX_M3_PATTERN,
+    folder,
+    vllm_plan,
+)
 
 from kvbudget import count_params, plan, weights_bytes
 from kvbudget.dtypes import parse_dtype
@@ -134,6 +140,22 @@ def test_vllm_tp8_fp8_by_hand(tmp_path: Path) -> None:
     assert e["bytes_per_block"] == 60 * 32_768 + 57 * 32_768 == 3_833_856
     assert e["num_gpu_blocks"] == 40 * GIB // 3_833_856 == 11_202
     assert e["gpu_kv_cache_tokens"] == int(11_202 / 256 * 32768) == 1_433_856
+
+
+def test_vllm_eagle3_head_joins_the_group_by_hand(tmp_path: Path) -> None:
+    head = folder(tmp_path / "head", MINIMAX_M3_EAGLE3_HEAD)
+    e = vllm_plan(tmp_path / "target", MINIMAX_M3, draft=head, spec="eagle3", max_draft_len=3)
+    # the head's one Llama layer: a FullAttentionSpec of 8 KV heads of 128 at the model's
+    # 128-token block, so still one uniform-type group, now its largest page the head's
+    (group,) = e["kv_cache_groups"]
+    assert (group["layers"], group["draft_layers"], group["page_bytes"]) == (
+        118,
+        1,
+        128 * 2 * 8 * 128 * 2,
+    )
+    assert e["bytes_per_block"] == 17_596_416 + 524_288 == 18_120_704
+    assert e["num_gpu_blocks"] == 40 * GIB // 18_120_704 == 2370
+    assert e["gpu_kv_cache_tokens"] == int(2370 / 256 * 32768) == 303_360  # the harness's
 
 
 def test_vllm_refuses_a_budget_short_of_one_request(tmp_path: Path) -> None:

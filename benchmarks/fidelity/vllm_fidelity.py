@@ -152,7 +152,10 @@ sys.path.insert(0, str(REPO / "tests"))
 from family_configs import FAMILY_CONFIGS  # noqa: E402
 
 DFLASH_TARGETS = {name: "Qwen/Qwen3-8B" for name in FAMILY_CONFIGS if "dflash" in name}
-FAMILY_EAGLE3 = {"family/gemma4-defaults": "family/gemma4-eagle3-head"}
+FAMILY_EAGLE3 = {
+    "family/gemma4-defaults": "family/gemma4-eagle3-head",
+    "family/minimax-m3-defaults": "family/minimax-m3-eagle3-head",
+}
 FAMILY_MTP_DRAFTS = {"family/gemma4-defaults": "family/gemma4-assistant"}
 # Multi-layer MTP: presets with more MTP layers than they ship (vLLM builds every one,
 # each its own KV layer: deepseek_mtp.py num_mtp_layers = num_nextn_predict_layers,
