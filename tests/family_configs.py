@@ -256,7 +256,113 @@ _KIMI_LINEAR: dict[str, Any] = {
     },
 }
 FAMILY_CONFIGS["family/kimi-linear-defaults"] = _KIMI_LINEAR
+# MiniMax-M3 (vLLM MiniMaxM3SparseForConditionalGeneration, vllm/models/minimax_m3): no
+# verbatim Hub config is reachable here, so the text model is vLLM 0.33.0's own
+# ``MiniMaxM3TextConfig`` defaults (vllm/transformers_utils/configs/minimax_m3.py, whose
+# docstring says they mirror the MiniMax-M3-preview checkpoint's ``text_config``): 60
+# layers, hidden 6144, 64 heads, 4 KV heads of 128, the first 3 layers dense (MLP 12288)
+# and plain attention, the other 57 MoE (128 experts of 3072, top 4, one shared) and
+# sparse (index keys of 128, 4 index heads), in the vision-language wrapper
+# (``minimax_m3_vl``, ``MiniMaxM3Config``) the checkpoint ships. No vision_config: the
+# tower keeps no KV cache and its weights are not counted. Not a released config.
+_MINIMAX_M3_LAYERS = 60
+_MINIMAX_M3_TEXT: dict[str, Any] = {
+    "model_type": "minimax_m3_text",
+    "architectures": ["MiniMaxM3SparseForCausalLM"],
+    "vocab_size": 200064,
+    "hidden_size": 6144,
+    "intermediate_size": 3072,
+    "dense_intermediate_size": 12288,
+    "shared_intermediate_size": 3072,
+    "num_hidden_layers": _MINIMAX_M3_LAYERS,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "max_position_embeddings": 524288,
+    "rms_norm_eps": 1e-6,
+    "use_gemma_norm": True,
+    "attention_output_gate": False,
+    "rope_theta": 5000000,
+    "rotary_dim": 64,
+    "partial_rotary_factor": 0.5,
+    "hidden_act": "swigluoai",
+    "swiglu_alpha": 1.702,
+    "swiglu_beta": 1.0,
+    "swiglu_limit": 7.0,
+    "use_qk_norm": True,
+    "qk_norm_type": "per_head",
+    "num_local_experts": 128,
+    "num_experts_per_tok": 4,
+    "n_shared_experts": 1,
+    "scoring_func": "sigmoid",
+    "use_routing_bias": True,
+    "routed_scaling_factor": 2.0,
+    "num_mtp_modules": 1,
+    "moe_layer_freq": [0] * 3 + [1] * 57,
+    "sparse_attention_config": {
+        "use_sparse_attention": True,
+        "sparse_index_dim": 128,
+        "sparse_num_index_heads": 4,
+        "sparse_topk_blocks": 16,
+        "sparse_block_size": 128,
+        "sparse_disable_index_value": [0] * 3 + [1] * 57,
+        "sparse_score_type": "max",
+        "sparse_init_block": 0,
+        "sparse_local_block": 1,
+        "sparse_attention_freq": [0] * 3 + [1] * 57,
+    },
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+FAMILY_CONFIGS["family/minimax-m3-defaults"] = {
+    "model_type": "minimax_m3_vl",
+    "architectures": ["MiniMaxM3SparseForConditionalGeneration"],
+    "torch_dtype": "bfloat16",
+    "text_config": _MINIMAX_M3_TEXT,
+}
+# The same text model with another layer pattern and 8 KV (and index) heads, 12 layers:
+# layer 0 dense, layers 0-1 and 6 plain attention, the others sparse
+_MINIMAX_M3_PATTERN = [0, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]
+FAMILY_CONFIGS["family/minimax-m3-pattern"] = {
+    "model_type": "minimax_m3_vl",
+    "architectures": ["MiniMaxM3SparseForConditionalGeneration"],
+    "torch_dtype": "bfloat16",
+    "text_config": {
+        **_MINIMAX_M3_TEXT,
+        "num_hidden_layers": 12,
+        "num_key_value_heads": 8,
+        "moe_layer_freq": [0] + [1] * 11,
+        "sparse_attention_config": {
+            **_MINIMAX_M3_TEXT["sparse_attention_config"],
+            "sparse_num_index_heads": 8,
+            "sparse_disable_index_value": _MINIMAX_M3_PATTERN,
+            "sparse_attention_freq": _MINIMAX_M3_PATTERN,
+        },
+    },
+}
+# An EAGLE3 head for MiniMax-M3 (MiniMaxM3SparseForConditionalGeneration is SupportsEagle3):
+# one Llama layer on the target's hidden size, 8 KV heads of 128 (values chosen; no
+# released head's config is reachable)
+FAMILY_CONFIGS["family/minimax-m3-eagle3-head"] = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "hidden_size": 6144,
+    "intermediate_size": 16384,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 48,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 200064,
+    "draft_vocab_size": 32000,
+    "target_hidden_size": 6144,
+    "max_position_embeddings": 524288,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+}
 KIMI_LINEAR = _KIMI_LINEAR
+MINIMAX_M3_EAGLE3_HEAD = FAMILY_CONFIGS["family/minimax-m3-eagle3-head"]
+MINIMAX_M3 = FAMILY_CONFIGS["family/minimax-m3-defaults"]
+MINIMAX_M3_PATTERN = FAMILY_CONFIGS["family/minimax-m3-pattern"]
 DEEPSEEK_V4 = _DEEPSEEK_V4
 DEEPSEEK_V4_SLIDING = FAMILY_CONFIGS["family/deepseek-v4-sliding"]
 GEMMA4_TEXT = _GEMMA4_TEXT

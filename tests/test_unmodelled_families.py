@@ -37,13 +37,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "layer_types": ["heavily_compressed_attention"] * 4,
     },
     "kimi_k3": {"model_type": "kimi_k3", "text_config": {**BASE, "model_type": "kimi_linear"}},
-    "minimax_m3_vl": {
-        "model_type": "minimax_m3_vl",
-        "text_config": {**BASE, "model_type": "minimax_m3_text"},
-    },
-    "minimax_m3_text": {
+    # MiniMax-M3's text and vision-language types are modelled (tests/test_minimax_m3.py);
+    # its standalone MTP model is not (MiniMaxM3MTPConfig: one decoder layer)
+    "minimax_m3_mtp": {
         **BASE,
-        "model_type": "minimax_m3_text",
+        "model_type": "minimax_m3_mtp",
+        "num_hidden_layers": 1,
         "sparse_attention_config": {"use_sparse_attention": True, "sparse_index_dim": 128},
     },
 }

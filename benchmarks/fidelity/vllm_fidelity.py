@@ -58,6 +58,12 @@ Stand-ins, for what a CPU-only process cannot ask vLLM (each one documented wher
   ``text_config`` as ``Gemma3ForCausalLM``, because inspecting the multimodal class needs
   torchvision; its vision tower caches nothing, so the KV cache is the same (Gemma-4's
   ``Gemma4ForConditionalGeneration`` likewise, as ``Gemma4ForCausalLM``).
+* MiniMax-M3 (``vllm.models.minimax_m3``, text and vision-language classes in one
+  module) imports its image processor, which imports ``torchvision.transforms
+  .InterpolationMode``; this venv has no torchvision, so while its ``ModelConfig`` is
+  built the module sees a stand-in enum there, and vLLM's model-class inspection runs
+  in this process instead of a fresh one (which would not see it;
+  ``_minimax_m3_inspection``). Neither touches the KV sizing.
 
 Families without a preset (Gemma-4, DeepSeek-V4, DFlash drafts, deeper MTP stacks) run
 from configs the harness writes (``FAMILY_CONFIGS`` from tests/family_configs.py, which the tests
@@ -146,7 +152,10 @@ sys.path.insert(0, str(REPO / "tests"))
 from family_configs import FAMILY_CONFIGS  # noqa: E402
 
 DFLASH_TARGETS = {name: "Qwen/Qwen3-8B" for name in FAMILY_CONFIGS if "dflash" in name}
-FAMILY_EAGLE3 = {"family/gemma4-defaults": "family/gemma4-eagle3-head"}
+FAMILY_EAGLE3 = {
+    "family/gemma4-defaults": "family/gemma4-eagle3-head",
+    "family/minimax-m3-defaults": "family/minimax-m3-eagle3-head",
+}
 FAMILY_MTP_DRAFTS = {"family/gemma4-defaults": "family/gemma4-assistant"}
 # Multi-layer MTP: presets with more MTP layers than they ship (vLLM builds every one,
 # each its own KV layer: deepseek_mtp.py num_mtp_layers = num_nextn_predict_layers,
@@ -191,7 +200,10 @@ def _kv_dtypes(model: Any) -> tuple[str, ...]:
 # get_supported_kernel_block_sizes); with --block-size 16 a compressed page holds
 # 16 // 128 = 0 states and vLLM's planning divides by zero. kvbudget's plan says
 # --block-size 256 for it.
-FAMILY_BLOCK_SIZES = {"deepseek_v4": 256}
+# MiniMax-M3's sparse and indexer backends take 128-token blocks only (one sparse block a
+# page: models/minimax_m3/common/sparse_attention.py, common/indexer.py
+# get_supported_kernel_block_sizes); kvbudget's plan says --block-size 128 for it.
+FAMILY_BLOCK_SIZES = {"deepseek_v4": 256, "minimax_m3_vl": 128, "minimax_m3_text": 128}
 
 
 def _block_size(model: Any) -> int:
@@ -341,7 +353,32 @@ def all_cases() -> list[Case]:
                         Case(name, spec, draft, 40 * GiB, tp, "bf16", length,
                              enable_prefix_caching=False)
                     )  # fmt: skip
-    return cases + pp_cases(presets, drafts) + dflash_cases(presets) + mtp_depth_cases(presets)
+    return (
+        cases
+        + pp_cases(presets, drafts)
+        + dflash_cases(presets)
+        + mtp_depth_cases(presets)
+        + family_extra_cases(presets)
+    )
+
+
+# target, spec, budget GiB, tp, kv dtype: family cases beyond the sweep
+_FAMILY_EXTRA = (
+    # MiniMax-M3: 4 GiB holds 244 blocks of 17,596,416 B, fewer than one request's 256
+    # and the null block (refused); TP 2 and 4 (its 4 KV heads split, the index key not)
+    ("family/minimax-m3-defaults", "none", 4, 1, "bf16"),
+    ("family/minimax-m3-defaults", "none", 40, 2, "bf16"),
+    ("family/minimax-m3-defaults", "ngram", 40, 4, "fp8"),
+)
+
+
+def family_extra_cases(presets: dict[str, Any]) -> list[Case]:
+    """``_FAMILY_EXTRA``, at each family's block size and max_model_len."""
+    return [
+        Case(name, spec, None, gib * GiB, tp, dtype, _max_model_len(presets[name]),
+             _block_size(presets[name]))
+        for name, spec, gib, tp, dtype in _FAMILY_EXTRA
+    ]  # fmt: skip
 
 
 def mtp_depth_cases(presets: dict[str, Any]) -> list[Case]:
@@ -700,6 +737,44 @@ def _pp_refusal(exc: BaseException) -> bool:
     return isinstance(exc, NotImplementedError) and "SupportsPP" in str(exc)
 
 
+@contextlib.contextmanager
+def _minimax_m3_inspection(target: str):
+    """While a MiniMax-M3 ``ModelConfig`` is built: ``torchvision.transforms`` holds a
+    stand-in ``InterpolationMode`` (only its image processor imports it, at module
+    load: vllm/transformers_utils/processors/minimax_m3.py:19), and the model registry
+    inspects the class in this process (``_run_in_subprocess``,
+    model_executor/models/registry.py:1594: a fresh interpreter would not see the
+    stand-in). Other models: nothing changes."""
+    if _config_of(target).get("model_type") not in ("minimax_m3_vl", "minimax_m3_text"):
+        yield
+        return
+    import enum
+    import types
+
+    from vllm.model_executor.models import registry
+
+    class InterpolationMode(enum.Enum):  # torchvision's names for the resampling modes
+        NEAREST = "nearest"
+        BILINEAR = "bilinear"
+        BICUBIC = "bicubic"
+
+    transforms = types.ModuleType("torchvision.transforms")
+    transforms.InterpolationMode = InterpolationMode  # type: ignore[attr-defined]
+    package = types.ModuleType("torchvision")
+    package.transforms = transforms  # type: ignore[attr-defined]
+    # only these two entries are added and taken out again (the modules imported
+    # meanwhile stay: re-importing vLLM's layers would register their custom ops twice)
+    added = [k for k in ("torchvision", "torchvision.transforms") if k not in sys.modules]
+    sys.modules.setdefault("torchvision", package)
+    sys.modules.setdefault("torchvision.transforms", transforms)
+    try:
+        with mock.patch.object(registry, "_run_in_subprocess", lambda fn: fn()):
+            yield
+    finally:
+        for key in added:
+            del sys.modules[key]
+
+
 def build_vllm_config(case: Case):
     """A real VllmConfig, as EngineArgs.create_engine_config builds it for the case's flags.
 
@@ -719,11 +794,12 @@ def build_vllm_config(case: Case):
     from vllm.utils.torch_utils import resolve_kv_cache_dtype_string
 
     _model_runner_as_on_cuda()
-    model_config = ModelConfig(
-        model=str(_model_dir(case.target)),
-        skip_tokenizer_init=True,
-        max_model_len=case.max_model_len,
-    )
+    with _minimax_m3_inspection(case.target):
+        model_config = ModelConfig(
+            model=str(_model_dir(case.target)),
+            skip_tokenizer_init=True,
+            max_model_len=case.max_model_len,
+        )
     # arg_utils.py:2288-2294: CacheConfig.sliding_window only for all-sliding models
     layer_types = getattr(model_config.hf_text_config, "layer_types", None)
     sliding_window = None
@@ -1121,6 +1197,55 @@ def _dsv4_cache_layers(vc, hf, i: int, prefix: str, draft: bool) -> list[tuple[s
     return out
 
 
+def _minimax_m3_sparse_backend(vc, hf):
+    """The main sparse backend vLLM's own selector gives (common/sparse_attention.py
+    ``select_main_backend_and_impl_cls``): the Triton ``MiniMaxM3SparseBackend`` off
+    SM100 and ROCm, as on SM90 (and in this CPU process)."""
+    from vllm.models.minimax_m3.common.sparse_attention import select_main_backend_and_impl_cls
+
+    tp = vc.parallel_config.tensor_parallel_size
+    backend, _impl = select_main_backend_and_impl_cls(
+        topk_blocks=hf.sparse_attention_config["sparse_topk_blocks"],
+        kv_cache_dtype=vc.cache_config.cache_dtype,
+        num_kv_heads=max(1, hf.num_key_value_heads // tp),
+    )
+    return backend
+
+
+def _minimax_m3_sparse_layer(vc, mc, hf, prefix: str, backend) -> list[tuple[str, Any]]:
+    """A sparse layer's cache-owning modules, in the order its ``__init__`` registers them
+    (nvidia/model.py ``MiniMaxM3SparseAttention``): the indexer's side cache
+    ``{prefix}.attn.index_cache`` (common/indexer.py ``MiniMaxM3IndexerCache``: one key of
+    ``sparse_index_dim`` a token, dtype from ``attention_config.indexer_kv_dtype``, bf16
+    by default), then the layer itself as ``{prefix}.attn`` (its own
+    ``get_kv_cache_spec``: the K/V of ``max(1, num_kv_heads // tp)`` heads)."""
+    import torch
+    from vllm.models.minimax_m3.common.indexer import MiniMaxM3IndexerBackend, MiniMaxM3IndexerCache
+    from vllm.models.minimax_m3.nvidia.model import MiniMaxM3SparseAttention
+    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
+
+    tp = vc.parallel_config.tensor_parallel_size
+    _check_tp_heads(prefix, hf.num_attention_heads, hf.num_key_value_heads, tp)
+    sparse = hf.sparse_attention_config
+    index_dtype = vc.attention_config.resolve_indexer_kv_dtype("bf16")
+    cache = _bare(MiniMaxM3IndexerCache)
+    cache.__dict__.update(
+        head_dim=sparse["sparse_index_dim"], indexer_kv_dtype=index_dtype,
+        dtype=torch.float8_e4m3fn if index_dtype in ("fp8", "fp8_e4m3") else torch.bfloat16,
+        prefix=f"{prefix}.attn.index_cache", cache_config=vc.cache_config,
+        backend_cls=MiniMaxM3IndexerBackend, is_draft_layer=False,
+    )  # fmt: skip
+    attn = _bare(MiniMaxM3SparseAttention)
+    cache_dtype = vc.cache_config.cache_dtype
+    attn.__dict__.update(
+        num_heads=hf.num_attention_heads // tp, num_kv_heads=max(1, hf.num_key_value_heads // tp),
+        head_dim=hf.head_dim, layer_name=f"{prefix}.attn", kv_cache_dtype=cache_dtype,
+        kv_cache_torch_dtype=kv_cache_dtype_str_to_dtype(cache_dtype, mc),
+        attn_backend=backend, is_draft_layer=False,
+    )  # fmt: skip
+    return [(f"{prefix}.attn.index_cache", cache), (f"{prefix}.attn", attn)]
+
+
 def _dsv4_attention_cls():
     """The attention class SM90 gets (nvidia/model.py ``_select_dsv4_attn_cls``: FlashMLA
     off SM12), vLLM's own: ``backend_cls = DeepseekV4FlashMLABackend``, the fp8_ds_mla
@@ -1271,6 +1396,25 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                 add(prefix, _kda_layer(vc, prefix, hf))
             else:
                 add(prefix, _kimi_mla_layer(vc, prefix, hf, mla_backend))
+    elif arch in ("MiniMaxM3SparseForConditionalGeneration", "MiniMaxM3SparseForCausalLM"):
+        # nvidia/model.py MiniMaxM3DecoderLayer: MiniMaxM3SparseAttention on the
+        # sparse_attention_freq layers (its index cache, then its K/V), else a plain
+        # Attention (MiniMaxM3Attention)
+        sparse_backend = _minimax_m3_sparse_backend(vc, hf)
+        backend_names += [attn_name, sparse_backend.get_name(), "MINIMAX_M3_SPARSE_INDEXER"]
+        sparse_ids = {
+            i for i, f in enumerate(hf.sparse_attention_config["sparse_attention_freq"]) if f
+        }
+        for i in range(n):
+            prefix = f"model.layers.{i}.self_attn"
+            if i in sparse_ids:
+                for name, layer in _minimax_m3_sparse_layer(vc, mc, hf, prefix, sparse_backend):
+                    add(name, layer)
+            else:
+                add(
+                    f"{prefix}.attn",
+                    _attention_layer(vc, mc, f"model.layers.{i}", hf, i, None, attn_backend, False),
+                )
     elif arch == "Qwen3NextForCausalLM":
         backend_names.append(attn_name)
         for i, lt in enumerate(hf.layer_types):

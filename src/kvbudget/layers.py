@@ -20,6 +20,7 @@ from typing import Literal, TypeAlias
 from kvbudget.dtypes import DType
 
 FLOAT32_BYTES = 4
+INDEX_KEY_BYTES_PER_VALUE = 2  # a MiniMax-M3 index key is bf16 (MiniMaxM3IndexerCache)
 
 
 def per_rank(count: int, tp: int) -> int:
@@ -37,6 +38,12 @@ class AttentionLayer:
     attends to the tokens of its own chunk of ``sliding_window`` positions, never to more
     than the last ``sliding_window`` tokens, so a sliding window of that size holds all
     it reads (engines size it their own way: :mod:`kvbudget.engines`).
+
+    ``index_head_dim`` > 0: block-sparse attention with a lightning indexer (MiniMax-M3's
+    sparse layers) that also keeps one index key of ``index_head_dim`` bf16 values per
+    token, whatever the KV dtype, replicated on every TP rank (vLLM 0.33.0
+    ``models/minimax_m3/common/indexer.py`` ``MiniMaxM3IndexerCache``: an MLA spec of one
+    head, dtype bf16 unless ``--attention-config indexer_kv_dtype`` says fp8).
     """
 
     index: int
@@ -44,13 +51,23 @@ class AttentionLayer:
     head_dim: int
     sliding_window: int | None = None
     chunked: bool = False
+    index_head_dim: int = 0
 
     kind: Literal["attention"] = "attention"
 
-    def bytes_per_token(self, dtype: DType, tp: int) -> int:
+    def kv_bytes_per_token(self, dtype: DType, tp: int) -> int:
         """Bytes one token's K and V take in this layer on one rank."""
         values = per_rank(self.num_kv_heads, tp) * self.head_dim
         return 2 * dtype.bytes_for(values)
+
+    @property
+    def index_bytes_per_token(self) -> int:
+        """Bytes of one token's index key (bf16, any ``tp``), 0 without an indexer."""
+        return INDEX_KEY_BYTES_PER_VALUE * self.index_head_dim
+
+    def bytes_per_token(self, dtype: DType, tp: int) -> int:
+        """Bytes one token takes in this layer on one rank: K, V and any index key."""
+        return self.kv_bytes_per_token(dtype, tp) + self.index_bytes_per_token
 
     def state_bytes(
         self, dtype: DType, tp: int, *, lookahead: int = 0, ssm_dtype: DType | None = None

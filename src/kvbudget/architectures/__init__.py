@@ -1,7 +1,7 @@
 """Model architectures: one module per family, registered by ``model_type``.
 
 Each family module (``llama``, ``llama4``, ``qwen``, ``gemma``, ``gemma4``, ``gpt_oss``,
-``minimax_m2``, ``deepseek``, ``deepseek_v4``, ``glm4_moe``, ``qwen3_next``,
+``minimax_m2``, ``minimax_m3``, ``deepseek``, ``deepseek_v4``, ``glm4_moe``, ``qwen3_next``,
 ``kimi_linear``, ``nemotron_h``) builds one or more :class:`Architecture` values from the
 same parsed config fields (:class:`~kvbudget.config_fields.ConfigFields`): its cache
 layers (read by :mod:`kvbudget.model`) and its weight inventory (read by
@@ -32,6 +32,7 @@ from kvbudget.architectures import (
     llama,
     llama4,
     minimax_m2,
+    minimax_m3,
     nemotron_h,
     qwen,
     qwen3_next,
@@ -50,6 +51,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     *gemma4.ARCHITECTURES,
     *gpt_oss.ARCHITECTURES,
     *minimax_m2.ARCHITECTURES,
+    *minimax_m3.ARCHITECTURES,
     *deepseek.ARCHITECTURES,
     *deepseek_v4.ARCHITECTURES,
     *glm4_moe.ARCHITECTURES,

@@ -35,7 +35,8 @@ class Architecture:
     * ``ssm_state_dtype``: the recurrent state's dtype when the config names none;
     * ``text_only_note``: a note for nested types whose vision weights are not counted;
     * ``unmodelled_engines``: engine models (``sglang``, ``trtllm``, ...) that do not
-      model this family's pools and refuse it (:func:`kvbudget.engines.common.refuse_unmodelled`).
+      model this family's pools and refuse it (:func:`kvbudget.engines.common.refuse_unmodelled`);
+      ``unmodelled_reasons``: what each of them would have to model, said in the refusal.
     """
 
     family: str
@@ -51,6 +52,7 @@ class Architecture:
     ssm_state_dtype: str | None = None
     text_only_note: bool = False
     unmodelled_engines: frozenset[str] = frozenset()
+    unmodelled_reasons: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 __all__ = ["Architecture", "LayersReader", "MtpReader", "WeightsBuilder"]

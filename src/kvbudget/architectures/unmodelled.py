@@ -21,8 +21,9 @@ UNMODELLED: MappingProxyType[str, str] = MappingProxyType(
         # residuals, a latent MoE and its own MTP model
         "kimi_k3": "Kimi K3: a Kimi-Linear text model",
         "kimi_k3_mtp": "Kimi K3's MTP layers",
-        "minimax_m3_text": "MiniMax-M3: sparse attention with an index cache",
-        "minimax_m3_vl": "MiniMax-M3: sparse attention with an index cache",
+        # MiniMax-M3 (minimax_m3_text, minimax_m3_vl) is modelled; its MTP model is a
+        # draft of its own (models/minimax_m3/nvidia/mtp.py MiniMaxM3MTP: its own
+        # embedding, head and sparse decoder layer per module)
         "minimax_m3_mtp": "MiniMax-M3's MTP modules",
         "gemma4_unified_assistant": "the unified Gemma-4's MTP assistant",
         "step3p5": "Step-3.5: per-layer head counts and sliding layers",

@@ -44,9 +44,10 @@ def refuse_unmodelled_family(d: Deployment, engine: str) -> None:
         arch = None if model is None else architecture_for(model.model_type)
         if model is not None and arch is not None and engine in arch.unmodelled_engines:
             others = [e for e in ("vllm", "kvbudget") if e not in arch.unmodelled_engines]
+            reason = arch.unmodelled_reasons.get(engine)
             raise InvalidArgumentError(
                 f"--engine {engine} is not modelled for {model.name} (model_type "
-                f"{model.model_type!r}); plan it with "
+                f"{model.model_type!r}{'; ' + reason if reason else ''}); plan it with "
                 + " or ".join(f"--engine {e}" for e in others)
             )
 

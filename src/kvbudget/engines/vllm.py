@@ -46,6 +46,14 @@ own block sizes, on backends with a block-outermost layout, so the groups come f
 block is the widest group's summed pages. With more than one MTP module every
 sliding-window spec retains ``K - 1`` more tokens (``extra_retained_tokens``).
 
+MiniMax-M3 (``models/minimax_m3``): a sparse layer registers two caches, its lightning
+indexer's key (``MiniMaxM3IndexerCache``: an MLA spec of one bf16 head of
+``sparse_index_dim``, registered first) and its K/V (a full-attention spec); both
+specs are full-attention types of one block size, so every layer shares one group
+(``UniformTypeKVCacheSpecs``) whose block holds every layer's page. Its sparse and
+indexer backends page 128 tokens, one sparse block (``get_supported_kernel_block_sizes``:
+``[128]``), so the plan says ``--block-size 128``.
+
 Speculative decoding adds the draft's layers to the same pool (EAGLE3: the head's own
 layer; MTP: the target's MTP layers; draft model: all its layers), each with its own
 geometry. ``--kv-cache-memory-bytes`` is the pool's bytes per GPU and overrides
@@ -57,6 +65,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -138,6 +147,9 @@ PP_REFUSAL = (
 )
 
 SpecKind = Literal["full_attention", "sliding_window", "chunked_local", "mla", "mamba"]
+# a group's kind: its specs' kind, or (a uniform-type group of full-attention and MLA
+# specs, MiniMax-M3's K/V beside its index keys) both, as the harness names them
+GroupKind = SpecKind | Literal["full_attention+mla"]
 
 # speculative methods that make vLLM turn its hybrid KV cache manager off for chunked
 # local attention (VllmConfig: "not yet supported with chunked local attention + eagle";
@@ -187,7 +199,7 @@ class LayerSpec:
 class KvCacheGroup:
     """One vLLM KV cache group: layers sharing one block table."""
 
-    kind: SpecKind
+    kind: GroupKind
     layers: tuple[int, ...]  # indices into the spec list
     padding_layers: int
     page_bytes: int  # one layer's page (uniform-type groups: the largest)
@@ -215,6 +227,15 @@ class VllmPool:
 # get_supported_kernel_block_sizes)
 KERNEL_BLOCK = 16
 MLA_HYBRID_BLOCK = 128  # platforms/interface.py _align_hybrid_block_size, use_mla
+# MiniMax-M3's MiniMaxM3SparseBackend and MiniMaxM3IndexerBackend kernel blocks: [128]
+# (models/minimax_m3/common/sparse_attention.py, common/indexer.py
+# get_supported_kernel_block_sizes: one sparse block a page)
+MINIMAX_M3_BLOCK = 128
+
+
+def has_index_keys(layers: tuple[Layer, ...]) -> bool:
+    """Whether any layer keeps a MiniMax-M3 index key beside its K/V."""
+    return any(isinstance(x, AttentionLayer) and x.index_head_dim for x in layers)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,6 +313,8 @@ def layer_specs(d: Deployment, release: VllmRelease) -> list[LayerSpec]:
     mamba = mamba_setup(d, release)
     if mamba is not None:
         d = replace(d, tokens_per_block=mamba.block_size)
+    if has_index_keys(d.target.layers):
+        d = replace(d, tokens_per_block=MINIMAX_M3_BLOCK)
     target = d.target
     stage_of = {
         i: s
@@ -316,11 +339,27 @@ def layer_specs(d: Deployment, release: VllmRelease) -> list[LayerSpec]:
 def _layer_specs(
     d: Deployment, layer: Layer, stage: int, draft: bool, mamba: MambaSetup | None
 ) -> list[LayerSpec]:
-    """The specs one layer registers: one, none, or (DeepSeek-V4) its several caches."""
+    """The specs one layer registers: one, none, (MiniMax-M3's sparse layers) its index
+    key's then its K/V's, or (DeepSeek-V4) its several caches."""
     if isinstance(layer, CompressedMLALayer):
         return compressed_specs(layer, stage, draft)
     spec = _layer_spec(d, layer, stage, draft, mamba)
-    return [] if spec is None else [spec]
+    if spec is None:
+        return []
+    if isinstance(layer, AttentionLayer) and layer.index_head_dim:
+        # MiniMaxM3SparseAttention builds its indexer (whose cache registers itself in
+        # static_forward_context) before it registers its own K/V
+        bs = d.tokens_per_block
+        index = LayerSpec(
+            kind="mla",
+            block_size=bs,
+            page_bytes=layer.index_bytes_per_token * bs,
+            geometry=(1, layer.index_head_dim, layer.index_bytes_per_token),
+            draft=draft,
+            stage=stage,
+        )
+        return [index, spec]
+    return [spec]
 
 
 # DeepSeek-V4 on SM90 (vLLM 0.33.0): FlashMLA's sparse attention
@@ -393,6 +432,7 @@ def _layer_spec(
     bs = d.tokens_per_block
     per_token = layer.bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp)
     if isinstance(layer, AttentionLayer):
+        per_token = layer.kv_bytes_per_token(d.kv_dtype_value, d.parallel.attention_tp)
         window = layer.sliding_window
         kind: SpecKind = "full_attention" if window is None else "sliding_window"
         if layer.chunked:
@@ -504,11 +544,13 @@ def kv_cache_groups(
 
 
 def _group(specs: list[LayerSpec], layers: tuple[int, ...], padding: int) -> KvCacheGroup:
-    """One group of ``layers`` (a uniform type: the first one's kind, block and window;
-    its largest page)."""
+    """One group of ``layers`` (a uniform type: the first one's kind, block and window,
+    or ``full_attention+mla`` when it holds both; its largest page)."""
     first = specs[layers[0]]
+    kinds = {specs[i].kind for i in layers}
+    kind: GroupKind = "full_attention+mla" if kinds == {"full_attention", "mla"} else first.kind
     return KvCacheGroup(
-        kind=first.kind,
+        kind=kind,
         layers=layers,
         padding_layers=padding,
         page_bytes=max(specs[i].page_bytes for i in layers),
@@ -748,6 +790,15 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
             "admits more shorter ones"
         )
     warnings += _expert_padding_warnings(d)
+    if d.target.model_type == "minimax_m3_text":
+        # vLLM 0.33.0 registers MiniMaxM3Config (minimax_m3_vl) and MiniMaxM3MTPConfig
+        # only (transformers_utils/config.py _CONFIG_REGISTRY), and transformers has no
+        # minimax_m3_text: its ModelConfig refuses such a config.json
+        warnings.append(
+            f"vLLM {release.version} does not load a top-level minimax_m3_text config "
+            "(only the minimax_m3_vl checkpoint that wraps it, whose KV cache this plan is); "
+            "serve the vision-language checkpoint"
+        )
     log = (
         f"GPU KV cache size: {pool.gpu_kv_cache_tokens:,} tokens, Maximum concurrency for "
         f"{d.max_seq_len:,} tokens per request: {pool.max_concurrency:.2f}x",
@@ -897,7 +948,8 @@ def _pools(pool: VllmPool, host: HostOffload | None, ranks: int) -> tuple[PoolPl
         "target+draft" if any(g.draft_layers for g in pool.groups) else "target"
     )
     kinds = {g.kind for g in pool.groups}
-    kind: Literal["kv", "hybrid"] = "kv" if kinds <= {"full_attention", "mla"} else "hybrid"
+    full = {"full_attention", "mla", "full_attention+mla"}
+    kind: Literal["kv", "hybrid"] = "kv" if kinds <= full else "hybrid"
     pools = [
         PoolPlan(
             role=role,
@@ -966,9 +1018,12 @@ def block_flag(d: Deployment) -> int:
     """The ``--block-size`` of the plan: ``tokens_per_block``, or 256 for DeepSeek-V4,
     whose compressed-latent and indexer backends take 256-token blocks only
     (``get_supported_kernel_block_sizes``: models/deepseek_v4/sparse_mla.py,
-    v1/attention/backends/mla/indexer.py); its other caches keep their own block sizes."""
+    v1/attention/backends/mla/indexer.py; its other caches keep their own block sizes),
+    or 128 for MiniMax-M3 (:data:`MINIMAX_M3_BLOCK`)."""
     if any(isinstance(x, CompressedMLALayer) for x in d.target.layers):
         return DSV4_BLOCK
+    if has_index_keys(d.target.layers):
+        return MINIMAX_M3_BLOCK
     return d.tokens_per_block
 
 
@@ -1045,6 +1100,12 @@ def _notes(
             f"and --block-size {DSV4_BLOCK} for its compressed caches (whatever "
             "--tokens-per-block says); the window and compressor-state caches keep their "
             "own 64-, 8- and 4-token blocks"
+        )
+    if has_index_keys(d.target.layers):
+        notes.append(
+            f"# MiniMax-M3: --block-size {MINIMAX_M3_BLOCK} (its sparse and indexer kernels "
+            "page one 128-token sparse block; whatever --tokens-per-block says); each sparse "
+            "layer keeps a bf16 index key per token beside its K/V, whatever --kv-cache-dtype"
         )
     if any(g.kind == "sliding_window" for g in pool.groups):
         notes.append(
@@ -1129,6 +1190,7 @@ def check(d: Deployment) -> None:
             f"divisible by n_predict={layers}; pick --max-draft-len {layers} or a multiple"
         )
     _check_compressed_split(d)
+    _check_index_keys(d)
     shared = d.target.config.get("num_kv_shared_layers")
     if d.parallel.pp > 1 and isinstance(shared, int) and shared > 0:
         # Gemma-4's KV-shared layers read an earlier layer's cache by name
@@ -1149,6 +1211,31 @@ def check(d: Deployment) -> None:
                 f"(head sizes {sorted(dims)}: vLLM runs the widest on FlashAttention 4 with "
                 "its own fp8 page); plan --kv-dtype bf16, or --engine kvbudget"
             )
+
+
+def _check_index_keys(d: Deployment) -> None:
+    """MiniMax-M3 where this model of vLLM does not follow it: a sparse block other than
+    the kernels' 128-token page (``MiniMaxM3SparseImpl``: block size = page size = the
+    sparse block), or a sub-byte KV cache (NVFP4 pages: the SM100 MSA backend only,
+    ``select_main_backend_and_impl_cls``, common/sparse_attention.py)."""
+    if not has_index_keys(d.target.layers):
+        return
+    from kvbudget.architectures.minimax_m3 import SPARSE, TEXT_DEFAULTS
+
+    sparse = d.target.config.get(SPARSE) or TEXT_DEFAULTS[SPARSE]
+    block = sparse.get("sparse_block_size") if isinstance(sparse, Mapping) else None
+    if block != MINIMAX_M3_BLOCK:
+        raise InvalidArgumentError(
+            f"--engine vllm is not modelled for {d.target.name} with sparse_attention_config."
+            f"sparse_block_size {block}: vLLM's MiniMax-M3 kernels page {MINIMAX_M3_BLOCK} "
+            "tokens, one sparse block; plan it with --engine kvbudget"
+        )
+    if d.kv_dtype_value.bits < 8:
+        raise InvalidArgumentError(
+            f"--engine vllm is not modelled for {d.target.name} with a {d.kv_dtype} KV cache "
+            "(MiniMax-M3 takes NVFP4 on SM100's MSA backend only, with its own pages); plan "
+            "--kv-dtype bf16 or fp8"
+        )
 
 
 def _check_compressed_split(d: Deployment) -> None:
