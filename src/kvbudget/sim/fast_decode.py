@@ -105,8 +105,11 @@ def run_steady(
     )
     n = len(clocks) - 1
     takes: Takes = {}
-    for j, path in enumerate(paths):
-        _reservations(takes, j, path, n, rp.tpb, rp.step_slots, rp.max_seq)
+    if n:
+        tpb, slots, max_seq = rp.tpb, rp.step_slots, rp.max_seq
+        for j, path in enumerate(paths):
+            if path[n - 1] + slots > -(-path[0] // tpb) * tpb:  # it reserves a block
+                _reservations(takes, j, path, n, tpb, slots, max_seq)
     n = _advance(rp, run, paths, takes, clocks, first, n)
     rp.accept.unread((span - n) * width)
     if not n:
@@ -122,7 +125,8 @@ def run_steady(
         live.context = have
         if have == end:
             finished.append(live)
-    rp.retire(finished)
+    if finished:  # (else nothing retire counts has changed: no admission, no arrival)
+        rp.retire(finished)
     return n
 
 
