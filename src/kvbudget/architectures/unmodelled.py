@@ -25,7 +25,6 @@ UNMODELLED: MappingProxyType[str, str] = MappingProxyType(
         "minimax_m3_vl": "MiniMax-M3: sparse attention with an index cache",
         "minimax_m3_mtp": "MiniMax-M3's MTP modules",
         "gemma4_unified_assistant": "the unified Gemma-4's MTP assistant",
-        "step3p5": "Step-3.5: per-layer head counts and sliding layers",
     }
 )
 
