@@ -16,17 +16,19 @@ runs that code on the same configs and agrees with each vLLM figure here.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from family_configs import STEP3P5, STEP3P5_HYBRID, STEP3P5_UPSTREAM, folder, vllm_plan
+from hub_server import safetensors_bytes
 
 from kvbudget import cache_cost, count_params, plan, weights_bytes
 from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import ConfigError, InvalidArgumentError
 from kvbudget.layers import AttentionLayer
-from kvbudget.model import parse_config
+from kvbudget.model import load_model, parse_config
 
 GIB = 1024**3
 BF16, FP8 = parse_dtype("bf16"), parse_dtype("fp8")
@@ -247,3 +249,98 @@ def test_configs_vllm_would_not_build_are_refused(
     with pytest.raises(ConfigError, match=match) as info:
         parse(cfg)
     assert info.value.field == field
+
+
+# a two-layer Step-3.5 and one MTP layer, for a checkpoint with real safetensors headers:
+# layer 0 full (4 heads) and dense, layer 1 sliding (8 heads) with 2 experts, the MTP
+# layer 2 sliding and dense; 2 KV heads of 16, hidden 64
+TINY: dict[str, Any] = {
+    **STEP3P5,
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_attention_groups": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 4096,
+    "moe_num_experts": 2,
+    "moe_top_k": 1,
+    "moe_intermediate_size": 32,
+    "share_expert_dim": 32,
+    "sliding_window": 8,
+    "layer_types": ["full_attention", "sliding_attention", "sliding_attention"],
+    "attention_other_setting": {"attention_type": "sliding_attention", "num_attention_heads": 8},
+    "use_head_wise_attn_gate": True,
+    "moe_layers_enum": "1",
+    "num_nextn_predict_layers": 1,
+}
+
+
+def _tiny_tensors() -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The checkpoint's names (vLLM step3p5.py load_weights: q/k/v and gate/up stacked
+    on load, the packed 3D expert format ``moe.{gate,up,down}_proj``, ``share_expert``
+    mapped under ``moe`` by hf_to_vllm_mapper; step3p5_mtp.py: the MTP layer's block
+    weights directly under ``model.layers.2``, its ``shared_head.output``)."""
+    out: dict[str, tuple[str, tuple[int, ...]]] = {"model.embed_tokens.weight": ("BF16", (256, 64))}
+    for i, heads in ((0, 4), (1, 8), (2, 8)):
+        p = f"model.layers.{i}"
+        out |= {
+            f"{p}.self_attn.q_proj.weight": ("BF16", (heads * 16, 64)),
+            f"{p}.self_attn.k_proj.weight": ("BF16", (32, 64)),
+            f"{p}.self_attn.v_proj.weight": ("BF16", (32, 64)),
+            f"{p}.self_attn.o_proj.weight": ("BF16", (64, heads * 16)),
+            f"{p}.self_attn.q_norm.weight": ("BF16", (16,)),
+            f"{p}.self_attn.k_norm.weight": ("BF16", (16,)),
+            f"{p}.self_attn.g_proj.weight": ("BF16", (heads, 64)),
+            f"{p}.input_layernorm.weight": ("BF16", (64,)),
+            f"{p}.post_attention_layernorm.weight": ("BF16", (64,)),
+        }
+        if i == 1:
+            out |= {
+                f"{p}.moe.gate.weight": ("F32", (2, 64)),
+                f"{p}.moe.router_bias": ("F32", (2,)),
+                f"{p}.moe.gate_proj.weight": ("BF16", (2, 32, 64)),
+                f"{p}.moe.up_proj.weight": ("BF16", (2, 32, 64)),
+                f"{p}.moe.down_proj.weight": ("BF16", (2, 64, 32)),
+                f"{p}.share_expert.gate_proj.weight": ("BF16", (32, 64)),
+                f"{p}.share_expert.up_proj.weight": ("BF16", (32, 64)),
+                f"{p}.share_expert.down_proj.weight": ("BF16", (64, 32)),
+            }
+        else:
+            out |= {
+                f"{p}.mlp.gate_proj.weight": ("BF16", (128, 64)),
+                f"{p}.mlp.up_proj.weight": ("BF16", (128, 64)),
+                f"{p}.mlp.down_proj.weight": ("BF16", (64, 128)),
+            }
+    out |= {
+        "model.layers.2.enorm.weight": ("BF16", (64,)),
+        "model.layers.2.hnorm.weight": ("BF16", (64,)),
+        "model.layers.2.eh_proj.weight": ("BF16", (64, 128)),
+        "model.layers.2.shared_head.norm.weight": ("BF16", (64,)),
+        "model.layers.2.shared_head.output.weight": ("BF16", (256, 64)),
+        "model.norm.weight": ("BF16", (64,)),
+        "lm_head.weight": ("BF16", (256, 64)),
+    }
+    return out
+
+
+def test_checkpoint_headers_match_the_inventory(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(TINY), "utf-8")
+    (tmp_path / "model.safetensors").write_bytes(safetensors_bytes(_tiny_tensors()))
+    model = load_model(str(tmp_path))
+    # embeddings and lm_head 32,768 each; layer 0: q 8,192, k and v 4,096, o 8,192, q/k
+    # norms 64, g_proj 512, two norms 256, the MLP 3 x 16,384 = 74,560; layer 1: q 16,384,
+    # k and v 4,096, o 16,384, 64, g_proj 1,024, 256, the fp32 router 512 + bias 8, experts
+    # 3 x 8,192, the shared expert 3 x 4,096 = 79,688; the final norm 128
+    w = weights_bytes(model)
+    assert (w.source, w.other_bytes) == ("safetensors headers", 0)
+    assert w.total_bytes == 2 * 32_768 + 74_560 + 79_688 + 128 == 219_912
+    # the MTP layer on top: enorm, hnorm 256, eh_proj 16,384, layer-1-sized attention
+    # 42,048, two norms 256, a dense MLP 49,152, shared_head norm 128 and head 32,768
+    mtp = weights_bytes(model, include_mtp=True)
+    assert mtp.total_bytes - w.total_bytes == 256 + 16_384 + 42_048 + 256 + 49_152 + 128 + 32_768
+    # every stored tensor found its inventory tensor, so TP 2 splits each as vLLM does:
+    # vocabulary rows, q/k/v/o and g_proj by head, MLP and expert rows; norms and the
+    # router whole: 16,384 x 2 + layer 0 37,440 + layer 1 40,264 + 128
+    assert weights_bytes(model, tp=2).total_bytes == 2 * 16_384 + 37_440 + 40_264 + 128
