@@ -1408,7 +1408,7 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                         vc, mc, f"drafter.model.layers.{i}", hf, i, None, attn_backend, True
                     ),
                 )
-        elif spec.use_step3p5_mtp():
+        elif arch == "Step3p5ForCausalLM":
             # step3p5_mtp.py Step3p5AMultiTokenPredictor: num_nextn_predict_layers
             # Step3p5DecoderLayer blocks from index num_hidden_layers, built from the
             # draft's config (the target's text config as step3p5_mtp), each its own KV

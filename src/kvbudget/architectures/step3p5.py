@@ -35,7 +35,10 @@ a sparse layer's ``moe``: ``gate`` (``GateLinear``, float32), ``router_bias`` (f
 (``share_expert_dim``); embeddings, final norm and an untied ``lm_head``. An MTP layer
 adds ``enorm``, ``hnorm``, ``eh_proj`` (2H -> H, a plain ``nn.Linear``) and its
 ``shared_head`` (norm and its own vocab head: ``Step3p5MTP.has_own_lm_head``); its
-embedding is the target's (the proposer shares it at PP 1).
+embedding is the target's (the proposer shares it at PP 1). Routed experts are named as
+the packed 3D checkpoint format stores them (``moe.gate_proj`` ``[experts, rows, cols]``);
+a per-expert checkpoint (``moe.experts.E.gate_proj.weight_packed``, LLM Compressor's) does
+not match those names, so its header bytes are held whole (``other``) rather than split.
 
 Refused, naming the field (vLLM 0.33.0 step3p5.py would not build them): an
 ``att_impl_type`` other than ``GQA``, one KV head (``load_weights``: "Only support
