@@ -79,6 +79,15 @@ def test_upstream_fields_read_as_the_legacy_ones() -> None:
     assert u.mtp == h.mtp // 3
 
 
+def test_mtp_lists_without_mtp_layers_are_not_read() -> None:
+    # Step3p7TextConfig keeps an mtp_layer_types of a config without MTP layers, and vLLM
+    # builds no MTP layer to read it (n_predict = num_nextn_predict_layers = 0)
+    cfg = {**STEP3P5_UPSTREAM, "num_nextn_predict_layers": 0}
+    m = parse({**cfg, "mtp_layer_types": ["full_attention"] * 2})
+    assert m.mtp_layers == ()
+    assert m.layers == parse(STEP3P5_UPSTREAM).layers
+
+
 def test_bytes_per_token_by_hand() -> None:
     # FullAttentionSpec / SlidingWindowSpec page per token: 2 (K, V) x kv heads per rank
     # x head_size x dtype bytes: 2 x 8 x 128 x 2 = 4,096 B at TP 1; TP 8 leaves one KV
@@ -235,6 +244,12 @@ def _with(**fields: Any) -> dict[str, Any]:
         (_with(layer_types=["linear_attention"] * 48), "layer_types", "entry 0"),
         (_with(layer_types=["full_attention"] * 40), "layer_types", "expected 45 or 48"),
         (_with(moe_layers_enum="3,x"), "moe_layers_enum", "layer indices"),
+        (_with(moe_layers_enum=""), "moe_layers_enum", "names no MoE layer"),
+        (
+            {**STEP3P5_UPSTREAM, "mlp_layer_types": ["dense"] * 45},
+            "mlp_layer_types",
+            "names no MoE layer",
+        ),
         (
             _with(per_layer_config={"1": {"head_dim": 64}}),
             "per_layer_config.1",

@@ -47,7 +47,7 @@ GQA"), ``use_moe_router_bias`` or ``need_fp32_gate`` not true (asserted),
 ``attention_other_setting`` whose KV heads or head size differ from the global ones
 (vLLM reads only its query heads), sliding layers without ``sliding_window``, MTP layers
 whose attention type no list gives, a ``per_layer_config`` override other than
-``num_attention_heads``.
+``num_attention_heads``, a model without an MoE layer (asserted).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _split(
     if len(value) != n:
         padded = f" or {n + m} (with the MTP layers')" if m else ""
         raise f.error(key, f"has {len(value)} entries; expected {n}{padded}")
-    if not f.has(mtp_key):
+    if not m or not f.has(mtp_key):  # without MTP layers vLLM reads no mtp_* list
         return value, None
     mtp = f.str_list(mtp_key, m)
     for i, entry in enumerate(mtp):
@@ -229,6 +229,9 @@ def plan_layers(f: ConfigFields) -> tuple[list[LayerPlan], list[LayerPlan]]:
 
     decoder = [one(i, a, k) for i, (a, k) in enumerate(zip(attn, mlp, strict=True))]
     mtp = [one(n + j, a, k) for j, (a, k) in enumerate(zip(mtp_attn, mtp_mlp, strict=True))]
+    if not any(p.sparse for p in decoder):  # Step3p5ForCausalLM: "No MoE layers found"
+        key = "mlp_layer_types" if f.has("mlp_layer_types") else "moe_layers_enum"
+        raise f.error(key, "names no MoE layer: vLLM 0.33.0 Step3p5ForCausalLM asserts one")
     if (full or sliding_decoder(decoder)) and not all(p.sliding for p in mtp):
         # transformers builds per_layer_config (heterogeneous) from the sliding layers;
         # vLLM reads a full layer's heads from per_layer_config[i], which has no MTP entries
