@@ -363,6 +363,90 @@ KIMI_LINEAR = _KIMI_LINEAR
 MINIMAX_M3_EAGLE3_HEAD = FAMILY_CONFIGS["family/minimax-m3-eagle3-head"]
 MINIMAX_M3 = FAMILY_CONFIGS["family/minimax-m3-defaults"]
 MINIMAX_M3_PATTERN = FAMILY_CONFIGS["family/minimax-m3-pattern"]
+# Step-3.5 (vLLM Step3p5ForCausalLM, model_executor/models/step3p5.py): no verbatim Hub
+# config is reachable here. vLLM 0.33.0 reads ``step3p5`` with transformers 5.20.2's
+# ``Step3p7TextConfig`` (transformers_utils/config.py), so the defaults config is that
+# class's defaults written out (45 layers, hidden 4096, 64 heads, 8 KV groups of 128,
+# every layer full attention, layers 3..44 MoE: 288 experts of 1280 plus a 1280-wide
+# shared expert, dense layers 11264, vocabulary 128815, no MTP), plus the three flags
+# vLLM's FusedMoEBlock reads with no default in that class (``use_moe_router_bias`` and
+# ``need_fp32_gate`` asserted true, ``norm_expert_weight``). Not a released config.
+_STEP3P5_LAYERS = 45
+_STEP3P5: dict[str, Any] = {
+    "model_type": "step3p5",
+    "architectures": ["Step3p5ForCausalLM"],
+    "vocab_size": 128815,
+    "hidden_size": 4096,
+    "intermediate_size": 11264,
+    "num_hidden_layers": _STEP3P5_LAYERS,
+    "num_attention_heads": 64,
+    "num_attention_groups": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 128000,
+    "rms_norm_eps": 1e-5,
+    "moe_num_experts": 288,
+    "moe_top_k": 8,
+    "moe_intermediate_size": 1280,
+    "share_expert_dim": 1280,
+    "moe_router_activation": "sigmoid",
+    "use_moe_router_bias": True,
+    "need_fp32_gate": True,
+    "norm_expert_weight": True,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+FAMILY_CONFIGS["family/step3p5-defaults"] = _STEP3P5
+# The hybrid layout the Step 3.5 Flash model card describes (github.com/stepfun-ai/
+# Step-3.5-Flash README: three sliding-window layers to each full one, MTP-3 whose layers
+# are sliding-window attention with a dense FFN), in the legacy hub fields the class
+# reads: ``layer_types`` padded with the three MTP layers' entries (full on layers
+# 0, 4, ..., 44: 12 full, 33 sliding), ``moe_layers_enum``, ``attention_other_setting``;
+# the window (512), the sliding layers' 96 query heads and the head-wise gate are values
+# chosen to exercise those fields, not a released checkpoint's.
+_STEP3P5_MTP = 3
+FAMILY_CONFIGS["family/step3p5-hybrid"] = {
+    **_STEP3P5,
+    "max_position_embeddings": 262144,
+    "sliding_window": 512,
+    "layer_types": [
+        "full_attention" if i % 4 == 0 else "sliding_attention" for i in range(_STEP3P5_LAYERS)
+    ]
+    + ["sliding_attention"] * _STEP3P5_MTP,
+    "attention_other_setting": {
+        "attention_type": "sliding_attention",
+        "num_attention_heads": 96,
+        "num_attention_groups": 8,
+        "head_dim": 128,
+    },
+    "use_head_wise_attn_gate": True,
+    "moe_layers_enum": ",".join(str(i) for i in range(3, _STEP3P5_LAYERS)),
+    "num_nextn_predict_layers": _STEP3P5_MTP,
+}
+# The same hybrid geometry in the fields transformers' Step3p7TextConfig writes itself
+# (``num_key_value_heads``, ``n_routed_experts``, ``num_sliding_attention_heads``,
+# unpadded ``layer_types`` / ``mlp_layer_types`` beside ``mtp_layer_types`` /
+# ``mtp_mlp_layer_types``) with one MTP layer, as the model card's vLLM command
+# overrides it (``--hf-overrides '{"num_nextn_predict_layers": 1}'``)
+_STEP3P5_UPSTREAM = {
+    k: v for k, v in _STEP3P5.items() if k not in ("num_attention_groups", "moe_num_experts")
+}
+FAMILY_CONFIGS["family/step3p5-upstream"] = {
+    **_STEP3P5_UPSTREAM,
+    "num_key_value_heads": 8,
+    "n_routed_experts": 288,
+    "max_position_embeddings": 262144,
+    "sliding_window": 512,
+    "layer_types": FAMILY_CONFIGS["family/step3p5-hybrid"]["layer_types"][:_STEP3P5_LAYERS],
+    "mtp_layer_types": ["sliding_attention"],
+    "mlp_layer_types": ["dense"] * 3 + ["sparse"] * (_STEP3P5_LAYERS - 3),
+    "mtp_mlp_layer_types": ["dense"],
+    "num_sliding_attention_heads": 96,
+    "use_head_wise_attn_gate": True,
+    "num_nextn_predict_layers": 1,
+}
+STEP3P5 = _STEP3P5
+STEP3P5_UPSTREAM = FAMILY_CONFIGS["family/step3p5-upstream"]
+STEP3P5_HYBRID = FAMILY_CONFIGS["family/step3p5-hybrid"]
 DEEPSEEK_V4 = _DEEPSEEK_V4
 DEEPSEEK_V4_SLIDING = FAMILY_CONFIGS["family/deepseek-v4-sliding"]
 GEMMA4_TEXT = _GEMMA4_TEXT

@@ -381,10 +381,21 @@ def family_extra_cases(presets: dict[str, Any]) -> list[Case]:
     ]  # fmt: skip
 
 
+# Step-3.5's three MTP layers driven with fewer and more draft tokens than layers: K=1
+# uses one module (no trailing re-prefill: extra_retained_tokens 0), K=6 reuses each twice
+_STEP3P5_MTP_K = (("family/step3p5-hybrid", 1), ("family/step3p5-hybrid", 6))
+
+
 def mtp_depth_cases(presets: dict[str, Any]) -> list[Case]:
     """Multi-layer MTP with num_speculative_tokens a multiple of the layers (vLLM refuses
-    the others, and so does kvbudget): 1x and 2x the depth, TP 1 and 8."""
-    cases = []
+    the others, and so does kvbudget): 1x and 2x the depth, TP 1 and 8; Step-3.5 at
+    K = 1 and 6 (``_STEP3P5_MTP_K``)."""
+    cases = [
+        Case(name, "mtp", None, 40 * GiB, tp, "bf16", _max_model_len(presets[name]),
+             num_speculative_tokens=k)
+        for name, k in _STEP3P5_MTP_K
+        for tp in TPS
+    ]  # fmt: skip
     for name in FAMILY_DERIVED:
         model = presets[name]
         depth = len(model.mtp_layers)
@@ -925,20 +936,31 @@ def _check_tp_heads(what: str, heads: int, kv_heads: int, tp: int) -> None:
 
 
 def _attention_layer(
-    vc, model_config, name, hf, layer_idx, window, backend, draft, geometry=None, shares=None
+    vc,
+    model_config,
+    name,
+    hf,
+    layer_idx,
+    window,
+    backend,
+    draft,
+    geometry=None,
+    shares=None,
+    heads=None,
 ):
     """vLLM's Attention as the model's __init__ sets it (attention.py:240-345).
 
     ``geometry``: the layer's own ``(num_kv_heads, head_dim)`` where the model reads
     them per layer (Gemma-4's ``per_layer_config``); ``shares``: the layer whose KV cache
-    it reads (``kv_sharing_target_layer_name``).
+    it reads (``kv_sharing_target_layer_name``); ``heads``: the layer's own query heads
+    (Step-3.5's sliding layers), else ``num_attention_heads``.
     """
     from vllm.model_executor.layers.attention.attention import Attention
     from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
     from vllm.v1.attention.backend import AttentionType
 
     tp = vc.parallel_config.tensor_parallel_size
-    heads = hf.num_attention_heads
+    heads = hf.num_attention_heads if heads is None else heads
     if geometry is not None:
         kv_heads, head_dim = geometry
     else:
@@ -1298,6 +1320,21 @@ def _gemma4_attention(vc, mc, hf, i: int, backend):
     )
 
 
+def _step3p5_attention(vc, mc, hf, i: int, prefix: str, backend, draft: bool):
+    """Step-3.5's layer ``i`` (decoder or MTP) as ``Step3p5DecoderLayer.__init__`` sets
+    its ``Step3p5Attention`` (model_executor/models/step3p5.py): the layer type and query
+    heads from vLLM's own ``_get_layer_type`` / ``_get_num_attention_heads``, the global
+    ``num_attention_groups`` KV heads and ``head_dim``, ``per_layer_sliding_window`` on
+    sliding layers."""
+    from vllm.model_executor.models.step3p5 import _get_layer_type, _get_num_attention_heads
+
+    layer_type = _get_layer_type(hf, i)
+    heads = _get_num_attention_heads(hf, i, layer_type)
+    window = hf.sliding_window if layer_type == "sliding_attention" else None
+    geometry = (hf.num_attention_groups, getattr(hf, "head_dim", None) or hf.hidden_size // heads)
+    return _attention_layer(vc, mc, prefix, hf, i, window, backend, draft, geometry, None, heads)
+
+
 def stage_layers(num_layers: int, pp: int) -> list[range]:
     """The target layers each PP stage owns: vLLM's own ``get_pp_indices`` split
     (vllm/distributed/utils.py:198-240), as ``make_layers`` applies it to the decoder."""
@@ -1387,6 +1424,14 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
         backend_names.append(attn_name)
         for i in range(n):
             add(f"model.layers.{i}.self_attn.attn", _gemma4_attention(vc, mc, hf, i, attn_backend))
+    elif arch == "Step3p5ForCausalLM":
+        backend_names.append(attn_name)
+        for i in range(n):
+            name = f"model.layers.{i}"
+            add(
+                f"{name}.self_attn.attn",
+                _step3p5_attention(vc, mc, hf, i, name, attn_backend, False),
+            )
     elif arch == "KimiLinearForCausalLM":
         # models/kimi_k3/nvidia/model.py KimiDecoderLayer: KDA where is_kda_layer, else MLA
         backend_names.append(mla_name)
@@ -1506,6 +1551,18 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                     _attention_layer(
                         vc, mc, f"drafter.model.layers.{i}", hf, i, None, attn_backend, True
                     ),
+                )
+        elif arch == "Step3p5ForCausalLM":
+            # step3p5_mtp.py Step3p5AMultiTokenPredictor: num_nextn_predict_layers
+            # Step3p5DecoderLayer blocks from index num_hidden_layers, built from the
+            # draft's config (the target's text config as step3p5_mtp), each its own KV
+            dmc = spec.draft_model_config
+            dhf = dmc.hf_config
+            for j in range(dhf.num_nextn_predict_layers):
+                name = f"drafter.model.layers.{n + j}.mtp_block"
+                add(
+                    f"{name}.self_attn.attn",
+                    _step3p5_attention(vc, dmc, dhf, n + j, name, attn_backend, True),
                 )
         elif spec.use_gemma4_mtp():
             # gemma4_mtp.py: every assistant layer reads a target layer's cache (the

@@ -340,7 +340,8 @@ def _mtp_layers(
     if f.int("num_nextn_predict_layers", 0, minimum=0):
         raise f.error(
             "num_nextn_predict_layers",
-            f"MTP layers are modelled for DeepSeek, GLM and Qwen3-Next configs, not {model_type!r}",
+            "MTP layers are modelled for DeepSeek, GLM, Qwen3-Next and Step-3.5 configs, "
+            f"not {model_type!r}",
         )
     return ()
 

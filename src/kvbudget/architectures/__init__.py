@@ -2,8 +2,8 @@
 
 Each family module (``llama``, ``llama4``, ``qwen``, ``gemma``, ``gemma4``, ``gpt_oss``,
 ``minimax_m2``, ``minimax_m3``, ``deepseek``, ``deepseek_v4``, ``glm4_moe``, ``qwen3_next``,
-``kimi_linear``, ``nemotron_h``) builds one or more :class:`Architecture` values from the
-same parsed config fields (:class:`~kvbudget.config_fields.ConfigFields`): its cache
+``kimi_linear``, ``nemotron_h``, ``step3p5``) builds one or more :class:`Architecture`
+values from the same parsed config fields (:class:`~kvbudget.config_fields.ConfigFields`): its cache
 layers (read by :mod:`kvbudget.model`) and its weight inventory (read by
 :mod:`kvbudget.weights`).
 EAGLE3 heads (:mod:`~kvbudget.architectures.eagle3`) are read
@@ -36,6 +36,7 @@ from kvbudget.architectures import (
     nemotron_h,
     qwen,
     qwen3_next,
+    step3p5,
 )
 from kvbudget.architectures.base import Architecture
 from kvbudget.architectures.decoder import AttentionStyle, decoder_weights
@@ -58,6 +59,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     *qwen3_next.ARCHITECTURES,
     *kimi_linear.ARCHITECTURES,
     *nemotron_h.ARCHITECTURES,
+    *step3p5.ARCHITECTURES,
 )
 
 BY_MODEL_TYPE: MappingProxyType[str, Architecture] = MappingProxyType(

@@ -26,7 +26,6 @@ UNMODELLED: MappingProxyType[str, str] = MappingProxyType(
         # embedding, head and sparse decoder layer per module)
         "minimax_m3_mtp": "MiniMax-M3's MTP modules",
         "gemma4_unified_assistant": "the unified Gemma-4's MTP assistant",
-        "step3p5": "Step-3.5: per-layer head counts and sliding layers",
     }
 )
 

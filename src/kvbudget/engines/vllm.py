@@ -1191,6 +1191,7 @@ def check(d: Deployment) -> None:
         )
     _check_compressed_split(d)
     _check_index_keys(d)
+    _check_query_heads(d)
     shared = d.target.config.get("num_kv_shared_layers")
     if d.parallel.pp > 1 and isinstance(shared, int) and shared > 0:
         # Gemma-4's KV-shared layers read an earlier layer's cache by name
@@ -1235,6 +1236,27 @@ def _check_index_keys(d: Deployment) -> None:
             f"--engine vllm is not modelled for {d.target.name} with a {d.kv_dtype} KV cache "
             "(MiniMax-M3 takes NVFP4 on SM100's MSA backend only, with its own pages); plan "
             "--kv-dtype bf16 or fp8"
+        )
+
+
+def _check_query_heads(d: Deployment) -> None:
+    """Step-3.5 at a TP size that does not divide one of its layers' query heads (its
+    sliding layers have their own count): ``Step3p5Attention.__init__``
+    (model_executor/models/step3p5.py) asserts ``total_num_heads % tp_size == 0``."""
+    from kvbudget.architectures import step3p5
+    from kvbudget.config_fields import ConfigFields
+
+    if d.target.model_type not in step3p5.STEP3P5.model_types:
+        return
+    tp = d.parallel.attention_tp
+    heads = sorted(set(step3p5.attention_heads(ConfigFields(d.target.config, d.target.source))))
+    odd = [h for h in heads if h % tp]
+    if odd:
+        raise InvalidArgumentError(
+            f"vLLM would not run {d.target.name} at --tensor-parallel-size {tp}: its layers "
+            f"have {' and '.join(map(str, heads))} query heads and each must split evenly "
+            f"over the TP ranks ({odd[0]} does not); pick a --tp that divides "
+            f"{math.gcd(*heads)}"
         )
 
 
