@@ -85,8 +85,10 @@ def run_steady(
     if run is None:
         return 0
     width = len(running)
-    # each step commits at least one token: some request finishes within ``span`` steps
-    span = min(last - first, left)
+    # each step commits at least one token: some request finishes within ``span`` steps;
+    # and a step takes at least the weights' read, so the arrival comes within as many
+    # steps as fit before it at that pace (a bound: the clocks below cut the run exactly)
+    span = min(last - first, left, rp.steps_before(until_s))
     drawn = rp.accept.counts(span * width)
     # paths[j][s]: request j's tokens before step s (after step s - 1)
     paths = [

@@ -59,6 +59,8 @@ from kvbudget.sim.replay_cache import replay_cache
 from kvbudget.sim.roofline import Roofline
 from kvbudget.sim.trace import TraceRequest
 
+NO_BOUND = 1 << 62  # more steps than any run takes
+
 PreemptChoice = Literal["auto", "swap", "recompute"]
 ProgressFn = Callable[[int], None]
 
@@ -195,6 +197,8 @@ class _Replay:
             )
         self.step_time = roofline.stepper()
         self.decode_terms = roofline.decode_terms()
+        weights, _, bandwidth, *_ = self.decode_terms
+        self.min_step_s = weights / bandwidth  # no decode step is shorter
         self.waiting: deque[_Live] = deque()
         self.swapped: deque[_Live] = deque()
         self.running: list[_Live] = []
@@ -255,6 +259,13 @@ class _Replay:
         if progress is not None:
             progress(self.completed + sum(self.reasons.values()))
         return self._metrics()
+
+    def steps_before(self, until_s: float) -> int:
+        """At least the decode steps that start before ``until_s`` (each takes at least
+        ``min_step_s``): a bound for the fast path, which finds the exact count."""
+        if until_s == math.inf or self.min_step_s <= 0:
+            return NO_BOUND
+        return int((until_s - self.clock) / self.min_step_s) + 2
 
     def _arrive(
         self, pending: TraceRequest | None, it: Iterator[TraceRequest]
