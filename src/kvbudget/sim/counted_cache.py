@@ -511,8 +511,9 @@ class CountedRun:
             cache._evict(evict)
             cache.free_blocks += evict
         tpb, wn = cache.tpb, cache.with_next
+        hash_at = self.hash_at
         taken = 0
-        for chain, count in zip(self._chains, tokens, strict=True):
+        for i, (chain, count) in enumerate(zip(self._chains, tokens, strict=True)):
             more = -(-count // tpb) - chain.nblocks
             if more > 0:
                 taken += more
@@ -521,9 +522,9 @@ class CountedRun:
             hashed = (count - wn) // tpb
             if hashed > chain.hashed:
                 chain.hashed = hashed
+                hash_at[i] = (hashed + 1) * tpb + wn
         cache.free_blocks -= taken
         cache.used += taken
-        self.hash_at = [(c.hashed + 1) * tpb + wn for c in self._chains]
         return True
 
     def close(self, tokens: Sequence[int]) -> None:
