@@ -119,7 +119,7 @@ def test_a_possible_collision_is_counted_and_noted() -> None:
     assert cache.collisions == 0 and cache.notes() == ()
     cache.admit(RequestId("r4"), request(4, 41, "a", 40), 41)
     assert cache.collisions == 1
-    assert "fast_forward=False" in cache.notes()[0]
+    assert "--step-by-step" in cache.notes()[0]
 
 
 class CountedAgainstEngine(RuleBasedStateMachine):

@@ -109,6 +109,14 @@ def simulate_options(
             "count, at most one per policy and replica).",
         ),
     ] = 0,
+    step_by_step: Annotated[
+        bool,
+        typer.Option(
+            "--step-by-step",
+            help="Replay step by step through the engine's cache (the reference; the "
+            "default's fast path and counted cache give the same metrics, faster).",
+        ),
+    ] = False,
     dp_router: Annotated[
         str,
         typer.Option(
@@ -198,6 +206,7 @@ def run_simulate(
     peak_tflops: float | None,
     sample_steps: int,
     jobs: int,
+    step_by_step: bool,
     dp_router: str,
     json_out: bool,
     plots: str | None,
@@ -273,6 +282,7 @@ def run_simulate(
                     dp_router=dp_router,
                     engine_flags=flags,
                     trace_name=source,
+                    fast_forward=not step_by_step,
                 )
             )
 

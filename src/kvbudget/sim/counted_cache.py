@@ -436,8 +436,8 @@ class CountedCache:
         return (
             f"{self.collisions} admitted prompts could share blocks with another request's "
             "past their prefix group (equal marker ids); the counted cache kept them apart, "
-            "so their hits may differ from the engine cache's: replay with fast_forward=False "
-            "for the exact counts",
+            "so their hits may differ from the engine cache's: replay with --step-by-step "
+            "(simulate(fast_forward=False)) for the exact counts",
         )
 
     def check(self) -> None:
