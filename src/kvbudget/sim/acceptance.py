@@ -106,6 +106,13 @@ class AcceptanceDraw:
 
     def counts(self, n: int) -> list[int]:
         """The next ``n`` draws as ``1 + accepted`` (each in ``1..draft_len + 1``)."""
+        buf, pos = self.window(n)
+        return buf[pos : pos + n]
+
+    def window(self, n: int) -> tuple[list[int], int]:
+        """Take the next ``n`` draws, as :meth:`counts` does, without copying them: the
+        buffer they lie in and the index of the first (``buf[i : i + n]``). The buffer is
+        the draw's own: read it before the next take, never change it."""
         pos = self._pos
         if pos + n > len(self._buf):
             rand, more = self._random, max(n, BATCH_DRAWS)
@@ -115,7 +122,7 @@ class AcceptanceDraw:
             self._buf = self._buf[pos:] + list(map(sub, repeat(self.draft_len + 1, more), accepted))
             pos = 0
         self._pos = pos + n
-        return self._buf[pos : pos + n]
+        return self._buf, pos
 
     def unread(self, n: int) -> None:
         """Put back the last ``n`` draws taken (at most what the last :meth:`counts`

@@ -89,10 +89,12 @@ def run_steady(
     # and a step takes at least the weights' read, so the arrival comes within as many
     # steps as fit before it at that pace (a bound: the clocks below cut the run exactly)
     span = min(last - first, left, rp.steps_before(until_s))
-    drawn = rp.accept.counts(span * width)
+    drawn, at = rp.accept.window(span * width)
+    stop = at + span * width
     # paths[j][s]: request j's tokens before step s (after step s - 1)
     paths = [
-        list(accumulate(drawn[j::width], initial=live.context)) for j, live in enumerate(running)
+        list(accumulate(drawn[at + j : stop : width], initial=live.context))
+        for j, live in enumerate(running)
     ]
     n = span
     for path, done in zip(paths, done_at, strict=True):
@@ -140,10 +142,14 @@ def _clocks(rp: _Replay, contexts: list[int], steps: int, until_s: float) -> lis
     <kvbudget.sim.roofline.Roofline.decode_terms>`, bit for bit)."""
     weights, kv, bandwidth, per_decoder, per_context, peak = rp.decode_terms
     run = contexts[:steps]
-    if peak is None:
+    fixed_flops = per_decoder * len(rp.running)
+    if peak is None or (
+        run
+        and _memory_bound(run[0], rp.decode_terms, fixed_flops)
+        and _memory_bound(run[-1], rp.decode_terms, fixed_flops)
+    ):  # (memory - compute time is linear in the context: bound at both ends, throughout)
         times = [(weights + ctx * kv) / bandwidth for ctx in run]
     else:
-        fixed_flops = per_decoder * len(rp.running)
         times = [
             memory_s if (memory_s := (weights + ctx * kv) / bandwidth) > (
                 compute_s := (fixed_flops + per_context * ctx) / peak
@@ -193,6 +199,18 @@ def _advance(
         at = end + 1
         if at == steps:
             return at
+
+
+def _memory_bound(
+    context: int, terms: tuple[int, int, float, float, float, float | None], fixed_flops: float
+) -> bool:
+    """Whether a step over ``context`` tokens reads memory for longer than it computes,
+    by more than float rounding (then it takes the memory time, bit for bit); ``terms``:
+    :meth:`Roofline.decode_terms <kvbudget.sim.roofline.Roofline.decode_terms>`."""
+    weights, kv, bandwidth, _, per_context, peak = terms
+    assert peak is not None
+    memory_s = (weights + context * kv) / bandwidth
+    return memory_s > (fixed_flops + per_context * context) / peak * (1 + 1e-9)
 
 
 def _evictions(run: DecodeRun, takes: Takes, start: int, steps: int) -> tuple[int, int]:
