@@ -518,6 +518,10 @@ class VllmResult:
     max_concurrency: float | None = None
     kv_cache_groups: list[dict[str, Any]] = field(default_factory=list)
     refused: str | None = None
+    # the longest --max-model-len vLLM takes without VLLM_ALLOW_LONG_MAX_MODEL_LEN, and
+    # whether the case's needed the variable
+    derived_max_model_len: int | None = None
+    allow_long_max_model_len: bool = False
     # context, not compared
     bytes_per_block: int | None = None  # the largest stage's (it sets num_blocks)
     stage_bytes_per_block: list[int] = field(default_factory=list)  # per PP stage
@@ -1326,12 +1330,41 @@ def _step3p5_attention(vc, mc, hf, i: int, prefix: str, backend, draft: bool):
     heads from vLLM's own ``_get_layer_type`` / ``_get_num_attention_heads``, the global
     ``num_attention_groups`` KV heads and ``head_dim``, ``per_layer_sliding_window`` on
     sliding layers."""
-    from vllm.model_executor.models.step3p5 import _get_layer_type, _get_num_attention_heads
-
+    try:
+        from vllm.model_executor.models.step3p5 import _get_layer_type, _get_num_attention_heads
+    except ImportError:  # vLLM 0.29.0
+        return _step3p5_attention_0_29(vc, mc, hf, i, prefix, backend, draft)
     layer_type = _get_layer_type(hf, i)
     heads = _get_num_attention_heads(hf, i, layer_type)
     window = hf.sliding_window if layer_type == "sliding_attention" else None
     geometry = (hf.num_attention_groups, getattr(hf, "head_dim", None) or hf.hidden_size // heads)
+    return _attention_layer(vc, mc, prefix, hf, i, window, backend, draft, geometry, None, heads)
+
+
+def _step3p5_attention_0_29(vc, mc, hf, i: int, prefix: str, backend, draft: bool):
+    """vLLM 0.29.0's Step-3.5 layer ``i``, which has no ``_get_layer_type``: as its
+    ``Step3p5DecoderLayer.__init__`` and ``Step3p5Attention.__init__`` set it
+    (model_executor/models/step3p5.py:404-460, 155-175): the query heads, KV groups and
+    head size of ``attention_other_setting`` on layers of its ``attention_type``, else
+    the config's; a window on ``sliding_attention`` layers of ``layer_types`` (every
+    even layer without them) when the config has ``sliding_window``; no
+    ``swa_num_attention_heads``."""
+    layer_types = getattr(hf, "layer_types", None) or []
+    if layer_types and i >= len(layer_types):  # both __init__s index layer_types[i]
+        raise Skip(
+            f"vLLM 0.29.0 cannot build layer {i}: IndexError in Step3p5DecoderLayer.__init__ "
+            f"(layer_types has {len(layer_types)} entries; kvbudget's vllm@0.29.0 refuses it)"
+        )
+    other = getattr(hf, "attention_other_setting", None)
+    heads, groups, head_dim = hf.num_attention_heads, hf.num_attention_groups, None
+    if other and layer_types and layer_types[i] == other["attention_type"]:
+        heads = other["num_attention_heads"]
+        groups = other["num_attention_groups"]
+        head_dim = other["head_dim"]
+    head_dim = head_dim or getattr(hf, "head_dim", None) or hf.hidden_size // heads
+    sliding = layer_types[i] == "sliding_attention" if layer_types else i % 2 == 0
+    window = getattr(hf, "sliding_window", None) if sliding else None
+    geometry = (groups, head_dim)
     return _attention_layer(vc, mc, prefix, hf, i, window, backend, draft, geometry, None, heads)
 
 
@@ -1693,6 +1726,51 @@ def _worker_config(vc, stage: int):
     return worker
 
 
+# ModelConfig's refusal of a --max-model-len above the config's maximum
+# (config/model.py _get_and_verify_max_len), lifted by ALLOW_LONG_ENV
+_LONG_LEN_REFUSAL = "greater than the derived max_model_len"
+ALLOW_LONG_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+
+
+def _configured(case: Case) -> tuple[Any, bool]:
+    """The case's VllmConfig, and whether it needed ALLOW_LONG_ENV: a config vLLM
+    refuses for its length alone is built again with the variable set, as the command
+    kvbudget emits sets it."""
+    try:
+        return build_vllm_config(case), False
+    except Exception as exc:
+        if _LONG_LEN_REFUSAL not in str(exc) or os.environ.get(ALLOW_LONG_ENV):
+            raise
+    os.environ[ALLOW_LONG_ENV] = "1"
+    try:
+        return build_vllm_config(case), True
+    except Exception as exc:
+        exc.allow_long_max_model_len = True  # type: ignore[attr-defined]
+        raise
+    finally:
+        del os.environ[ALLOW_LONG_ENV]
+
+
+def _derived_max_model_len(model_config: Any) -> int | None:
+    """vLLM's derived maximum for the case's model: ``_get_and_verify_max_len`` asked
+    with no --max-model-len (None when this vLLM has no such function)."""
+    try:
+        from vllm.config.model import _get_and_verify_max_len
+    except ImportError:
+        return None
+    return int(
+        _get_and_verify_max_len(
+            hf_config=model_config.hf_text_config,
+            model_arch_config=model_config.model_arch_config,
+            tokenizer_config=None,
+            max_model_len=None,
+            disable_sliding_window=model_config.disable_sliding_window,
+            sliding_window=model_config.get_sliding_window(),
+            encoder_config=model_config.encoder_config,
+        )
+    )
+
+
 def vllm_side(case: Case) -> VllmResult:
     """What the installed vLLM allocates for the case (or refuses), by vLLM's own code."""
     from vllm.config.vllm import set_current_vllm_config
@@ -1710,15 +1788,21 @@ def vllm_side(case: Case) -> VllmResult:
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
     try:
-        vc = build_vllm_config(case)
+        vc, allow_long = _configured(case)
     except (TypeError, AttributeError, NameError, ImportError):
         raise  # a harness problem, not vLLM's answer
     except Exception as exc:  # vLLM's own validation refused the flags
         if _pp_refusal(exc):  # a refusal kvbudget predicts (vllm_0_29.py)
-            return VllmResult(refused=f"{type(exc).__name__}: {_one_line(exc)}")
+            return VllmResult(
+                refused=f"{type(exc).__name__}: {_one_line(exc)}",
+                allow_long_max_model_len=getattr(exc, "allow_long_max_model_len", False),
+            )
         raise Skip(f"vLLM rejects the config: {type(exc).__name__}: {_one_line(exc)}") from exc
 
-    result = VllmResult()
+    result = VllmResult(
+        allow_long_max_model_len=allow_long,
+        derived_max_model_len=_derived_max_model_len(vc.model_config),
+    )
     pp = vc.parallel_config.pipeline_parallel_size
     tp = vc.parallel_config.tensor_parallel_size
     # Each PP stage's workers (all its TP ranks build the same layers and specs)
@@ -1886,6 +1970,9 @@ def _group_key(row: dict[str, Any], keys: tuple[str, ...]) -> tuple[Any, ...]:
 
 def compare(v: VllmResult, k: dict[str, Any]) -> list[str]:
     """Fields that differ (empty: agree)."""
+    length = _length_diffs(v, k)
+    if length:
+        return length
     if v.refused is not None or k.get("refused") is not None:
         if (v.refused is None) != (k.get("refused") is None):
             return [
@@ -1908,6 +1995,22 @@ def compare(v: VllmResult, k: dict[str, Any]) -> list[str]:
     kg = sorted((_group_key(r, keys) for r in k_rows), key=repr)
     if vg != kg:
         diffs.append(f"kv_cache_groups: vllm={vg} kvbudget={kg}")
+    return diffs
+
+
+def _length_diffs(v: VllmResult, k: dict[str, Any]) -> list[str]:
+    """The derived maximum and the need for VLLM_ALLOW_LONG_MAX_MODEL_LEN, where both
+    sides report them (a kvbudget without the fields is not compared on them)."""
+    diffs = []
+    derived = k.get("derived_max_model_len")
+    known = derived is not None and v.derived_max_model_len is not None
+    if known and int(derived) != v.derived_max_model_len:
+        diffs.append(f"derived_max_model_len: vllm={v.derived_max_model_len} kvbudget={derived}")
+    allow = k.get("allow_long_max_model_len")
+    if allow is not None and bool(allow) != v.allow_long_max_model_len:
+        diffs.append(
+            f"allow_long_max_model_len: vllm={v.allow_long_max_model_len} kvbudget={allow}"
+        )
     return diffs
 
 

@@ -85,6 +85,8 @@ COMPARED = (
     "host_state_slots",
     "host_indexer_bytes",
     "host_bytes",
+    # get_context_length of the target's text config (utils/hf_transformers/common.py)
+    "derived_context_length",
 )
 
 
@@ -97,12 +99,15 @@ class Case:
     kv_dtype: str
     host_gb: int
     layout: str  # tp1, tp8, dpa8 (TP 8, DP 8, DP attention)
+    context: int | None = None  # --max-seq-len (None: kvbudget's default, the target's)
 
     @property
     def id(self) -> str:
         host = f"host{self.host_gb}" if self.host_gb else "nohost"
+        context = f" ctx{self.context}" if self.context else ""
         return (
-            f"{self.target} {self.spec} {self.budget_gib}GiB {self.kv_dtype} {host} {self.layout}"
+            f"{self.target} {self.spec} {self.budget_gib}GiB {self.kv_dtype} {host} "
+            f"{self.layout}{context}"
         )
 
     def parallel(self) -> dict[str, Any]:
@@ -206,7 +211,25 @@ def all_cases() -> list[Case]:
                     for host in HOST_GB:
                         for layout in layouts:
                             cases.append(Case(name, spec, draft, budget, dtype, host, layout))
-    return cases + family_cases()
+    return cases + family_cases() + context_cases()
+
+
+# --context-length past the target's derived length: SGLang starts only with
+# SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, which kvbudget's command must set
+_LONG_CONTEXTS = (
+    ("meta-llama/Llama-3.1-8B-Instruct", "none", None, 262144),  # 131,072 (llama3 rope)
+    ("meta-llama/Llama-3.1-8B-Instruct", "eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", 262144),
+    ("Qwen/Qwen3-8B", "none", None, 65536),  # 40,960
+    ("Qwen/Qwen3-8B", "none", None, 40960),  # at the derived length: no variable
+)
+
+
+def context_cases() -> list[Case]:
+    """Contexts at and past the target's own (40 GiB, bf16, TP 1)."""
+    return [
+        Case(target, spec, draft, 40, "bf16", 0, "tp1", context)
+        for target, spec, draft, context in _LONG_CONTEXTS
+    ]
 
 
 _QUICK = (
@@ -278,6 +301,7 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
             kv_dtype="auto" if case.kv_dtype == "bf16" else case.kv_dtype,
             engine=engine,
             gpu="H200",
+            max_seq_len=case.context,
             **case.parallel(),
         )
     except kb.InfeasibleBudgetError as exc:
@@ -305,6 +329,7 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
         "host_draft_tokens": detail.get("host_draft_tokens") or None,
         "host_state_slots": detail.get("host_state_slots") or None,
         "host_bytes": detail.get("host_bytes") or None,
+        "derived_context_length": detail.get("derived_context_length"),
     }
     return KbSide(
         values=values,
@@ -613,6 +638,7 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
     from sglang.srt import runtime_context as rc
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.utils.hf_transformers.common import get_context_length
 
     assert kb.command is not None and kb.gpu_memory_bytes is not None
     env, argv = _command_argv(kb.command)
@@ -669,6 +695,7 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
                 os.environ[k] = v
     return {
         "refused": None,
+        "derived_context_length": get_context_length(mc.hf_text_config),
         "max_total_num_tokens": result.max_total_num_tokens,
         "max_running_requests": result.max_running_requests,
         "swa_tokens": result.swa_max_total_num_tokens if mc.is_hybrid_swa else None,

@@ -133,6 +133,14 @@ def auto_note(kv_dtype: str, facts: EngineFacts, name: str) -> list[str]:
     ]
 
 
+def environment_prefix(settings: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The ``NAME=value `` prefix of a command for the ``env.NAME`` settings, and the
+    other settings (its flags)."""
+    env = {k.removeprefix("env."): v for k, v in settings.items() if k.startswith("env.")}
+    prefix = "".join(f"{k}={shlex.quote(str(v))} " for k, v in env.items())
+    return prefix, {k: v for k, v in settings.items() if not k.startswith("env.")}
+
+
 def command_line(head: str, settings: Mapping[str, Any]) -> str:
     """``head`` and one ``--flag value`` line per setting; ``True`` is a bare flag."""
     args = [head]

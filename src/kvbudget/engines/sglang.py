@@ -84,10 +84,12 @@ from kvbudget.engines.common import (
     command_line,
     comment_lines,
     engine_capacity,
+    environment_prefix,
     kv_dtype_name,
     refuse_unmodelled,
 )
 from kvbudget.engines.facts import ENGINES
+from kvbudget.engines.sglang_context import context_check
 from kvbudget.engines.sglang_state import (
     DEFAULT_STRATEGY,
     StateLayout,
@@ -112,7 +114,6 @@ if TYPE_CHECKING:
     from kvbudget.ledger import Ledger
 
 VERSION = "0.5.23"
-ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 # memory in use on a rank before the weights load (CUDA context, NCCL, torch.distributed):
 # sgl-project/sglang PR #11716's start-up log on 8 x H200 at TP 8 reads "Load weight
 # begin. avail mem=137.29 GB" (GiB, get_available_gpu_memory) on the least free rank,
@@ -594,16 +595,8 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
         host_tokens=host.host_full_tokens if host else 0,
         max_concurrency=sequences,
     )
-    warnings = []
-    environment: dict[str, str] = {}
-    draft_context = _draft_context_tokens(d)
-    if draft_context is not None and d.max_seq_len > draft_context:
-        environment[f"env.{ALLOW_LONGER_CONTEXT_ENV}"] = "1"
-        warnings.append(
-            f"SGLang refuses --context-length {d.max_seq_len:,} for a draft trained on "
-            f"{draft_context:,} positions unless {ALLOW_LONGER_CONTEXT_ENV}=1, which the "
-            "command sets (configs/model_config.py _derive_context_length)"
-        )
+    context = context_check(d)
+    warnings = list(context.warnings)
     if lay.swa_layers and swa < _swa_tokens_needed(lay, d):
         warnings.append(
             f"SGLang's sliding pool ({swa} tokens, --swa-full-tokens-ratio at its maximum "
@@ -621,7 +614,7 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
     settings = (
         _settings(d, dtype, chosen, lay, gb if host else 0, fraction)
         | _state_settings(d, state)
-        | environment
+        | dict(context.environment)
     )
     # below the state cap, which the warning above names: the pool's tokens bind
     if sequences < d.max_batch_size and (state is None or sequences < state.running):
@@ -645,6 +638,8 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
         ),
         warnings=tuple(warnings),
         detail={
+            # SGLang's get_context_length of the target's text config
+            "derived_context_length": context.target_tokens,
             "max_total_num_tokens": full,
             "max_running_requests": _max_running_requests(d, full, state),
             "weights_bytes": ledger.max_weights_bytes,
@@ -699,15 +694,16 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
         )
     page = sglang_dsv4.PAGE_TOKENS
     fraction = _mem_fraction(d, ledger.max_weights_bytes, budget)
-    warnings: tuple[str, ...] = ()
+    context = context_check(d)
+    warnings = list(context.warnings)
     if d.kv_dtype != "fp8":
-        warnings = (
+        warnings.append(
             "SGLang keeps DeepSeek-V4's cache in fp8 whatever the checkpoint's dtype "
             "(--kv-cache-dtype auto resolves to fp8_e4m3: arg_groups/overrides.py "
-            f"_deepseek_v4_kv_cache_dtype); the plan's pools are those fp8 rows, not {d.kv_dtype}",
+            f"_deepseek_v4_kv_cache_dtype); the plan's pools are those fp8 rows, not {d.kv_dtype}"
         )
     sequences = min(p.full // (d.max_seq_len + d.lookahead_tokens), d.max_batch_size)
-    settings = _dsv4_settings(d, p, dtype, fraction)
+    settings = _dsv4_settings(d, p, dtype, fraction) | dict(context.environment)
     return EnginePlan(
         name="sglang",
         version=release.version,
@@ -733,8 +729,10 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
             "1/128 of them, with the indexer keys and the compressors' float32 states",
             "# SGLang sets --page-size 256 and --kv-cache-dtype fp8_e4m3 for DeepSeek-V4",
         ),
-        warnings=warnings,
+        warnings=tuple(warnings),
         detail={
+            # SGLang's get_context_length of the target's text config
+            "derived_context_length": context.target_tokens,
             "max_total_num_tokens": p.full,
             "max_running_requests": p.running,
             "weights_bytes": ledger.max_weights_bytes,
@@ -874,20 +872,6 @@ def _state_pools(state: StatePlan | None) -> tuple[PoolPlan, ...]:
             )
         )
     return tuple(pools)
-
-
-def _draft_context_tokens(d: Deployment) -> int | None:
-    """The context a sidecar draft's own config derives (None: no sidecar draft).
-
-    SGLang's ``get_context_length`` (``utils/hf_transformers/common.py``) reads
-    ``max_position_embeddings`` (after four rarer keys), times a rope ``factor`` unless
-    the scaling has ``original_max_position_embeddings`` or is ``llama3``; kvbudget's
-    model keeps ``max_position_embeddings``, which is what it derives for every shipped
-    draft (no such factor applies to them).
-    """
-    if d.draft is None or d.spec.name == "mtp":
-        return None
-    return d.draft.max_position_embeddings
 
 
 def _log(d: Deployment, lay: Layout, chosen: SglangPlan, host: Pools | None) -> tuple[str, ...]:
@@ -1117,11 +1101,8 @@ def render(plan: Plan) -> str:
     """The ``sglang.launch_server`` command of ``plan.engine.settings``, with comments;
     the environment it needs (the ``env.NAME`` settings) prefixes it."""
     lines = comment_lines(plan, "SGLang")
-    settings = plan.engine.settings
-    env = {k.removeprefix("env."): v for k, v in settings.items() if k.startswith("env.")}
-    prefix = "".join(f"{k}={shlex.quote(str(v))} " for k, v in env.items())
+    prefix, flags = environment_prefix(plan.engine.settings)
     head = f"{prefix}python -m sglang.launch_server --model-path {shlex.quote(plan.target_source)}"
-    flags = {k: v for k, v in settings.items() if not k.startswith("env.")}
     lines.append(command_line(head, flags))
     return "\n".join(lines) + "\n"
 

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -77,12 +77,19 @@ from kvbudget.engines.common import (
     command_line,
     comment_lines,
     engine_capacity,
+    environment_prefix,
     gib_text,
     kv_dtype_name,
     refuse_unmodelled,
     stage_note,
 )
 from kvbudget.engines.facts import ENGINES
+from kvbudget.engines.vllm_context import (
+    ALLOW_LONG_ENV,
+    LengthRule,
+    derived_length,
+    long_length_warning,
+)
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.layers import AttentionLayer, CompressedMLALayer, Layer, MLALayer
 from kvbudget.plan_types import EnginePlan, EngineSource, Plan, PoolPlan
@@ -93,6 +100,12 @@ if TYPE_CHECKING:
     from kvbudget.ledger import Ledger
 
 VERSION = "0.33.0"
+# config/model.py _get_and_verify_max_len (0.33.0): the yarn family keeps its length
+LENGTH_RULE = LengthRule(
+    unscaled_rope_types=frozenset(
+        {"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}
+    )
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +132,10 @@ class VllmRelease:
       the draft ``pipeline_parallel_size=1``, config/speculative.py:1905; 0.29.0 gives it
       the target's, :1690, and the draft classes lack ``SupportsPP``, so
       ``ModelConfig`` refuses, config/model.py:1424-1430).
+    * ``length_rule``: how the release derives the longest ``--max-model-len`` it takes
+      without ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` (:mod:`kvbudget.engines.vllm_context`).
+    * ``check``: the release's own refusals beyond :func:`check` (configs its model
+      classes read otherwise), raising InvalidArgumentError; None when it has none.
     """
 
     version: str
@@ -128,6 +145,8 @@ class VllmRelease:
     async_with_ngram: bool
     speculation_with_pp: bool
     v1_runner_specs: frozenset[str] = frozenset()
+    length_rule: LengthRule = LENGTH_RULE
+    check: Callable[[Deployment], None] | None = None
 
 
 RELEASE = VllmRelease(
@@ -790,6 +809,10 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
             "admits more shorter ones"
         )
     warnings += _expert_padding_warnings(d)
+    length = derived_length(d.target.config, d.target.model_type, release.length_rule)
+    long_length = length.refuses(d.max_seq_len)
+    if long_length:
+        warnings.append(long_length_warning(length, d.max_seq_len))
     if d.target.model_type == "minimax_m3_text":
         # vLLM 0.33.0 registers MiniMaxM3Config (minimax_m3_vl) and MiniMaxM3MTPConfig
         # only (transformers_utils/config.py _CONFIG_REGISTRY), and transformers has no
@@ -809,14 +832,20 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
         source=source(release),
         pools=pools,
         capacity=capacity,
-        settings=_settings(d, budget, dtype, size, release),
+        settings=_settings(d, budget, dtype, size, release, long_length=long_length),
         log=log,
         notes=tuple(
             _notes(d, ledger, pool, offload, ranks, release) + auto_note(d.kv_dtype, facts, dtype)
         ),
         warnings=tuple(warnings),
         refusals=refusals,
-        detail=_detail(d, pool, release),
+        detail={
+            **_detail(d, pool, release),
+            # vLLM's derived maximum (config/model.py _get_and_verify_max_len) and whether
+            # --max-model-len needs VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 past it
+            "derived_max_model_len": length.tokens,
+            "allow_long_max_model_len": long_length,
+        },
     )
 
 
@@ -1028,12 +1057,19 @@ def block_flag(d: Deployment) -> int:
 
 
 def _settings(
-    d: Deployment, budget: int, dtype: str, size: str, release: VllmRelease
+    d: Deployment,
+    budget: int,
+    dtype: str,
+    size: str,
+    release: VllmRelease,
+    *,
+    long_length: bool = False,
 ) -> dict[str, Any]:
-    """The ``vllm serve`` flags of the plan."""
+    """The ``vllm serve`` flags of the plan (``env.NAME``: its environment)."""
     facts = ENGINES["vllm"]
     layout = d.parallel
-    settings: dict[str, Any] = {
+    settings: dict[str, Any] = {f"env.{ALLOW_LONG_ENV}": "1"} if long_length else {}
+    settings |= {
         # vLLM's data parallelism (replicas or DP attention) runs --data-parallel-size
         # engines of --tensor-parallel-size ranks each: the attention TP
         "--tensor-parallel-size": layout.attention_tp,
@@ -1162,10 +1198,12 @@ def _notes(
 
 
 def render(plan: Plan) -> str:
-    """The ``vllm serve`` command of ``plan.engine.settings``, with comments."""
+    """The ``vllm serve`` command of ``plan.engine.settings``, with comments; the
+    environment it needs (the ``env.NAME`` settings) prefixes it."""
     engine = plan.engine
     lines = comment_lines(plan, "vLLM")
-    lines.append(command_line(f"vllm serve {shlex.quote(plan.target_source)}", engine.settings))
+    prefix, flags = environment_prefix(engine.settings)
+    lines.append(command_line(f"{prefix}vllm serve {shlex.quote(plan.target_source)}", flags))
     return "\n".join(lines) + "\n"
 
 
@@ -1317,6 +1355,11 @@ def engine_model(release: VllmRelease, *, default: bool) -> EngineModel:
     def plan_release(d: Deployment, ledger: Ledger) -> EnginePlan:
         return plan(d, ledger, release)
 
+    def check_release(d: Deployment) -> None:
+        check(d)
+        if release.check is not None:
+            release.check(d)
+
     return EngineModel(
         name="vllm",
         version=release.version,
@@ -1324,7 +1367,7 @@ def engine_model(release: VllmRelease, *, default: bool) -> EngineModel:
         source=source(release),
         summary=f"vLLM {release.version}",
         plan=plan_release,
-        check=check,
+        check=check_release,
         render=render,
         spec_names=frozenset(ENGINES["vllm"].spec_names),
         # CacheConfig.gpu_memory_utilization: 0.9 (vllm/config/cache.py)
