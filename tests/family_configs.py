@@ -340,6 +340,16 @@ FAMILY_CONFIGS["family/minimax-m3-pattern"] = {
         },
     },
 }
+# The pattern variant with two MTP modules (num_mtp_modules 2, a value chosen: the class
+# default is 1): vLLM's MiniMaxM3MTP builds one sparse MoE decoder layer per module
+# (models/minimax_m3/nvidia/mtp.py) and SpeculativeConfig takes K a multiple of 2 above 2
+FAMILY_CONFIGS["family/minimax-m3-mtp2"] = {
+    **FAMILY_CONFIGS["family/minimax-m3-pattern"],
+    "text_config": {
+        **FAMILY_CONFIGS["family/minimax-m3-pattern"]["text_config"],
+        "num_mtp_modules": 2,
+    },
+}
 # An EAGLE3 head for MiniMax-M3 (MiniMaxM3SparseForConditionalGeneration is SupportsEagle3):
 # one Llama layer on the target's hidden size, 8 KV heads of 128 (values chosen; no
 # released head's config is reachable)
@@ -363,6 +373,7 @@ KIMI_LINEAR = _KIMI_LINEAR
 MINIMAX_M3_EAGLE3_HEAD = FAMILY_CONFIGS["family/minimax-m3-eagle3-head"]
 MINIMAX_M3 = FAMILY_CONFIGS["family/minimax-m3-defaults"]
 MINIMAX_M3_PATTERN = FAMILY_CONFIGS["family/minimax-m3-pattern"]
+MINIMAX_M3_MTP2 = FAMILY_CONFIGS["family/minimax-m3-mtp2"]
 # Step-3.5 (vLLM Step3p5ForCausalLM, model_executor/models/step3p5.py): no verbatim Hub
 # config is reachable here. vLLM 0.33.0 reads ``step3p5`` with transformers 5.20.2's
 # ``Step3p7TextConfig`` (transformers_utils/config.py), so the defaults config is that

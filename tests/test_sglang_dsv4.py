@@ -8,7 +8,10 @@ Expected figures are by hand from the SGLang 0.5.23 wheel (``python/sglang/srt/`
 128 // 128 x 4`` B a key; ``get_compress_state_ring_size``: rings 8 and 128),
 ``mem_cache/deepseek_v4_compress_state.py`` (``CompressStatePool``: ``size + ring + 1``
 rows padded to the ratio, ``2 x (1 + overlap) x dim`` float32 values a row) and
-``model_executor/pool_configurator.py`` (``DSV4PoolConfigurator._compute_dsv4_sizes``).
+``model_executor/pool_configurator.py`` (``DSV4PoolConfigurator._compute_dsv4_sizes``;
+with MTP, ``__init__``'s ``(L + 1) / L`` inflation and ``calculate_pool_sizes``), and for
+the EAGLE draft ``configs/model_config.py`` (``_config_draft_model``: one NextN layer)
+and ``mem_cache/kv_cache_configurator.py`` (``_build_dsv4_kv_pool``: window rows only).
 The SGLang fidelity harness (``benchmarks/fidelity/sglang``, cases ``family/deepseek-v4-*``)
 runs that code on the same configs and measured the plan figures asserted here.
 """
@@ -124,8 +127,11 @@ def test_refusals(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="compress_ratios"):
         plan(folder(tmp_path / "tf", DEEPSEEK_V4_SLIDING), spec="none", engine="sglang",
              kv_budget="8GiB", host_budget=0)  # fmt: skip
-    with pytest.raises(InvalidArgumentError, match="without speculative decoding"):
-        sliding_plan(tmp_path / "mtp", spec="mtp")
+    with pytest.raises(InvalidArgumentError, match="without speculative decoding or with"):
+        sliding_plan(tmp_path / "ngram", spec="ngram")
+    # the spec ring of 16 rows serves 16 - 8 + 2 = 10 draft tokens: K = 10 needs 11
+    with pytest.raises(InvalidArgumentError, match="serves at most 10 draft tokens"):
+        sliding_plan(tmp_path / "k10", spec="mtp", max_draft_len=10)
     # SGLang asserts a uint8 store for the V4 row (DeepSeekV4SingleKVPool.create_buffer):
     # only fp8 rows; kvbudget's nvfp4 would be --kv-cache-dtype nvfp4
     with pytest.raises(InvalidArgumentError, match="nvfp4"):
@@ -135,6 +141,47 @@ def test_refusals(tmp_path: Path) -> None:
     # 2 MiB: the sliding pool would be at most window + page (validate_swa_pool_size)
     with pytest.raises(InfeasibleBudgetError, match="validate_swa_pool_size"):
         sliding_plan(tmp_path / "small", kv_budget=2 * 1024**2)
+
+
+def test_mtp_pools_by_hand(tmp_path: Path) -> None:
+    # harness case "family/deepseek-v4-sliding mtp 40GiB fp8 nohost dpa8": EAGLE, K = 3
+    p = sliding_plan(tmp_path, spec="mtp", tp=8, dp=8, dp_attention=True)
+    d = p.engine.detail
+    # SGLang's estimate: per sliding row 585 B (149,760 / 256) x 8 layers + the c4 states
+    # priced per row, 16 / 256 x (2 x 2 x 512 + 2 x 2 x 128) x 4 B x 3 layers = 6,600 B;
+    # per full token 0.1 x 6,600 + 3 x (585 / 4 + 132 / 4) + 3 x 864 / 128 = 1,218 B,
+    # x (8 + 1) / 8 for the draft = 1,370.25 B; fixed: the c128 states of 33 slots,
+    # (33 x 256 + 257 -> 8,832 rows) x 1,024 x 4 B x 3 = 108,527,616 B
+    c128_state = 8_832 * 1024 * 4 * 3
+    full = int((40 * GIB - c128_state) / 1370.25) // 256 * 256
+    assert d["max_total_num_tokens"] == full == 31_265_024 == 122_129 * 256
+    assert d["swa_tokens"] == 3_126_272  # int(3,126,502.4) floored to 256
+    swa_layer = 12_213 * 149_760  # (swa + 256) / 256 pages
+    c4 = 122_133 * 37_440 * 3  # full // 4 = 7,816,256 rows, + 256, / 64
+    c128 = 122_257 * 1_728 * 3  # full // 128 = 244,258, + 256, / 2
+    indexer = 122_133 * 64 * 132 * 3
+    # the spec rings: c4 state 12,212 x 16 = 195,392 rows + 17 -> 195,412 (to 4)
+    c4_state = 195_412 * (2048 + 512) * 4 * 3
+    by_name = {(x.role, x.name): x.bytes for x in p.engine.pools}
+    assert by_name == {
+        ("target", "swa"): swa_layer * 8, ("target", "c4"): c4, ("target", "c128"): c128,
+        ("target", "c4 indexer"): indexer, ("target", "c4 state"): c4_state,
+        ("target", "c128 state"): c128_state,
+        # DeepseekV4ForCausalLMNextN: one window-only layer of the same sliding rows
+        # (the config ships 3 MTP layers; SGLang sets num_nextn_predict_layers = 1)
+        ("draft", "draft swa"): swa_layer,
+    }  # fmt: skip
+    # measured by the harness: SGLang's target_pool_bytes and draft_pool_bytes
+    assert sum(v for (role, _), v in by_name.items() if role == "target") == 38_190_832_896
+    assert d["draft_bytes"] == swa_layer == 1_829_018_880
+    assert d["device_bytes"] == 38_190_832_896 + 1_829_018_880 <= 40 * GIB
+    # the exact pools would hold more: SGLang's inflated estimate binds
+    lay = sglang_dsv4.Dsv4Layout(**{**LAY.__dict__, "draft_layers": 1})
+    assert sglang_dsv4.pools(lay, full + 256 * 1000, 32).total_bytes < 40 * GIB
+    s = p.engine.settings
+    assert (s["--speculative-algorithm"], s["--speculative-num-steps"]) == ("EAGLE", 3)
+    assert (s["--speculative-eagle-topk"], s["--speculative-num-draft-tokens"]) == (1, 4)
+    assert s["--max-total-tokens"] == full
 
 
 @given(st.integers(1, 200_000), st.integers(1, 1024))

@@ -382,18 +382,29 @@ def family_extra_cases(presets: dict[str, Any]) -> list[Case]:
 
 
 # Step-3.5's three MTP layers driven with fewer and more draft tokens than layers: K=1
-# uses one module (no trailing re-prefill: extra_retained_tokens 0), K=6 reuses each twice
-_STEP3P5_MTP_K = (("family/step3p5-hybrid", 1), ("family/step3p5-hybrid", 6))
+# uses one module (no trailing re-prefill: extra_retained_tokens 0), K=6 reuses each twice;
+# MiniMax-M3's one MTP module run once and five times (MiniMaxM3MultiTokenPredictor: step
+# k on module k % num_mtp_modules), its two-module variant at K=2 and K=4 (the sweep's
+# K=3 vLLM refuses: not a multiple of n_predict=2)
+_MTP_K = (
+    ("family/step3p5-hybrid", 1),
+    ("family/step3p5-hybrid", 6),
+    ("family/minimax-m3-defaults", 1),
+    ("family/minimax-m3-defaults", 5),
+    ("family/minimax-m3-mtp2", 2),
+    ("family/minimax-m3-mtp2", 4),
+)
 
 
 def mtp_depth_cases(presets: dict[str, Any]) -> list[Case]:
     """Multi-layer MTP with num_speculative_tokens a multiple of the layers (vLLM refuses
     the others, and so does kvbudget): 1x and 2x the depth, TP 1 and 8; Step-3.5 at
-    K = 1 and 6 (``_STEP3P5_MTP_K``)."""
+    K = 1 and 6, MiniMax-M3 at K = 1 and 5, its two-module variant at 2 and 4
+    (``_MTP_K``)."""
     cases = [
         Case(name, "mtp", None, 40 * GiB, tp, "bf16", _max_model_len(presets[name]),
-             num_speculative_tokens=k)
-        for name, k in _STEP3P5_MTP_K
+             _block_size(presets[name]), num_speculative_tokens=k)
+        for name, k in _MTP_K
         for tp in TPS
     ]  # fmt: skip
     for name in FAMILY_DERIVED:
@@ -845,11 +856,13 @@ def build_vllm_config(case: Case):
             spec_args["prompt_lookup_min"] = NGRAM_PROMPT_LOOKUP
         if case.draft is not None:
             spec_args["model"] = str(_model_dir(case.draft))
-        speculative_config = SpeculativeConfig(
-            **spec_args,
-            target_model_config=model_config,
-            target_parallel_config=parallel_config,
-        )
+        # MiniMax-M3's MTP draft (MiniMaxM3MTP) is inspected like its target
+        with _minimax_m3_inspection(case.target):
+            speculative_config = SpeculativeConfig(
+                **spec_args,
+                target_model_config=model_config,
+                target_parallel_config=parallel_config,
+            )
     scheduler_config = SchedulerConfig(
         runner_type=model_config.runner_type,
         max_num_batched_tokens=case.max_num_batched_tokens,
@@ -1238,13 +1251,17 @@ def _minimax_m3_sparse_backend(vc, hf):
     return backend
 
 
-def _minimax_m3_sparse_layer(vc, mc, hf, prefix: str, backend) -> list[tuple[str, Any]]:
+def _minimax_m3_sparse_layer(
+    vc, mc, hf, prefix: str, backend, draft: bool = False
+) -> list[tuple[str, Any]]:
     """A sparse layer's cache-owning modules, in the order its ``__init__`` registers them
     (nvidia/model.py ``MiniMaxM3SparseAttention``): the indexer's side cache
     ``{prefix}.attn.index_cache`` (common/indexer.py ``MiniMaxM3IndexerCache``: one key of
     ``sparse_index_dim`` a token, dtype from ``attention_config.indexer_kv_dtype``, bf16
     by default), then the layer itself as ``{prefix}.attn`` (its own
-    ``get_kv_cache_spec``: the K/V of ``max(1, num_kv_heads // tp)`` heads)."""
+    ``get_kv_cache_spec``: the K/V of ``max(1, num_kv_heads // tp)`` heads). ``draft``:
+    an MTP module's layer (the proposer marks the layers the draft added,
+    v1/spec_decode/llm_base_proposer.py ``load_model``: ``is_draft_layer``)."""
     import torch
     from vllm.models.minimax_m3.common.indexer import MiniMaxM3IndexerBackend, MiniMaxM3IndexerCache
     from vllm.models.minimax_m3.nvidia.model import MiniMaxM3SparseAttention
@@ -1259,7 +1276,7 @@ def _minimax_m3_sparse_layer(vc, mc, hf, prefix: str, backend) -> list[tuple[str
         head_dim=sparse["sparse_index_dim"], indexer_kv_dtype=index_dtype,
         dtype=torch.float8_e4m3fn if index_dtype in ("fp8", "fp8_e4m3") else torch.bfloat16,
         prefix=f"{prefix}.attn.index_cache", cache_config=vc.cache_config,
-        backend_cls=MiniMaxM3IndexerBackend, is_draft_layer=False,
+        backend_cls=MiniMaxM3IndexerBackend, is_draft_layer=draft,
     )  # fmt: skip
     attn = _bare(MiniMaxM3SparseAttention)
     cache_dtype = vc.cache_config.cache_dtype
@@ -1267,7 +1284,7 @@ def _minimax_m3_sparse_layer(vc, mc, hf, prefix: str, backend) -> list[tuple[str
         num_heads=hf.num_attention_heads // tp, num_kv_heads=max(1, hf.num_key_value_heads // tp),
         head_dim=hf.head_dim, layer_name=f"{prefix}.attn", kv_cache_dtype=cache_dtype,
         kv_cache_torch_dtype=kv_cache_dtype_str_to_dtype(cache_dtype, mc),
-        attn_backend=backend, is_draft_layer=False,
+        attn_backend=backend, is_draft_layer=draft,
     )  # fmt: skip
     return [(f"{prefix}.attn.index_cache", cache), (f"{prefix}.attn", attn)]
 
@@ -1611,6 +1628,19 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                         (own.num_key_value_heads, own.head_dim), "model.layers.0.self_attn.attn",
                     ),
                 )  # fmt: skip
+        elif arch == "MiniMaxM3SparseForConditionalGeneration":
+            # config/speculative.py rewrites minimax_m3_vl to minimax_m3_mtp (the text
+            # config promoted, n_predict = num_mtp_modules); minimax_m3/nvidia/mtp.py
+            # MiniMaxM3MultiTokenPredictor: num_mtp_modules layers, each a
+            # MiniMaxM3DecoderLayer(force_sparse_attn=True) of the draft's config, so
+            # each keeps an index cache and its K/V
+            dmc = spec.draft_model_config
+            dhf = dmc.hf_config
+            backend = _minimax_m3_sparse_backend(vc, dhf)
+            for j in range(dhf.num_mtp_modules):
+                prefix = f"drafter.model.layers.{j}.self_attn"
+                for name, layer in _minimax_m3_sparse_layer(vc, dmc, dhf, prefix, backend, True):
+                    add(name, layer)
         elif arch == "Qwen3NextForCausalLM":
             # qwen3_next_mtp.py:63-95: full-attention layers, default one
             for j in range(getattr(hf, "num_nextn_predict_layers", 1)):

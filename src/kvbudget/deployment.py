@@ -661,11 +661,11 @@ def _resolve_draft(
         raise InvalidArgumentError(f"spec {mode.name} uses no draft model; drop --draft")
     modules = target.config.get("num_mtp_modules")
     if mode.draft == "mtp" and not target.mtp_layers and isinstance(modules, int) and modules > 0:
-        # MiniMax-M3: vLLM runs its MTP modules as a draft model of their own
-        # (config/speculative.py: minimax_m3_vl -> minimax_m3_mtp, MiniMaxM3MTP)
+        # MiniMax-M2: vLLM 0.33.0 builds no draft of its MTP modules (config/speculative.py
+        # rewrites only minimax_m3_vl / minimax_m3_mtp to MiniMaxM3MTP)
         raise InvalidArgumentError(
             f"{target.name}'s {modules} MTP module(s) (num_mtp_modules) are not modelled "
-            "(vLLM runs them as their own draft model, MiniMaxM3MTP); choose another --spec"
+            f"(vLLM builds no MTP draft for {target.model_type!r}); choose another --spec"
         )
     if mode.draft == "mtp" and not target.mtp_layers:
         raise InvalidArgumentError(

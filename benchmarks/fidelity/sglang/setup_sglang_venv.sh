@@ -86,6 +86,15 @@ apache-tvm-ffi==0.1.11
 compressed-tensors==0.18.0
 loguru==0.7.3
 gguf==0.19.0
+# DeepSeek-V4's EAGLE (MTP) draft config: configs/model_config.py _config_draft_model
+# imports speculative/dflash_utils.py, which reaches entrypoints/openai/protocol.py
+# (openai, SGLang's pin) and function_call/base_format_detector.py (partial_json_parser)
+openai==2.8.0
+httpx==0.28.1
+httpcore==1.0.9
+distro==1.9.0
+jiter==0.19.0
+partial_json_parser==0.2.1.1.post7
 # kvbudget's runtime dependencies (pyproject.toml: rich>=13, typer>=0.12) and theirs
 rich==15.0.0
 markdown-it-py==4.3.0

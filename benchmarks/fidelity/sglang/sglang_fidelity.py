@@ -183,8 +183,8 @@ def _is_family(name: str | None) -> bool:
 
 def family_cases() -> list[Case]:
     """The DeepSeek-V4 family configs x {none, mtp} x {8, 40} GiB x {bf16, fp8} x {TP1,
-    TP8, DP attention}, no host pool (kvbudget does not model SGLang's DeepSeek-V4 MTP,
-    nor its HiCache)."""
+    TP8, DP attention}, no host pool (kvbudget does not model SGLang's DeepSeek-V4
+    HiCache); mtp runs EAGLE with the checkpoint's MTP layer (NextN) as the draft."""
     return [
         Case(name, spec, None, budget, dtype, 0, layout)
         for name in FAMILY_SGLANG

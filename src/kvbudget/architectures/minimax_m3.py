@@ -15,8 +15,23 @@ of the same geometry); a sparse layer also keeps its lightning indexer's key, on
 ``sparse_index_dim`` vector a token (``common/indexer.py`` ``MiniMaxM3IndexerCache``:
 an ``MLAAttentionSpec`` of one head, bf16 whatever ``--kv-cache-dtype`` says,
 replicated on every TP rank): an :class:`~kvbudget.layers.AttentionLayer` with
-``index_head_dim``. No window. vLLM's ``MiniMaxM3MTP`` (``minimax_m3_mtp``) is a draft
-model of its own and is not modelled: a ``--spec mtp`` plan of this target is refused.
+``index_head_dim``. No window.
+
+MTP (vLLM 0.33.0): with ``--speculative-config method mtp`` ``SpeculativeConfig``
+promotes a ``minimax_m3_vl`` checkpoint's ``text_config`` to ``minimax_m3_mtp``
+(``config/speculative.py`` ``hf_config_override``, ``n_predict = num_mtp_modules``) and
+runs ``MiniMaxM3MTP`` (``models/minimax_m3/nvidia/mtp.py``): ``num_mtp_modules``
+(default 1) modules, each an ``enorm``/``hnorm``, a replicated ``eh_proj`` (2H -> H), one
+``MiniMaxM3DecoderLayer(force_sparse_attn=True, force_moe=True)`` of the text config and
+a ``final_layernorm``. Each module's layer is sparse whatever ``sparse_attention_freq``
+says, so it keeps the K/V and the index key of a sparse layer: :func:`mtp_layers`, one
+per module, indexed after the decoder's. vLLM runs step ``k`` of K on module
+``k % num_mtp_modules`` (``MiniMaxM3MultiTokenPredictor.forward``). The modules' own
+``embed_tokens`` and ``lm_head`` load the target's tensors and the proposer replaces both
+by the target's at PP 1 (``v1/spec_decode/llm_base_proposer.py``
+``_maybe_share_embeddings`` / ``_maybe_share_lm_head``: "Detected MTP model"), so the MTP
+weights here are the modules' alone, stored under ``[language_model.]model.mtp.layers.{j}``
+(``MiniMaxM3MTP._map_checkpoint_name``).
 
 Weights: vLLM's modules under the checkpoint's names (``MiniMaxM3Model.load_weights``:
 ``q/k/v_proj`` and the indexer's ``index_q_proj`` (sharded like the KV heads) and
@@ -116,27 +131,34 @@ def sparse_fields(f: ConfigFields) -> ConfigFields:
 
 def sparse_flags(f: ConfigFields) -> list[bool]:
     """Which layers run sparse attention (``sparse_attention_freq[i]`` non-zero), checked
-    against what vLLM's fused projection takes where any does: index heads = KV heads,
-    index head size = ``head_dim``."""
+    against what vLLM's fused projection takes where any does (:func:`index_dim`)."""
     s = sparse_fields(f)
     flags = _flags(s, "sparse_attention_freq", s.get("sparse_attention_freq"), _num_layers(f))
-    if not any(flags):
-        return flags
+    if any(flags):
+        index_dim(f)
+    return flags
+
+
+def index_dim(f: ConfigFields) -> int:
+    """``sparse_index_dim`` of a sparse layer, checked against what vLLM's fused projection
+    takes (``MinimaxM3QKVParallelLinearWithIndexer``): index heads = KV heads, index head
+    size = ``head_dim``."""
+    s = sparse_fields(f)
     kv_heads, head_dim = f.int("num_key_value_heads"), f.head_dim()
-    index_heads, index_dim = s.int("sparse_num_index_heads"), s.int("sparse_index_dim")
+    index_heads, dim = s.int("sparse_num_index_heads"), s.int("sparse_index_dim")
     if index_heads != kv_heads:
         raise s.error(
             "sparse_num_index_heads",
             f"{index_heads} index heads, but vLLM's MiniMax-M3 projection takes exactly "
             f"num_key_value_heads ({kv_heads})",
         )
-    if index_dim != head_dim:
+    if dim != head_dim:
         raise s.error(
             "sparse_index_dim",
-            f"{index_dim}, but vLLM's MiniMax-M3 projection shards the index heads at "
+            f"{dim}, but vLLM's MiniMax-M3 projection shards the index heads at "
             f"head_dim ({head_dim})",
         )
-    return flags
+    return dim
 
 
 def _num_layers(f: ConfigFields) -> int:
@@ -157,16 +179,43 @@ def layers(f: ConfigFields) -> list[Layer]:
             "num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}"
         )
     flags = sparse_flags(f)
-    index_dim = sparse_fields(f).int("sparse_index_dim") if any(flags) else 0
+    index = index_dim(f) if any(flags) else 0
     return [
         AttentionLayer(
             index=i,
             num_kv_heads=kv_heads,
             head_dim=f.head_dim(),
-            index_head_dim=index_dim if sparse else 0,
+            index_head_dim=index if sparse else 0,
         )
         for i, sparse in enumerate(flags)
     ]
+
+
+def num_mtp_modules(f: ConfigFields) -> int:
+    """``num_mtp_modules`` (``MiniMaxM3TextConfig`` default 1; 0: no MTP)."""
+    return f.int("num_mtp_modules", minimum=0)
+
+
+def mtp_layers(f: ConfigFields, start: int) -> tuple[Layer, ...]:
+    """One sparse layer per MTP module, indexed from ``start`` (the decoder's layer count):
+    ``MiniMaxM3DecoderLayer(force_sparse_attn=True)`` keeps K/V and an index key."""
+    if start != _num_layers(f):
+        raise f.error(
+            "num_hidden_layers", f"MTP modules follow layer {_num_layers(f)}, not {start}"
+        )
+    modules = num_mtp_modules(f)
+    if not modules:
+        return ()
+    index = index_dim(f)
+    return tuple(
+        AttentionLayer(
+            index=start + j,
+            num_kv_heads=f.int("num_key_value_heads"),
+            head_dim=f.head_dim(),
+            index_head_dim=index,
+        )
+        for j in range(modules)
+    )
 
 
 def check_modelled(c: ConfigFields) -> None:
@@ -207,11 +256,11 @@ def attention(at: At, c: ModelFields, sparse: bool) -> None:
     at.norm("k_norm", head_dim)
     if not sparse:
         return
-    index_dim = sparse_fields(c).int("sparse_index_dim")
-    at.linear("index_q_proj", ((kv_heads, index_dim),), hidden, shard="column")
-    at.linear("index_k_proj", index_dim, hidden, shard="replicated")
-    at.norm("index_q_norm", index_dim)
-    at.norm("index_k_norm", index_dim)
+    index = sparse_fields(c).int("sparse_index_dim")
+    at.linear("index_q_proj", ((kv_heads, index),), hidden, shard="column")
+    at.linear("index_k_proj", index, hidden, shard="replicated")
+    at.norm("index_q_norm", index)
+    at.norm("index_k_norm", index)
 
 
 def moe(layer: At, c: ModelFields) -> None:
@@ -253,6 +302,27 @@ def weights(inv: Inventory, c: ModelFields) -> None:
             mlp = layer.sub("mlp", "dense_mlp")
             gated_mlp(mlp, hidden, c.int("dense_intermediate_size"))
     final(inv, c, f"{prefix}.norm", "language_model.lm_head" if vl else "lm_head")
+    mtp_weights(inv, c, f"{prefix}.mtp.layers")
+
+
+def mtp_weights(inv: Inventory, c: ModelFields, prefix: str) -> None:
+    """``MiniMaxM3MultiTokenPredictorLayer`` per MTP module under ``prefix.{j}``: enorm,
+    hnorm, a replicated ``eh_proj`` (2H -> H, quantized with the model), a sparse MoE
+    decoder layer (forced: ``force_sparse_attn``, ``force_moe``) and final_layernorm.
+    No embedding or head (the target's, module docstring)."""
+    hidden = c.int("hidden_size")
+    for j in range(num_mtp_modules(c)):
+        own = Inventory()
+        layer = own.at(f"{prefix}.{j}", "mtp", "norms")
+        layer.norm("enorm", hidden)
+        layer.norm("hnorm", hidden)
+        layer.linear("eh_proj", hidden, 2 * hidden, shard="replicated")
+        attention(layer.sub("self_attn", "attention"), c, True)
+        layer.norm("input_layernorm", hidden)
+        layer.norm("post_attention_layernorm", hidden)
+        moe(layer, c)
+        layer.norm("final_layernorm", hidden)
+        inv.extend_as_mtp(own)
 
 
 def checked_layers(f: ConfigFields) -> list[Layer]:
@@ -267,6 +337,7 @@ MINIMAX_M3 = Architecture(
     family="minimax_m3",
     model_types=frozenset({"minimax_m3_text", "minimax_m3_vl"}),
     layers=checked_layers,
+    mtp_layers=mtp_layers,
     weights=weights,
     nested_types=frozenset({"minimax_m3_vl"}),
     text_defaults=TEXT_DEFAULTS,

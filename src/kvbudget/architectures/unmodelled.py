@@ -21,10 +21,11 @@ UNMODELLED: MappingProxyType[str, str] = MappingProxyType(
         # residuals, a latent MoE and its own MTP model
         "kimi_k3": "Kimi K3: a Kimi-Linear text model",
         "kimi_k3_mtp": "Kimi K3's MTP layers",
-        # MiniMax-M3 (minimax_m3_text, minimax_m3_vl) is modelled; its MTP model is a
-        # draft of its own (models/minimax_m3/nvidia/mtp.py MiniMaxM3MTP: its own
-        # embedding, head and sparse decoder layer per module)
-        "minimax_m3_mtp": "MiniMax-M3's MTP modules",
+        # MiniMax-M3 (minimax_m3_text, minimax_m3_vl) is modelled, its MTP modules too
+        # (the target's mtp_layers: --spec mtp); a standalone MTP checkpoint (a flat
+        # MiniMaxM3MTPConfig, vLLM's speculative model) as --draft is not
+        "minimax_m3_mtp": "a standalone MiniMax-M3 MTP checkpoint; plan the minimax_m3_vl "
+        "target with --spec mtp",
         "gemma4_unified_assistant": "the unified Gemma-4's MTP assistant",
     }
 )

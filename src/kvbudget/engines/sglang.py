@@ -728,6 +728,7 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
             f"{p.swa} (--swa-full-tokens-ratio), the ratio-4 and ratio-128 pools 1/4 and "
             "1/128 of them, with the indexer keys and the compressors' float32 states",
             "# SGLang sets --page-size 256 and --kv-cache-dtype fp8_e4m3 for DeepSeek-V4",
+            *_dsv4_draft_notes(lay, p),
         ),
         warnings=tuple(warnings),
         detail={
@@ -739,6 +740,7 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
             "swa_tokens": p.swa,
             "swa_full_tokens_ratio": sglang_dsv4.SWA_FULL_TOKENS_RATIO,
             "device_bytes": p.total_bytes,
+            "draft_bytes": p.draft_swa_bytes or None,
             "profiled_budget_bytes": budget,
             "mem_fraction_static": fraction,
             "indexer_bytes": p.indexer_bytes or None,
@@ -748,6 +750,17 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
             "c128_state_rows": p.c128_state,
             "pre_load_bytes": pre_load_bytes(d),
         },
+    )
+
+
+def _dsv4_draft_notes(lay: sglang_dsv4.Dsv4Layout, p: sglang_dsv4.Dsv4Pools) -> tuple[str, ...]:
+    """What the EAGLE draft of a DeepSeek-V4 plan adds, in words."""
+    if not lay.draft_layers:
+        return ()
+    return (
+        f"# the MTP draft (DeepseekV4ForCausalLMNextN, one layer) keeps {p.swa} window "
+        f"rows of its own; the compressor rings are {lay.rings[0]} and {lay.rings[1]} "
+        "rows, and SGLang's estimate prices the draft at (layers + 1) / layers",
     )
 
 
@@ -777,6 +790,14 @@ def _dsv4_settings(
         settings["--ep-size"] = d.parallel.ep
     if fraction is not None:
         settings["--mem-fraction-static"] = fraction
+    if d.spec.name == "mtp":
+        # apply_deepseek_v4_defaults takes EAGLE (top-k 1) or DSPARK, not NEXTN; EAGLE
+        # without a draft path runs the checkpoint's own MTP layer (NextN)
+        k = d.lookahead_tokens
+        settings[facts.spec_knob] = "EAGLE"
+        settings[facts.draft_len_knob] = k
+        settings["--speculative-eagle-topk"] = 1
+        settings["--speculative-num-draft-tokens"] = k + 1
     return settings
 
 
@@ -784,9 +805,16 @@ def _dsv4_pools(lay: sglang_dsv4.Dsv4Layout, p: sglang_dsv4.Dsv4Pools) -> tuple[
     """The DeepSeek-V4 pool's buffers, one :class:`PoolPlan` per kind."""
     page = sglang_dsv4.PAGE_TOKENS
 
-    def pool(kind: PoolKind, tokens: int, per_page: int, nbytes: int, name: str) -> PoolPlan:
+    def pool(
+        kind: PoolKind,
+        tokens: int,
+        per_page: int,
+        nbytes: int,
+        name: str,
+        role: PoolRole = "target",
+    ) -> PoolPlan:
         return PoolPlan(
-            role="target",
+            role=role,
             kind=kind,
             tier="gpu",
             tokens_per_block=per_page,
@@ -805,6 +833,8 @@ def _dsv4_pools(lay: sglang_dsv4.Dsv4Layout, p: sglang_dsv4.Dsv4Pools) -> tuple[
     if lay.c128_layers:
         out.append(pool("kv", p.c128, page // 128, p.c128_bytes, "c128"))
         out.append(pool("state", p.c128_state, 1, p.c128_state_bytes, "c128 state"))
+    if lay.draft_layers:  # the NextN draft's own pool: its window rows only
+        out.append(pool("window", p.swa, page, p.draft_swa_bytes, "draft swa", "draft"))
     return tuple(out)
 
 

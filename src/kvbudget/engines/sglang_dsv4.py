@@ -2,8 +2,9 @@
 
 Facts from the SGLang 0.5.23 wheel (``python/sglang/srt/``; the PyPI wheel records no
 commit), each run by the fidelity harness (``benchmarks/fidelity/sglang``) on the path
-modelled here: CUDA on Hopper, no speculative decoding, no HiCache, one PP stage, the
-paged (not ``unified_kv``) pool, ``SGLANG_DSV4_*`` environment switches at their defaults.
+modelled here: CUDA on Hopper, no speculative decoding or the checkpoint's MTP layer as
+an EAGLE draft (below), no HiCache, one PP stage, the paged (not ``unified_kv``) pool,
+``SGLANG_DSV4_*`` environment switches at their defaults.
 
 * **Config** (``configs/model_config.py`` ``_derive_model_shapes``): SGLang reads the
   per-layer ``compress_ratios`` list (0 sliding only, 4, 128) of DeepSeek's own config;
@@ -44,6 +45,20 @@ paged (not ``unified_kv``) pool, ``SGLANG_DSV4_*`` environment switches at their
   (``calculate_pool_sizes``) prices the same pools per token without the reserved pages,
   so it never admits fewer tokens than these exact bytes; ``--max-total-tokens`` then
   binds (``config_from_budget``).
+* **MTP** (``--speculative-algorithm EAGLE``, top-k 1: ``apply_deepseek_v4_defaults``
+  refuses NEXTN and any other): the draft worker loads ``DeepseekV4ForCausalLMNextN`` with
+  ``num_nextn_predict_layers = 1`` whatever the checkpoint ships
+  (``configs/model_config.py`` ``_config_draft_model``), and its configurator builds a
+  ``DeepSeekV4TokenToKVPool`` of that one layer at ``COMPRESS_RATIO_NEXTN_LAYER`` (window
+  only) with the target's ``swa`` rows and no compressed or state pools
+  (``mem_cache/kv_cache_configurator.py`` ``_build_dsv4_kv_pool``, ``_PoolSizes``). The
+  target's compressor rings widen to 16 (ratio 4) and 256 (ratio 128)
+  (``get_compress_state_ring_size`` with draft tokens), which serve at most
+  ``16 - 8 + 2 = 10`` draft tokens (``_assert_ring_serves_draft_tokens``). The byte
+  estimate then prices the draft by inflating the per-token bytes by ``(L + 1) / L``
+  over the target's ``L`` layers (``DSV4PoolConfigurator.__init__``), which admits fewer
+  tokens than the exact pools would: :func:`estimated_full` is that estimate, and the
+  plan pins the smaller of it and the exact fit.
 """
 
 from __future__ import annotations
@@ -63,6 +78,9 @@ ROW_BYTES = 584  # DeepSeekV4SingleKVPool.create_buffer's KVLayout.V4 assertion
 PAGE_ALIGN_BYTES = 576  # KVLayout.V4.page_bytes: pages rounded up to 576 B
 SWA_FULL_TOKENS_RATIO = 0.1  # DSV4_DEFAULT_SWA_FULL_TOKENS_RATIO; emitted
 C4_RING, C128_RING = 8, 128  # get_compress_state_ring_size without speculative decoding
+SPEC_C4_RING, SPEC_C128_RING = 16, 256  # ... and with draft tokens
+MAX_DRAFT_TOKENS = SPEC_C4_RING - 2 * 4 + 2  # get_compress_state_write_pad(4, 16)
+INDEXER_ESTIMATE_BYTES = 132  # get_dsv4_indexer_bytes_per_token(128): what the estimate prices
 STATE_BYTES = 4  # SGLANG_DSV4_COMPRESS_STATE_DTYPE float32 (its default)
 # the compressors' ring states: PoolPlan kind "state" (per-request state, not KV rows), but
 # SGLang keeps them inside its token-to-KV pool (deepseek_v4_memory_pool.py), not beside it
@@ -81,6 +99,12 @@ class Dsv4Layout:
     head_dim: int  # qk_nope + qk_rope: the compressor state's width
     index_head_dim: int
     window: int
+    draft_layers: int = 0  # the EAGLE draft's window-only NextN layers (0 or 1)
+
+    @property
+    def rings(self) -> tuple[int, int]:
+        """The ratio-4 and ratio-128 compressor rings (``get_compress_state_ring_size``)."""
+        return (SPEC_C4_RING, SPEC_C128_RING) if self.draft_layers else (C4_RING, C128_RING)
 
     @property
     def index_row_bytes(self) -> int:
@@ -105,9 +129,11 @@ class Dsv4Pools:
     indexer_bytes: int
     c4_state_bytes: int
     c128_state_bytes: int
+    draft_swa_bytes: int = 0
 
     @property
-    def total_bytes(self) -> int:
+    def target_bytes(self) -> int:
+        """The target's ``DeepSeekV4TokenToKVPool`` (every buffer but the draft's)."""
         return (
             self.swa_bytes
             + self.c4_bytes
@@ -116,6 +142,11 @@ class Dsv4Pools:
             + self.c4_state_bytes
             + self.c128_state_bytes
         )
+
+    @property
+    def total_bytes(self) -> int:
+        """Target and draft pools: what the rank's KV budget must hold."""
+        return self.target_bytes + self.draft_swa_bytes
 
 
 def is_dsv4(d: Deployment) -> bool:
@@ -135,11 +166,19 @@ def check(d: Deployment, *, host_bytes: int = 0) -> None:
             "_derive_model_shapes); pass a config with compress_ratios, or plan it with "
             "--engine vllm"
         )
-    if d.spec.name != "none":
+    if d.spec.name not in ("none", "mtp"):
         raise InvalidArgumentError(
-            f"--engine sglang is modelled for DeepSeek-V4 without speculative decoding "
-            f"only (SGLang takes EAGLE or DSPARK for it, whose rings and draft pools are "
-            f"not modelled); got --spec {d.spec.name}; plan --spec none or --engine vllm"
+            f"--engine sglang is modelled for DeepSeek-V4 without speculative decoding or "
+            f"with its MTP layer (SGLang takes EAGLE top-k 1 or DSPARK for it; a sidecar "
+            f"draft's pools are not modelled); got --spec {d.spec.name}; plan --spec none, "
+            "--spec mtp or --engine vllm"
+        )
+    if d.spec.name == "mtp" and d.lookahead_tokens + 1 > MAX_DRAFT_TOKENS:
+        raise InvalidArgumentError(
+            f"SGLang's DeepSeek-V4 ratio-4 compressor ring ({SPEC_C4_RING} rows) serves at "
+            f"most {MAX_DRAFT_TOKENS} draft tokens (_assert_ring_serves_draft_tokens); "
+            f"--max-draft-len {d.lookahead_tokens} needs {d.lookahead_tokens + 1}; pick "
+            f"--max-draft-len {MAX_DRAFT_TOKENS - 1} or less"
         )
     if d.parallel.pp > 1 or host_bytes:
         raise InvalidArgumentError(
@@ -166,6 +205,8 @@ def layout_of(d: Deployment) -> Dsv4Layout:
         head_dim=first.head_dim,
         index_head_dim=index,
         window=first.window,
+        # DeepseekV4ForCausalLMNextN: one draft layer whatever the checkpoint ships
+        draft_layers=1 if d.spec.name == "mtp" else 0,
     )
 
 
@@ -200,12 +241,14 @@ def pools(lay: Dsv4Layout, full: int, running: int) -> Dsv4Pools:
     """Every buffer of ``DeepSeekV4TokenToKVPool`` at ``full`` tokens (a page multiple)."""
     swa = swa_tokens(full)
     c4, c128 = full // 4, full // 128
-    c4_state = swa // PAGE_TOKENS * C4_RING
-    c128_state = (running + 1) * C128_RING
+    c4_ring, c128_ring = lay.rings
+    c4_state = swa // PAGE_TOKENS * c4_ring
+    c128_state = (running + 1) * c128_ring
     c4_page, c128_page = PAGE_TOKENS // 4, PAGE_TOKENS // 128
-    c4_state_bytes = _state_bytes(c4_state, C4_RING, 4, 4 * lay.head_dim) + _state_bytes(
-        c4_state, C4_RING, 4, 4 * lay.index_head_dim
+    c4_state_bytes = _state_bytes(c4_state, c4_ring, 4, 4 * lay.head_dim) + _state_bytes(
+        c4_state, c4_ring, 4, 4 * lay.index_head_dim
     )
+    swa_layer_bytes = _pages(swa, PAGE_TOKENS) * page_bytes(PAGE_TOKENS)
     return Dsv4Pools(
         full=full,
         swa=swa,
@@ -214,14 +257,43 @@ def pools(lay: Dsv4Layout, full: int, running: int) -> Dsv4Pools:
         c4_state=c4_state,
         c128_state=c128_state,
         running=running,
-        swa_bytes=_pages(swa, PAGE_TOKENS) * page_bytes(PAGE_TOKENS) * lay.layers,
+        swa_bytes=swa_layer_bytes * lay.layers,
         c4_bytes=_pages(c4, c4_page) * page_bytes(c4_page) * lay.c4_layers,
         c128_bytes=_pages(c128, c128_page) * page_bytes(c128_page) * lay.c128_layers,
         indexer_bytes=_pages(c128 * 32, c4_page) * c4_page * lay.index_row_bytes * lay.c4_layers,
         c4_state_bytes=c4_state_bytes * lay.c4_layers,
-        c128_state_bytes=_state_bytes(c128_state, C128_RING, 128, 2 * lay.head_dim)
+        c128_state_bytes=_state_bytes(c128_state, c128_ring, 128, 2 * lay.head_dim)
         * lay.c128_layers,
+        draft_swa_bytes=swa_layer_bytes * lay.draft_layers,
     )
+
+
+def estimated_full(lay: Dsv4Layout, budget_bytes: int, running: int) -> int:
+    """The full tokens SGLang's own byte estimate admits in ``budget_bytes``
+    (``DSV4PoolConfigurator.calculate_pool_sizes``, in its float arithmetic): per-token
+    bytes of the paged rows (``page_bytes / page``), the c4 states priced per sliding
+    row, the ``(L + 1) / L`` draft inflation under speculative decoding; the c128 states
+    of ``running + 1`` request slots are fixed bytes; the result floored to the page."""
+    c4_ring, c128_ring = lay.rings
+    per_swa = (
+        page_bytes(PAGE_TOKENS) / PAGE_TOKENS * lay.layers
+        + (c4_ring / PAGE_TOKENS)
+        * (2 * 2 * lay.head_dim * STATE_BYTES + 2 * 2 * lay.index_head_dim * STATE_BYTES)
+        * lay.c4_layers
+    )
+    c4_page, c128_page = PAGE_TOKENS // 4, PAGE_TOKENS // 128
+    c4 = 1 / 4 * (page_bytes(c4_page) / c4_page) + 1 / 4 * INDEXER_ESTIMATE_BYTES
+    c128 = 1 / 128 * (page_bytes(c128_page) / c128_page)
+    # _get_bytes_per_full_token's sum over the ratios, in its order (4, then 128)
+    per_full = SWA_FULL_TOKENS_RATIO * per_swa + sum((c4 * lay.c4_layers, c128 * lay.c128_layers))
+    if lay.draft_layers:
+        per_full *= (lay.layers + 1) / lay.layers  # one draft layer, as SGLang prices it
+    fixed = _state_bytes((running + 1) * c128_ring, c128_ring, 128, 2 * lay.head_dim)
+    available = max(budget_bytes - fixed * lay.c128_layers, 0)
+    full = int(available / per_full) // PAGE_TOKENS * PAGE_TOKENS
+    while full > 0 and full * per_full > available:  # its loop (no ratio-1/2 padding here)
+        full -= PAGE_TOKENS
+    return full
 
 
 def largest_pools(d: Deployment, lay: Dsv4Layout, budget_bytes: int) -> Dsv4Pools | None:
@@ -233,6 +305,9 @@ def largest_pools(d: Deployment, lay: Dsv4Layout, budget_bytes: int) -> Dsv4Pool
         return pools(lay, full, running_per_worker(d, full))
 
     lo, hi = 0, budget_bytes // PAGE_TOKENS + 1  # a token costs at least a byte
+    if lay.draft_layers:  # SGLang's inflated estimate admits no more than this
+        requested = max(1, d.max_batch_size // (d.parallel.dp if d.parallel.dp_attention else 1))
+        hi = min(hi, estimated_full(lay, budget_bytes, requested) // PAGE_TOKENS)
     while lo < hi:  # bytes grow with the pages: the last page count that fits
         mid = (lo + hi + 1) // 2
         if at(mid).total_bytes <= budget_bytes:
@@ -251,6 +326,7 @@ __all__ = [
     "Dsv4Layout",
     "Dsv4Pools",
     "check",
+    "estimated_full",
     "is_dsv4",
     "largest_pools",
     "layout_of",
