@@ -50,8 +50,9 @@ if TYPE_CHECKING:
 LINEAR_FIELDS = ("kda_layers", "num_heads", "head_dim", "short_conv_kernel_size")
 
 
-def linear_attn_config(f: ConfigFields) -> dict[str, Any]:
-    """``linear_attn_config`` with the fields vLLM's KDA layer reads."""
+def linear_attn_config(f: ConfigFields, *, k3: bool = False) -> dict[str, Any]:
+    """``linear_attn_config`` with the fields vLLM's KDA layer reads; its full-rank gate
+    (Kimi K3's layer) is refused unless ``k3`` (:mod:`~kvbudget.architectures.kimi_k3`)."""
     cfg = f.get("linear_attn_config")
     if not isinstance(cfg, dict):
         raise f.error(
@@ -60,7 +61,7 @@ def linear_attn_config(f: ConfigFields) -> dict[str, Any]:
     missing = [k for k in LINEAR_FIELDS if k not in cfg]
     if missing:
         raise f.error("linear_attn_config", f"lacks {', '.join(missing)}")
-    if cfg.get("use_full_rank_gate"):
+    if cfg.get("use_full_rank_gate") and not k3:
         raise f.error(
             "linear_attn_config",
             "use_full_rank_gate is Kimi K3's KDA layer (KimiK3DeltaAttention), not modelled",
@@ -68,9 +69,9 @@ def linear_attn_config(f: ConfigFields) -> dict[str, Any]:
     return cfg
 
 
-def kda_flags(f: ConfigFields) -> list[bool]:
+def kda_flags(f: ConfigFields, *, k3: bool = False) -> list[bool]:
     """Whether each decoder layer is KDA (``KimiLinearConfig.is_kda_layer``)."""
-    cfg = linear_attn_config(f)
+    cfg = linear_attn_config(f, k3=k3)
     kda = cfg["kda_layers"]
     n = f.int("num_hidden_layers")
     if not isinstance(kda, list) or any(not isinstance(i, int) or not 1 <= i <= n for i in kda):
@@ -78,7 +79,8 @@ def kda_flags(f: ConfigFields) -> list[bool]:
     return [i + 1 in kda for i in range(n)]
 
 
-def _int(f: ConfigFields, cfg: dict[str, Any], key: str) -> int:
+def linear_int(f: ConfigFields, cfg: dict[str, Any], key: str) -> int:
+    """``linear_attn_config[key]``, a positive integer (else a ConfigError naming it)."""
     value = cfg[key]
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise f.error("linear_attn_config", f"{key} must be a positive integer, got {value!r}")
@@ -88,8 +90,8 @@ def _int(f: ConfigFields, cfg: dict[str, Any], key: str) -> int:
 def layers(f: ConfigFields) -> list[Layer]:
     """A KDA layer where ``kda_layers`` says, else an MLA layer."""
     cfg = linear_attn_config(f)
-    heads, head_dim = _int(f, cfg, "num_heads"), _int(f, cfg, "head_dim")
-    conv = _int(f, cfg, "short_conv_kernel_size")
+    heads, head_dim = linear_int(f, cfg, "num_heads"), linear_int(f, cfg, "head_dim")
+    conv = linear_int(f, cfg, "short_conv_kernel_size")
     flags = kda_flags(f)
     if not all(flags) and f.get("mla_use_nope") is not True:
         # KimiDecoderLayer: ``assert mla_use_nope, "Kimi-K3 MLA ... is NoPE-only"``
@@ -122,8 +124,8 @@ def kda(at: At, c: ModelFields) -> None:
     ``conv1d`` (float32, unquantized, 3 x heads x head_dim by the kernel), ``A_log``
     (float32, one a head), ``o_norm`` (head_dim), ``o_proj`` (row)."""
     cfg = linear_attn_config(c)
-    heads, dim = _int(c, cfg, "num_heads"), _int(c, cfg, "head_dim")
-    conv = _int(c, cfg, "short_conv_kernel_size")
+    heads, dim = linear_int(c, cfg, "num_heads"), linear_int(c, cfg, "head_dim")
+    conv = linear_int(c, cfg, "short_conv_kernel_size")
     hidden = c.int("hidden_size")
     proj = ((heads, dim),)
     at.linear("in_proj_qkvgfab", ((heads, dim),) * 3 + ((heads, 1),), hidden, shard="column")

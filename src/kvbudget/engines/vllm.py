@@ -84,7 +84,7 @@ from kvbudget.engines.common import (
 )
 from kvbudget.engines.facts import ENGINES
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.layers import AttentionLayer, CompressedMLALayer, Layer, MLALayer
+from kvbudget.layers import AttentionLayer, CompressedMLALayer, KimiDeltaLayer, Layer, MLALayer
 from kvbudget.plan_types import EnginePlan, EngineSource, Plan, PoolPlan
 from kvbudget.units import format_bytes
 
@@ -119,6 +119,11 @@ class VllmRelease:
       the draft ``pipeline_parallel_size=1``, config/speculative.py:1905; 0.29.0 gives it
       the target's, :1690, and the draft classes lack ``SupportsPP``, so
       ``ModelConfig`` refuses, config/model.py:1424-1430).
+    * ``kimi_k3``: Kimi K3's KDA layers are modelled (0.33.0: ``KimiK3DeltaAttention``
+      keeps its recurrent state in ``mamba_ssm_cache_dtype`` and, on the FlashKDA
+      prefill, one prefill checkpoint state, models/kimi_k3/nvidia/kda.py
+      ``get_state_dtype``, ``get_kv_cache_spec``; 0.29.0's ``get_state_dtype`` passes no
+      ``mamba_ssm_cache_dtype``, kda.py:363-375, which this model does not follow).
     """
 
     version: str
@@ -128,6 +133,7 @@ class VllmRelease:
     async_with_ngram: bool
     speculation_with_pp: bool
     v1_runner_specs: frozenset[str] = frozenset()
+    kimi_k3: bool = False
 
 
 RELEASE = VllmRelease(
@@ -139,6 +145,7 @@ RELEASE = VllmRelease(
     gdn_checkpoint_alignment=64,
     async_with_ngram=True,
     speculation_with_pp=True,
+    kimi_k3=True,
 )
 # vLLM's refusal of a drafter without SupportsPP under PP (config/model.py)
 PP_REFUSAL = (
@@ -293,7 +300,7 @@ def mamba_setup(d: Deployment, release: VllmRelease) -> MambaSetup | None:
     # the layers that declare a prefill checkpoint block (0.33.0: Mamba2 always; GDN when
     # its FlashInfer prefill exports checkpoints, align mode on Hopper)
     kinds = {x.kind for x in target.layers} & release.checkpoint_state_kinds
-    checkpoint = 1 if kinds and (not gdn or checkpoint_alignment) else 0
+    checkpoint = 1 if (kinds and (not gdn or checkpoint_alignment)) or flashkda_prefill(d) else 0
     per_request = (2 + k + checkpoint) if align else (1 + k)
     return MambaSetup(
         block_size=bs,
@@ -301,6 +308,25 @@ def mamba_setup(d: Deployment, release: VllmRelease) -> MambaSetup | None:
         state_page_bytes=state_page,
         page_bytes=max(page, state_page),
         states_per_request=per_request,
+    )
+
+
+def flashkda_prefill(d: Deployment) -> bool:
+    """Whether vLLM 0.33.0 prefills the target's Kimi K3 KDA layers on FlashKDA, which
+    gives each KDA spec one prefill checkpoint state (models/kimi_k3/nvidia/kda.py
+    ``KimiK3DeltaAttention.get_kv_cache_spec``: ``num_prefill_checkpoint_blocks =
+    int(kda_prefill_checkpoint_alignment(backend) is not None)``, 1 for ``flashkda``;
+    it declares no block alignment, ``MambaBase.get_prefill_checkpoint_alignment``).
+
+    ``resolve_kda_prefill_backend("auto")`` (``kda_prefill_backend`` in
+    ``--additional-config``, not emitted) takes FlashKDA where ``is_flashkda_supported``:
+    on the SM90 this model plans for, a 128-wide head, bfloat16 activations and a
+    ``gate_lower_bound``; FlashInfer's KDA prefill only when asked, Triton otherwise
+    (no checkpoint). The recurrent dtype (bf16 or fp32) always qualifies.
+    """
+    return d.target.dtype in (None, "bf16") and any(
+        isinstance(x, KimiDeltaLayer) and x.full_rank_gate and x.bounded_gate and x.head_dim == 128
+        for x in d.target.layers
     )
 
 
@@ -762,6 +788,7 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
     fits beside the null block (or, in a release without it, a drafter under PP).
     Raises InvalidArgumentError for a dtype or model vLLM has no cache for.
     """
+    _check_kimi_k3(d, release)
     facts = ENGINES["vllm"]
     dtype = kv_dtype_name(d.kv_dtype, facts)
     budget = ledger.min_stage_gpu_bytes
@@ -818,6 +845,34 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
         refusals=refusals,
         detail=_detail(d, pool, release),
     )
+
+
+def _has_k3_kda(d: Deployment) -> bool:
+    return any(isinstance(x, KimiDeltaLayer) and x.full_rank_gate for x in d.target.layers)
+
+
+# --state-dtype -> vLLM's MambaDType names (kda_state_dtype takes float32 and bfloat16)
+KDA_STATE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def _check_kimi_k3(d: Deployment, release: VllmRelease) -> None:
+    """InvalidArgumentError for Kimi K3's KDA layers where this model does not follow
+    ``release`` (:attr:`VllmRelease.kimi_k3`), or a ``--state-dtype`` vLLM refuses for
+    them (``kda_state_dtype``: auto, float32 or bfloat16 only)."""
+    if not _has_k3_kda(d):
+        return
+    if not release.kimi_k3:
+        raise InvalidArgumentError(
+            f"--engine vllm@{release.version} is not modelled for {d.target.name}'s Kimi K3 "
+            "KDA layers (that release keeps their recurrent state in float32 whatever "
+            f"--mamba-ssm-cache-dtype says); plan it with --engine vllm@{VERSION}"
+        )
+    state = d.state_dtype.strip().lower()
+    if state != "auto" and d.state_dtype_value.name not in KDA_STATE_DTYPES:
+        raise InvalidArgumentError(
+            f"vLLM keeps {d.target.name}'s KDA recurrent state in float32 or bfloat16 only "
+            f"(kda_state_dtype), not --state-dtype {d.state_dtype}; pick fp32, bf16 or auto"
+        )
 
 
 def _expert_padding_warnings(d: Deployment) -> list[str]:
@@ -1051,6 +1106,12 @@ def _settings(
     }
     if d.target_revision:  # EngineArgs.revision (vllm/engine/arg_utils.py)
         settings["--revision"] = d.target_revision
+    if _has_k3_kda(d) and d.state_dtype.strip().lower() != "auto":
+        # CacheConfig.mamba_cache_dtype (conv) and mamba_ssm_cache_dtype (recurrent),
+        # both read by KimiK3DeltaAttention.get_state_dtype
+        name = KDA_STATE_DTYPES[d.state_dtype_value.name]
+        settings["--mamba-cache-dtype"] = name
+        settings["--mamba-ssm-cache-dtype"] = name
     if layout.dp > 1:
         settings["--data-parallel-size"] = layout.dp
     if layout.ep > 1:
