@@ -26,8 +26,8 @@ state more per request, ``get_kv_cache_spec``: the engine model decides, from
 cache. MTP (``--spec mtp``; ``config/speculative.py`` maps ``kimi_k3`` to
 ``kimi_k3_mtp``, ``nvidia/mtp.py`` ``KimiK3MultiTokenPredictor``):
 ``num_nextn_predict_layers`` ``KimiDecoderLayer`` blocks numbered from
-``num_hidden_layers``, each an MLA layer unless ``kda_layers`` names it (refused here: a
-recurrent draft layer is not modelled).
+``num_hidden_layers``, each an MLA layer (``kda_layers`` naming one, a recurrent draft
+layer, is refused with the layer numbers past the decoder's).
 
 Weights: vLLM's modules (``language_model.model.*`` after the checkpoint mapper
 ``KimiK3ForConditionalGeneration.hf_to_vllm_mapper``), under the checkpoint's projection
@@ -105,19 +105,12 @@ def layers(f: ConfigFields) -> list[Layer]:
 
 def mtp_layers(f: ConfigFields, start: int) -> tuple[Layer, ...]:
     """``num_nextn_predict_layers`` MLA layers from ``start`` (``num_hidden_layers``):
-    ``KimiK3MultiTokenPredictorLayer.mtp_block``, whose layer index ``start + j`` is KDA
-    only where ``kda_layers`` names ``start + j + 1`` (refused)."""
+    ``KimiK3MultiTokenPredictorLayer.mtp_block``, a ``KimiDecoderLayer`` numbered
+    ``start + j``: KDA only if ``kda_layers`` named ``start + j + 1``, which
+    :func:`~kvbudget.architectures.kimi_linear.kda_flags` refuses (layer numbers
+    ``1..num_hidden_layers``)."""
     count = f.int("num_nextn_predict_layers", 0, minimum=0)
-    kda = linear_attn_config(f, k3=True)["kda_layers"] if count else []
-    out: list[Layer] = []
-    for index in range(start, start + count):
-        if index + 1 in kda:
-            raise f.error(
-                "linear_attn_config",
-                f"kda_layers names MTP layer {index + 1}: a KDA draft layer is not modelled",
-            )
-        out.append(_mla_layer(f, index))
-    return tuple(out)
+    return tuple(_mla_layer(f, index) for index in range(start, start + count))
 
 
 # --------------------------------------------------------------------------- weights
