@@ -29,6 +29,7 @@ import pytest
 from family_configs import KIMI_K3, KIMI_K3_UNBOUNDED, folder, vllm_plan
 
 from kvbudget import count_params, plan, weights_bytes
+from kvbudget.architectures.kimi_linear import vllm_expert_padding_bytes
 from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import ConfigError, InvalidArgumentError
 from kvbudget.layers import KimiDeltaLayer, MLALayer
@@ -212,12 +213,13 @@ def test_weights_by_hand() -> None:
     mla = (1536 + 576 + 4096) * 2304 + 1536 + 6144 * 1536 + 512 + 8192 * 512 + 2304 * 4096
     assert mla == 37_373_952
     assert c.attention == 6 * mla
-    # KimiMoE on layers 1..26: router 256 x 2304 + fp32 bias 256; 256 experts of 3 x 1024
-    # x 1024 on the latent width, routed_expert_down_proj 1024 x 2304, its norm 1024,
-    # routed_expert_up_proj 2304 x 1024; one shared expert 3 x 1024 x 2304
-    assert c.routers == 26 * (256 * 2304 + 256)
+    # KimiMoE on layers 1..26: router 256 x 2304 + fp32 bias 256 and (counted beside it)
+    # the latent MoE's routed_expert_down_proj 1024 x 2304, its norm 1024,
+    # routed_expert_up_proj 2304 x 1024; 256 experts of 3 x 1024 x 1024 on the latent
+    # width; one shared expert 3 x 1024 x 2304
     latent = 2 * 1024 * 2304 + 1024
-    assert c.routed_experts == 26 * (256 * 3 * 1024 * 1024 + latent) == 21_060_675_584
+    assert c.routers == 26 * (256 * 2304 + 256 + latent)
+    assert c.routed_experts == 26 * 256 * 3 * 1024 * 1024 == 20_937_965_568
     assert c.shared_experts == 26 * 3 * 1024 * 2304
     assert c.dense_mlp == 3 * 9216 * 2304
     assert c.embeddings == c.lm_head == 163_840 * 2304
@@ -236,10 +238,26 @@ def test_weight_bytes_by_hand() -> None:
     # conv1d (params_dtype float32), dt_bias and A_log float32, the rest bf16
     fp32 = 4096 + 12288 * 4 + 32
     assert w.recurrent_bytes == 21 * ((48_132_256 - fp32) * 2 + fp32 * 4) == 2_023_792_512
-    assert w.routers_bytes == 26 * (256 * 2304 * 2 + 256 * 4) == 30_697_472
+    assert w.routers_bytes == 26 * (256 * 2304 * 2 + 256 * 4 + (2 * 1024 * 2304 + 1024) * 2)
     # TP 8: q_a, kv_a replicated; g_proj, q_b_proj, kv_b_proj column; o_proj row
     tp8 = weights_bytes(model, tp=8)
     per_rank = (1536 + 576) * 2304 + 1536 + 512 + (4096 * 2304 + 6144 * 1536) // 8
     per_rank += (8192 * 512 + 2304 * 4096) // 8
     assert tp8.attention_bytes == 6 * per_rank * 2 == 107_175_936
     assert weights_bytes(model, tp=1, include_mtp=True).mtp_bytes > 0
+
+
+def test_vllm_pads_the_latent_experts_at_tp8_and_the_plan_warns(tmp_path: Path) -> None:
+    # KimiMoE (model.py): moe_intermediate_size 1024 / TP 8 = 128 < 256 rows a partition
+    # without expert parallelism: each expert padded to 256 x 8 = 2,048 rows, on the
+    # latent width. bf16 experts at TP 8: 26 x 256 x 3 x 1024 x 1024 x 2 B / 8 per rank
+    routed = 26 * 256 * 3 * 1024 * 1024 * 2 // 8
+    assert routed == 5_234_491_392
+    model = parse(KIMI_K3)
+    assert weights_bytes(model, tp=8).routed_experts_bytes == routed
+    assert vllm_expert_padding_bytes(model, tp=8, ep=1) == routed * 2048 // 1024 - routed
+    assert vllm_expert_padding_bytes(model, tp=4, ep=1) == 0  # 1024 / 4 = 256
+    p = plan(folder(tmp_path, KIMI_K3), spec="none", engine="vllm", kv_budget="40GiB",
+             host_budget=0, max_seq_len=32768, tp=8)  # fmt: skip
+    (warned,) = [w for w in p.warnings if w.startswith("vLLM pads")]
+    assert "(5,234,491,392 B) more weights per rank" in warned

@@ -174,7 +174,9 @@ def moe(layer: At, c: ModelFields) -> None:
     ``routed_expert_hidden_size`` (the latent MoE) run on that latent width between a
     replicated ``routed_expert_down_proj`` (hidden -> latent), an optional
     ``routed_expert_norm`` (``latent_moe_use_norm``) and a replicated
-    ``routed_expert_up_proj`` (latent -> hidden)."""
+    ``routed_expert_up_proj`` (latent -> hidden), counted with the routers (the
+    experts alone are ``routed_experts``, whose rows vLLM pads at high TP:
+    :func:`~kvbudget.architectures.kimi_linear.vllm_expert_padding_bytes`)."""
     hidden = c.int("hidden_size")
     experts, inter = c.int("num_experts"), c.int("moe_intermediate_size")
     moe = layer.sub("block_sparse_moe")
@@ -184,7 +186,7 @@ def moe(layer: At, c: ModelFields) -> None:
     width = hidden
     if c.get("routed_expert_hidden_size") is not None:
         width = c.int("routed_expert_hidden_size")
-        latent = moe.sub("", "routed_experts")
+        latent = moe.sub("", "routers")  # beside the router: routed_experts is the experts
         latent.linear("routed_expert_down_proj", width, hidden, shard="replicated")
         if c.flag("latent_moe_use_norm", False):
             latent.norm("routed_expert_norm", width)

@@ -226,11 +226,12 @@ def vllm_expert_padding_bytes(model: ModelSpec, *, tp: int, ep: int) -> int:
     (``vllm/models/kimi_k3/nvidia/model.py`` ``KimiMoE.__init__``): with TP > 1 and no
     expert parallelism, an expert whose ``moe_intermediate_size / tp`` is below
     ``min_moe_intermediate_per_partition`` (256) is padded to ``256 x tp`` rows, so each
-    rank's routed-expert bytes grow by ``padded / moe_intermediate_size``. 0 otherwise
-    (or for another family)."""
+    rank's routed-expert bytes grow by ``padded / moe_intermediate_size`` (Kimi K3's
+    latent MoE too: its experts are the same ``FusedMoE`` on the latent width). 0
+    otherwise (or for another family)."""
     from kvbudget.weights.placement import weights_bytes
 
-    if model.model_type != "kimi_linear" or tp <= 1 or ep > 1:
+    if model.model_type not in ("kimi_linear", "kimi_k3") or tp <= 1 or ep > 1:
         return 0
     inter = model.config.get("moe_intermediate_size")
     floor = int(
