@@ -178,6 +178,12 @@ def test_vllm_bf16_state_by_hand(tmp_path: Path) -> None:
     assert e["settings"]["--mamba-cache-dtype"] == "bfloat16"
     assert e["settings"]["--mamba-ssm-cache-dtype"] == "bfloat16"
     assert "--mamba-ssm-cache-dtype" not in vllm_plan(tmp_path / "auto", KIMI_K3)["settings"]
+    # a config naming mamba_ssm_cache_dtype, which vLLM does not read for Kimi K3: the
+    # plan keeps it and says so to vLLM (the conv state stays the model dtype, auto)
+    named = vllm_plan(tmp_path / "named", with_text(mamba_ssm_cache_dtype="bfloat16"))
+    assert named["block_size"] == 1024 and named["num_gpu_blocks"] == 6068
+    assert named["settings"]["--mamba-ssm-cache-dtype"] == "bfloat16"
+    assert "--mamba-cache-dtype" not in named["settings"]
 
 
 def test_what_vllm_or_kvbudget_do_not_cover_is_refused(tmp_path: Path) -> None:
@@ -186,6 +192,9 @@ def test_what_vllm_or_kvbudget_do_not_cover_is_refused(tmp_path: Path) -> None:
     # kda_state_dtype: "KDA recurrent state supports only auto, float32, and bfloat16"
     with pytest.raises(InvalidArgumentError, match="float32 or bfloat16 only"):
         plan(target, engine="vllm", state_dtype="fp16", **args)
+    fp16 = folder(tmp_path / "fp16", with_text(mamba_ssm_cache_dtype="float16"))
+    with pytest.raises(InvalidArgumentError, match="not fp16"):
+        plan(fp16, engine="vllm", **args)
     # 0.29.0's KimiK3DeltaAttention.get_state_dtype passes no mamba_ssm_cache_dtype
     with pytest.raises(InvalidArgumentError, match=r"plan it with --engine vllm@0\.33\.0$"):
         plan(target, engine="vllm@0.29.0", **args)

@@ -867,12 +867,35 @@ def _check_kimi_k3(d: Deployment, release: VllmRelease) -> None:
             "KDA layers (that release keeps their recurrent state in float32 whatever "
             f"--mamba-ssm-cache-dtype says); plan it with --engine vllm@{VERSION}"
         )
-    state = d.state_dtype.strip().lower()
-    if state != "auto" and d.state_dtype_value.name not in KDA_STATE_DTYPES:
+    recurrent = _kda_recurrent_dtype(d)
+    if recurrent not in KDA_STATE_DTYPES:
         raise InvalidArgumentError(
             f"vLLM keeps {d.target.name}'s KDA recurrent state in float32 or bfloat16 only "
-            f"(kda_state_dtype), not --state-dtype {d.state_dtype}; pick fp32, bf16 or auto"
+            f"(kda_state_dtype), not {recurrent} (--state-dtype {d.state_dtype}, the "
+            "config's mamba_ssm_cache_dtype under auto); pick --state-dtype fp32 or bf16"
         )
+
+
+def _kda_recurrent_dtype(d: Deployment) -> str:
+    """The dtype kvbudget keeps Kimi K3's KDA recurrent state in: the config's SSM dtype
+    under ``auto`` (float32 unless it names one), else ``--state-dtype``."""
+    return (d.ssm_state_dtype or d.state_dtype_value).name
+
+
+def _kda_state_flags(d: Deployment) -> dict[str, str]:
+    """``--mamba-cache-dtype`` (conv) and ``--mamba-ssm-cache-dtype`` (recurrent) that
+    make vLLM keep Kimi K3's KDA states as planned (``KimiK3DeltaAttention.get_state_dtype``
+    reads both; vLLM's ``auto`` is the model dtype and float32, and it reads no
+    ``mamba_ssm_cache_dtype`` from the config): what differs from ``auto``."""
+    if not _has_k3_kda(d):
+        return {}
+    flags = {}
+    if d.state_dtype.strip().lower() != "auto":
+        flags["--mamba-cache-dtype"] = KDA_STATE_DTYPES[d.state_dtype_value.name]
+    recurrent = _kda_recurrent_dtype(d)
+    if flags or recurrent != "fp32":
+        flags["--mamba-ssm-cache-dtype"] = KDA_STATE_DTYPES[recurrent]
+    return flags
 
 
 def _expert_padding_warnings(d: Deployment) -> list[str]:
@@ -1106,12 +1129,7 @@ def _settings(
     }
     if d.target_revision:  # EngineArgs.revision (vllm/engine/arg_utils.py)
         settings["--revision"] = d.target_revision
-    if _has_k3_kda(d) and d.state_dtype.strip().lower() != "auto":
-        # CacheConfig.mamba_cache_dtype (conv) and mamba_ssm_cache_dtype (recurrent),
-        # both read by KimiK3DeltaAttention.get_state_dtype
-        name = KDA_STATE_DTYPES[d.state_dtype_value.name]
-        settings["--mamba-cache-dtype"] = name
-        settings["--mamba-ssm-cache-dtype"] = name
+    settings.update(_kda_state_flags(d))
     if layout.dp > 1:
         settings["--data-parallel-size"] = layout.dp
     if layout.ep > 1:
