@@ -270,3 +270,34 @@ def test_vllm_pads_the_latent_experts_at_tp8_and_the_plan_warns(tmp_path: Path) 
              host_budget=0, max_seq_len=32768, tp=8)  # fmt: skip
     (warned,) = [w for w in p.warnings if w.startswith("vLLM pads")]
     assert "(5,234,491,392 B) more weights per rank" in warned
+
+
+def test_checkpoint_names_match_the_inventory() -> None:
+    """Stored tensor names (the multimodal checkpoint's ``language_model.`` prefix, the
+    packed projections by their parts, experts w1/w3/w2, the MTP block under its layer:
+    KimiLinearModel.load_weights, KimiK3MTP.load_weights) find their inventory tensor,
+    so header bytes are sharded as vLLM shards them."""
+    from kvbudget.architectures import model_inventory
+    from kvbudget.weights.headers import match
+
+    names = {
+        "language_model.model.layers.0.self_attn.q_proj.weight": ("column", "recurrent"),
+        "language_model.model.layers.0.self_attn.f_a_proj.weight": ("replicated", "recurrent"),
+        "language_model.model.layers.0.self_attn.q_conv1d.weight": ("column", "recurrent"),
+        "language_model.model.layers.4.self_attn.q_a_proj.weight": ("replicated", "attention"),
+        "language_model.model.layers.4.self_attn.g_proj.weight": ("column", "attention"),
+        "language_model.model.layers.1.block_sparse_moe.experts.17.w2.weight": (
+            "row",
+            "routed_experts",
+        ),
+        "language_model.model.layers.1.block_sparse_moe.routed_expert_down_proj.weight": (
+            "replicated",
+            "routers",
+        ),
+        "language_model.model.layers.27.eh_proj.weight": ("replicated", "mtp"),
+        "language_model.model.layers.27.self_attn.kv_b_proj.weight": ("column", "mtp"),
+        "language_model.model.embed_tokens.weight": ("vocab", "embeddings"),
+        "language_model.lm_head.weight": ("vocab", "lm_head"),
+    }
+    found = match(list(names), model_inventory(parse(KIMI_K3)))
+    assert [(w.shard, w.component) if w else None for w in found] == list(names.values())

@@ -29,13 +29,15 @@ cache. MTP (``--spec mtp``; ``config/speculative.py`` maps ``kimi_k3`` to
 ``num_hidden_layers``, each an MLA layer (``kda_layers`` naming one, a recurrent draft
 layer, is refused with the layer numbers past the decoder's).
 
-Weights: vLLM's modules (``language_model.model.*`` after the checkpoint mapper
-``KimiK3ForConditionalGeneration.hf_to_vllm_mapper``), under the checkpoint's projection
-names, in vLLM's storage (``conv1d``, ``dt_bias``, ``A_log``, ``e_score_correction_bias``
-float32). Not counted: ``in_proj_qkvgfab``'s alignment rows (``in_proj_padding``: a TP
-rank's ``4 x P / tp + head_dim + heads / tp`` rows rounded up to 16) and the decode
-kernels' float32 copies of ``conv1d`` and ``o_norm`` (``decode_conv1d_weight``,
-``decode_norm_weight``: buffers, not checkpoint tensors).
+Weights: vLLM's modules under the checkpoint's names (``language_model.model.*``, the
+prefix the MTP loader strips, ``KimiK3MTP.load_weights``; the packed projections by their
+parts, ``KimiLinearModel.load_weights``' stacked mapping; experts ``w1``/``w3``/``w2``),
+so that safetensors headers match them, in vLLM's storage (the convolutions, ``dt_bias``,
+``A_log``, ``e_score_correction_bias`` float32). Not counted: ``in_proj_qkvgfab``'s
+alignment rows (``in_proj_padding``: a TP rank's ``4 x P / tp + head_dim + heads / tp``
+rows rounded up to 16) and the decode kernels' float32 copies of ``conv1d`` and
+``o_norm`` (``decode_conv1d_weight``, ``decode_norm_weight``: buffers, not checkpoint
+tensors).
 """
 
 from __future__ import annotations
@@ -118,12 +120,14 @@ def mtp_layers(f: ConfigFields, start: int) -> tuple[Layer, ...]:
 
 def kda(at: At, c: ModelFields) -> None:
     """``KimiK3DeltaAttention`` (kda.py ``__init__``) with the full-rank gate, else the
-    Kimi-Linear layer. ``in_proj_qkvgfab`` packs q, k, v and g (column-parallel, one
-    ``num_heads x head_dim`` projection each), f_a (``head_dim``, replicated: shard 4)
-    and b (one a head, column); ``f_b_proj`` (column, from ``head_dim``), ``dt_bias``
-    (float32, one a projection value), ``conv1d`` (float32, unquantized, 3 x heads x
-    head_dim by the kernel), ``A_log`` (float32, one a head), ``o_norm`` (``head_dim``),
-    ``o_proj`` (row)."""
+    Kimi-Linear layer, under the checkpoint's names (``KimiLinearModel.load_weights``'
+    stacked mapping): ``in_proj_qkvgfab`` packs ``q_proj``, ``k_proj``, ``v_proj`` and
+    ``g_proj`` (column-parallel, ``num_heads x head_dim`` each), ``f_a_proj``
+    (``head_dim``, replicated: shard 4) and ``b_proj`` (one a head, column); ``conv1d``
+    packs ``q_conv1d``, ``k_conv1d``, ``v_conv1d`` (float32, unquantized, heads x
+    head_dim by the kernel each); ``f_b_proj`` (column, from ``head_dim``), ``dt_bias``
+    (float32, one a projection value), ``A_log`` (float32, one a head), ``o_norm``
+    (``head_dim``), ``o_proj`` (row)."""
     cfg = linear_attn_config(c, k3=True)
     if not cfg.get("use_full_rank_gate", False):
         kimi_linear_kda(at, c)
@@ -132,11 +136,14 @@ def kda(at: At, c: ModelFields) -> None:
     conv = linear_int(c, cfg, "short_conv_kernel_size")
     hidden = c.int("hidden_size")
     proj = ((heads, dim),)
-    at.linear("in_proj_qkvgfab", ((heads, dim),) * 4 + ((heads, 1),), hidden, shard="column")
-    at.linear("in_proj_qkvgfab.f_a", dim, hidden, shard="replicated")
+    for name in ("q_proj", "k_proj", "v_proj", "g_proj"):
+        at.linear(name, proj, hidden, shard="column")
+    at.linear("f_a_proj", dim, hidden, shard="replicated")
+    at.linear("b_proj", ((heads, 1),), hidden, shard="column")
+    for name in ("q_conv1d", "k_conv1d", "v_conv1d"):
+        at.tensor(name, proj, conv, shard="column", fixed="fp32")
     at.linear("f_b_proj", proj, dim, shard="column")
     at.tensor("dt_bias", proj, shard="column", fixed="fp32")
-    at.tensor("conv1d", ((heads, dim),) * 3, conv, shard="column", fixed="fp32")
     at.tensor("A_log", ((heads, 1),), shard="column", fixed="fp32")
     at.norm("o_norm", dim)
     at.linear("o_proj", hidden, proj, shard="row")
@@ -191,7 +198,12 @@ def moe(layer: At, c: ModelFields) -> None:
         if c.flag("latent_moe_use_norm", False):
             latent.norm("routed_expert_norm", width)
         latent.linear("routed_expert_up_proj", hidden, width, shard="replicated")
-    gated_mlp(moe.sub("experts", "routed_experts"), width, inter, copies=experts)
+    # the checkpoint's expert names (fused_moe_make_expert_params_mapping: w1 gate, w3
+    # up, w2 down)
+    routed = moe.sub("experts", "routed_experts")
+    for proj in ("w1", "w3"):
+        routed.linear(proj, inter, width, shard="column", copies=experts)
+    routed.linear("w2", width, inter, shard="row", copies=experts)
     shared = c.int("num_shared_experts", 0, minimum=0)
     if shared:
         gated_mlp(moe.sub("shared_experts", "shared_experts"), hidden, inter * shared)
@@ -244,7 +256,9 @@ def mtp_weights(inv: Inventory, c: ModelFields, prefix: str) -> None:
         layer.norm("enorm", hidden)
         layer.norm("hnorm", hidden)
         layer.linear("eh_proj", hidden, 2 * hidden, shard="replicated", quantizable=False)
-        decoder_layer(layer.sub("mtp_block"), c, n + j, is_kda=False, res=False)
+        # the block's tensors under the layer itself, as the checkpoint stores them
+        # (KimiK3MTP._rewrite_spec_layer_name inserts ``mtp_block``)
+        decoder_layer(layer, c, n + j, is_kda=False, res=False)
         layer.norm("shared_head.norm", hidden)
         inv.extend_as_mtp(mtp)
 
