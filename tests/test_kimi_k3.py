@@ -142,6 +142,12 @@ def test_vllm_without_a_gate_bound_takes_triton_and_no_checkpoint(tmp_path: Path
     assert e["gpu_kv_cache_tokens"] == int(3236 / (4 * 2 + 18) * 32768) == 4_078_355
     off = vllm_plan(tmp_path / "off", KIMI_K3, enable_prefix_caching=False)
     assert [g[5] for g in _groups(off)][:4] == [1, 1, 1, 1]
+    # the plan's note counts the checkpoint state only where the layers keep one
+    for cfg, states in ((KIMI_K3, "2 + K + 1 states"), (KIMI_K3_UNBOUNDED, "2 + K states")):
+        p = plan(folder(tmp_path / states, cfg), spec="none", engine="vllm",
+                 kv_budget="40GiB", host_budget=0, max_seq_len=32768)  # fmt: skip
+        (note,) = [n for n in p.engine.notes if "prefix caching on for this hybrid" in n]
+        assert f"vLLM keeps {states} per request" in note
 
 
 def test_vllm_mtp_by_hand(tmp_path: Path) -> None:

@@ -1200,8 +1200,12 @@ def _notes(
         )
         on, off = (pool, other) if d.enable_prefix_caching else (other, pool)
         chosen = "on" if d.enable_prefix_caching else "off"
+        # the prefill checkpoint state, where the layers keep one (mamba_setup)
+        align = mamba_setup(replace(d, enable_prefix_caching=True), release)
+        checkpoint = align is not None and align.states_per_request > 2 + d.lookahead_tokens
         notes.append(
-            f"# prefix caching {chosen} for this hybrid model: with it on vLLM keeps 2 + K + 1 "
+            f"# prefix caching {chosen} for this hybrid model: with it on vLLM keeps "
+            f"2 + K{' + 1' if checkpoint else ''} "
             f"states per request (align mode) and holds {on.max_concurrency:.2f} requests of "
             f"max_model_len; with --no-prefix-caching 1 + K states and "
             f"{off.max_concurrency:.2f} requests, but no prefix reuse"
