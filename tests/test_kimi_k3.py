@@ -148,6 +148,8 @@ def test_vllm_without_a_gate_bound_takes_triton_and_no_checkpoint(tmp_path: Path
                  kv_budget="40GiB", host_budget=0, max_seq_len=32768)  # fmt: skip
         (note,) = [n for n in p.engine.notes if "prefix caching on for this hybrid" in n]
         assert f"vLLM keeps {states} per request" in note
+        flashkda = [n for n in p.engine.notes if "FlashKDA's prefill checkpoint" in n]
+        assert len(flashkda) == (cfg is KIMI_K3)
 
 
 def test_vllm_mtp_by_hand(tmp_path: Path) -> None:

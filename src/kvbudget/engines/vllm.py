@@ -1210,6 +1210,13 @@ def _notes(
             f"max_model_len; with --no-prefix-caching 1 + K states and "
             f"{off.max_concurrency:.2f} requests, but no prefix reuse"
         )
+        if checkpoint and flashkda_prefill(d):
+            notes.append(
+                "# the + 1 is FlashKDA's prefill checkpoint (Kimi K3's KDA layers on an "
+                "SM90/SM10x/SM12x GPU: kda.py resolve_kda_prefill_backend); on another GPU, "
+                'or with --additional-config \'{"kda_prefill_backend": "triton"}\', vLLM '
+                "keeps 2 + K and fits more requests"
+            )
     host, layout = ledger.host_bytes, d.parallel
     if offload is not None:
         notes.append(
