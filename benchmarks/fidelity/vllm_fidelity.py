@@ -767,6 +767,24 @@ def _model_runner_as_on_cuda() -> None:
     config_vllm.HAS_TRITON = True
 
 
+def _hybrid_kv_cache_as_on_cuda():
+    """While the platform aligns block sizes: ``support_hybrid_kv_cache`` answers as CUDA
+    does (True), as while the VllmConfig is built (``build_vllm_config``).
+
+    0.29.0's Kimi K3 reads its Mamba state shape through ``vllm_config.with_hf_config``
+    (models/kimi_k3/nvidia/model.py:2155, config/vllm.py:880), which builds a new
+    VllmConfig whose ``__post_init__`` asks the platform again (config/vllm.py:1786) and,
+    on this CPU-only process, refuses the hybrid manager the first config enabled
+    (:1836-1845). 0.33.0's copy (``with_hf_config``, config/vllm.py:964) passes here
+    without this; with it the platform answers as CUDA either way.
+    """
+    from vllm.platforms import current_platform
+
+    return mock.patch.object(
+        type(current_platform), "support_hybrid_kv_cache", classmethod(lambda cls: True)
+    )
+
+
 def _pp_refusal(exc: BaseException) -> bool:
     """vLLM 0.29.0's refusal of a drafter under PP: the draft's ModelConfig gets the
     target's pipeline_parallel_size (config/speculative.py:1686-1690) and the draft class
@@ -1180,13 +1198,24 @@ def _k3_kda_layer(vc, name, hf):
         mock.patch.object(platform, "get_device_capability", lambda: DeviceCapability(9, 0)),
     ):
         layer.kda_prefill_backend = kda_module.resolve_kda_prefill_backend(
-            "auto",
-            layer.head_dim,
-            vc.model_config.dtype,
-            layer.get_state_dtype()[1],
-            layer.gate_lower_bound,
+            *_kda_prefill_backend_args(kda_module, layer, vc)
         )
     return layer
+
+
+def _kda_prefill_backend_args(kda_module, layer, vc) -> tuple[Any, ...]:
+    """``resolve_kda_prefill_backend``'s arguments, as ``KimiK3DeltaAttention.__init__``
+    passes them.
+
+    0.33.0 (models/kimi_k3/nvidia/kda.py:486): ``(backend, head_dim, input_dtype,
+    recurrent_state_dtype, lower_bound)``; 0.29.0 (kda.py:300): ``(backend, head_dim,
+    dtype, lower_bound)``, no recurrent dtype (its state is float32).
+    """
+    params = inspect.signature(kda_module.resolve_kda_prefill_backend).parameters
+    dtype = vc.model_config.dtype
+    if "recurrent_state_dtype" in params:
+        return ("auto", layer.head_dim, dtype, layer.get_state_dtype()[1], layer.gate_lower_bound)
+    return ("auto", layer.head_dim, dtype, layer.gate_lower_bound)
 
 
 def _kimi_mla_layer(vc, name, hf, backend, draft=False):
@@ -1818,7 +1847,8 @@ def vllm_side(case: Case) -> VllmResult:
             # uniproc_executor.py:75 / multiproc_executor.py:802, after load_model: the
             # CUDA platform inherits Platform.update_block_size_for_backend
             # (interface.py:750), run on the stage's own layers
-            current_platform.update_block_size_for_backend(wvc)
+            with _hybrid_kv_cache_as_on_cuda():
+                current_platform.update_block_size_for_backend(wvc)
             # the V2 model runner's spec collection (v1/worker/gpu/attn_utils.py:138-155;
             # 0.29.0 runs ngram and draft_model on the V1 runner, config/vllm.py:2562-2574,
             # whose get_kv_cache_spec, gpu_model_runner.py:7625-7657, collects the same specs)

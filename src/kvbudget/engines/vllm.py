@@ -119,11 +119,11 @@ class VllmRelease:
       the draft ``pipeline_parallel_size=1``, config/speculative.py:1905; 0.29.0 gives it
       the target's, :1690, and the draft classes lack ``SupportsPP``, so
       ``ModelConfig`` refuses, config/model.py:1424-1430).
-    * ``kimi_k3``: Kimi K3's KDA layers are modelled (0.33.0: ``KimiK3DeltaAttention``
-      keeps its recurrent state in ``mamba_ssm_cache_dtype`` and, on the FlashKDA
-      prefill, one prefill checkpoint state, models/kimi_k3/nvidia/kda.py
-      ``get_state_dtype``, ``get_kv_cache_spec``; 0.29.0's ``get_state_dtype`` passes no
-      ``mamba_ssm_cache_dtype``, kda.py:363-375, which this model does not follow).
+    * ``kda_ssm_cache_dtype``: Kimi K3's ``KimiK3DeltaAttention`` keeps its recurrent
+      state in ``mamba_ssm_cache_dtype`` (0.33.0, models/kimi_k3/nvidia/kda.py
+      ``get_state_dtype``); 0.29.0's passes none and keeps it float32 (kda.py:363-375,
+      ``kda_state_dtype``, mamba_utils.py:132-138). Both keep one prefill checkpoint
+      state on the FlashKDA prefill (``get_kv_cache_spec``; kda.py:594-600 in 0.29.0).
     """
 
     version: str
@@ -133,7 +133,7 @@ class VllmRelease:
     async_with_ngram: bool
     speculation_with_pp: bool
     v1_runner_specs: frozenset[str] = frozenset()
-    kimi_k3: bool = False
+    kda_ssm_cache_dtype: bool = False
 
 
 RELEASE = VllmRelease(
@@ -145,7 +145,7 @@ RELEASE = VllmRelease(
     gdn_checkpoint_alignment=64,
     async_with_ngram=True,
     speculation_with_pp=True,
-    kimi_k3=True,
+    kda_ssm_cache_dtype=True,
 )
 # vLLM's refusal of a drafter without SupportsPP under PP (config/model.py)
 PP_REFUSAL = (
@@ -856,18 +856,18 @@ KDA_STATE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 def _check_kimi_k3(d: Deployment, release: VllmRelease) -> None:
-    """InvalidArgumentError for Kimi K3's KDA layers where this model does not follow
-    ``release`` (:attr:`VllmRelease.kimi_k3`), or a ``--state-dtype`` vLLM refuses for
-    them (``kda_state_dtype``: auto, float32 or bfloat16 only)."""
+    """InvalidArgumentError for a recurrent dtype vLLM does not keep Kimi K3's KDA state
+    in: ``kda_state_dtype`` takes auto, float32 or bfloat16 only, and a release without
+    :attr:`VllmRelease.kda_ssm_cache_dtype` float32 only."""
     if not _has_k3_kda(d):
         return
-    if not release.kimi_k3:
-        raise InvalidArgumentError(
-            f"--engine vllm@{release.version} is not modelled for {d.target.name}'s Kimi K3 "
-            "KDA layers (that release keeps their recurrent state in float32 whatever "
-            f"--mamba-ssm-cache-dtype says); plan it with --engine vllm@{VERSION}"
-        )
     recurrent = _kda_recurrent_dtype(d)
+    if not release.kda_ssm_cache_dtype and recurrent != "fp32":
+        raise InvalidArgumentError(
+            f"vLLM {release.version} keeps {d.target.name}'s KDA recurrent state in float32 "
+            f"whatever --mamba-ssm-cache-dtype says, not {recurrent} (--state-dtype "
+            f"{d.state_dtype}); plan --state-dtype auto or fp32, or --engine vllm@{VERSION}"
+        )
     if recurrent not in KDA_STATE_DTYPES:
         raise InvalidArgumentError(
             f"vLLM keeps {d.target.name}'s KDA recurrent state in float32 or bfloat16 only "

@@ -2,7 +2,7 @@
 
 Everything :mod:`kvbudget.engines.vllm` describes holds for 0.29.0 (groups, page
 unification, the sliding and chunked charges, the null block held back before the fit
-check, the refusal text, the capacity log), except five things, read in the 0.29.0 wheel
+check, the refusal text, the capacity log), except six things, read in the 0.29.0 wheel
 from PyPI (``vllm-project/vllm`` v0.29.0) and checked on CPU by
 ``benchmarks/fidelity/vllm_fidelity.py`` run in a 0.29.0 venv:
 
@@ -27,6 +27,9 @@ from PyPI (``vllm-project/vllm`` v0.29.0) and checked on CPU by
   ``vllm/v1/kv_cache_interface.py:889-892``), so a request holds ``2 + K`` states in
   align mode, not ``2 + K + 1`` (Nemotron-H-8B at 40 GiB: 20 blocks per request,
   126.00x, against 26 and 96.92x).
+* **Kimi K3's KDA recurrent state is float32** whatever ``--mamba-ssm-cache-dtype``
+  says (``KimiK3DeltaAttention.get_state_dtype``, ``vllm/models/kimi_k3/nvidia/kda.py:363-375``):
+  a ``--state-dtype`` that would keep it in bf16 is refused (``kda_ssm_cache_dtype``).
 * **No 64-token alignment of a GDN model's block size**:
   ``Platform._align_hybrid_block_size`` (``vllm/platforms/interface.py:911``) aligns the
   attention block only to the kernel's 16 (Qwen3-Next MTP at TP 1: 560 tokens, against
