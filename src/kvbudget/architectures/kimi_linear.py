@@ -19,10 +19,11 @@ layer (``models/kimi_k3/nvidia/model.py`` ``KimiDecoderLayer``: without
 ``kimi_k3`` -> ``kimi_k3_mtp``), so a Kimi-Linear ``num_nextn_predict_layers`` > 0 is
 an error.
 
-Kimi K3 (``kimi_k3``) is not read here: its KDA layers are ``KimiK3DeltaAttention``
-(``models/kimi_k3/nvidia/kda.py``: the recurrent state follows
-``mamba_ssm_cache_dtype``, prefill checkpoint blocks depend on the KDA prefill
-backend), with attention residuals, a latent MoE and MTP layers of its own.
+Kimi K3 (``kimi_k3``) is read by :mod:`~kvbudget.architectures.kimi_k3`: its KDA layers
+are ``KimiK3DeltaAttention`` (``models/kimi_k3/nvidia/kda.py``), with attention
+residuals, a latent MoE and MTP layers of its own; a ``kimi_linear`` config with those
+(``use_full_rank_gate``, ``attn_res_block_size``, ``routed_expert_hidden_size``, a q
+LoRA) is refused here, naming the field.
 
 Weights: vLLM's modules as it names them after its checkpoint mapper
 (``KimiLinearModel.packed_modules_mapping``: ``in_proj_qkvgfab`` packs q, k, v, b and

@@ -312,17 +312,18 @@ def mamba_setup(d: Deployment, release: VllmRelease) -> MambaSetup | None:
 
 
 def flashkda_prefill(d: Deployment) -> bool:
-    """Whether vLLM 0.33.0 prefills the target's Kimi K3 KDA layers on FlashKDA, which
-    gives each KDA spec one prefill checkpoint state (models/kimi_k3/nvidia/kda.py
+    """Whether vLLM prefills the target's Kimi K3 KDA layers on FlashKDA, which gives
+    each KDA spec one prefill checkpoint state (0.33.0 models/kimi_k3/nvidia/kda.py
     ``KimiK3DeltaAttention.get_kv_cache_spec``: ``num_prefill_checkpoint_blocks =
     int(kda_prefill_checkpoint_alignment(backend) is not None)``, 1 for ``flashkda``;
-    it declares no block alignment, ``MambaBase.get_prefill_checkpoint_alignment``).
+    it declares no block alignment, ``MambaBase.get_prefill_checkpoint_alignment``;
+    0.29.0 kda.py:594-600 the same).
 
     ``resolve_kda_prefill_backend("auto")`` (``kda_prefill_backend`` in
     ``--additional-config``, not emitted) takes FlashKDA where ``is_flashkda_supported``:
     on the SM90 this model plans for, a 128-wide head, bfloat16 activations and a
-    ``gate_lower_bound``; FlashInfer's KDA prefill only when asked, Triton otherwise
-    (no checkpoint). The recurrent dtype (bf16 or fp32) always qualifies.
+    ``gate_lower_bound``; FlashInfer's KDA prefill (0.33.0) only when asked, Triton
+    otherwise (no checkpoint). The recurrent dtype (bf16 or fp32) always qualifies.
     """
     return d.target.dtype in (None, "bf16") and any(
         isinstance(x, KimiDeltaLayer) and x.full_rank_gate and x.bounded_gate and x.head_dim == 128
