@@ -311,3 +311,170 @@ def test_checkpoint_names_match_the_inventory() -> None:
     }
     found = match(list(names), model_inventory(parse(KIMI_K3)))
     assert [(w.shard, w.component) if w else None for w in found] == list(names.values())
+
+
+# A tiny Kimi K3 as a Hub repository: the text model's tensors under the names its
+# loaders read (KimiLinearModel.load_weights' stacked mapping and expert mapping,
+# KimiK3MTP.load_weights' ``language_model.`` prefix and MTP layer), shapes from the
+# config; the float32 tensors vLLM holds (convolutions, dt_bias, A_log, the correction
+# bias) stored float32; one vision-tower tensor no inventory tensor names.
+_TINY_TEXT: dict[str, Any] = {
+    "model_type": "kimi_linear",
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "kv_lora_rank": 32,
+    "q_lora_rank": 32,
+    "qk_rope_head_dim": 16,
+    "qk_nope_head_dim": 16,
+    "v_head_dim": 16,
+    "mla_use_nope": True,
+    "mla_use_output_gate": True,
+    "num_experts": 4,
+    "num_experts_per_token": 2,
+    "num_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "routed_expert_hidden_size": 32,
+    "latent_moe_use_norm": True,
+    "attn_res_block_size": 1,
+    "num_nextn_predict_layers": 1,
+    "max_position_embeddings": 4096,
+    "linear_attn_config": {
+        "kda_layers": [1],
+        "full_attn_layers": [2],
+        "num_heads": 2,
+        "head_dim": 32,
+        "short_conv_kernel_size": 4,
+        "use_full_rank_gate": True,
+        "gate_lower_bound": -5.0,
+    },
+}
+_TINY_K3 = {"model_type": "kimi_k3", "torch_dtype": "bfloat16", "text_config": _TINY_TEXT}
+_B, _F = "BF16", "F32"
+
+
+def _tiny_mla_moe(p: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    a, m = f"{p}.self_attn", f"{p}.block_sparse_moe"
+    out: dict[str, tuple[str, tuple[int, ...]]] = {
+        f"{a}.q_a_proj.weight": (_B, (32, 64)),
+        f"{a}.q_a_layernorm.weight": (_B, (32,)),
+        f"{a}.q_b_proj.weight": (_B, (64, 32)),  # 2 heads x (16 + 16)
+        f"{a}.kv_a_proj_with_mqa.weight": (_B, (48, 64)),
+        f"{a}.g_proj.weight": (_B, (32, 64)),  # 2 heads x v 16
+        f"{a}.kv_a_layernorm.weight": (_B, (32,)),
+        f"{a}.kv_b_proj.weight": (_B, (64, 32)),
+        f"{a}.o_proj.weight": (_B, (64, 32)),
+        f"{p}.input_layernorm.weight": (_B, (64,)),
+        f"{p}.post_attention_layernorm.weight": (_B, (64,)),
+        f"{m}.gate.weight": (_B, (4, 64)),
+        f"{m}.gate.e_score_correction_bias": (_F, (4,)),
+        f"{m}.routed_expert_down_proj.weight": (_B, (32, 64)),
+        f"{m}.routed_expert_norm.weight": (_B, (32,)),
+        f"{m}.routed_expert_up_proj.weight": (_B, (64, 32)),
+        f"{m}.shared_experts.gate_proj.weight": (_B, (32, 64)),
+        f"{m}.shared_experts.up_proj.weight": (_B, (32, 64)),
+        f"{m}.shared_experts.down_proj.weight": (_B, (64, 32)),
+    }
+    for e in range(4):
+        for w in ("w1", "w2", "w3"):
+            out[f"{m}.experts.{e}.{w}.weight"] = (_B, (32, 32))
+    return out
+
+
+def _tiny_res(p: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    return {
+        f"{p}.self_attention_res_norm.weight": (_B, (64,)),
+        f"{p}.mlp_res_norm.weight": (_B, (64,)),
+        f"{p}.self_attention_res_proj.weight": (_B, (1, 64)),
+        f"{p}.mlp_res_proj.weight": (_B, (1, 64)),
+    }
+
+
+def _tiny_k3_tensors() -> dict[str, tuple[str, tuple[int, ...]]]:
+    t, a = "language_model.model.layers.0", "language_model.model.layers.0.self_attn"
+    out: dict[str, tuple[str, tuple[int, ...]]] = {
+        "language_model.model.embed_tokens.weight": (_B, (256, 64)),
+        **{f"{a}.{x}_proj.weight": (_B, (64, 64)) for x in "qkvg"},  # 2 heads x 32
+        f"{a}.f_a_proj.weight": (_B, (32, 64)),
+        f"{a}.b_proj.weight": (_B, (2, 64)),
+        **{f"{a}.{x}_conv1d.weight": (_F, (64, 1, 4)) for x in "qkv"},
+        f"{a}.f_b_proj.weight": (_B, (64, 32)),
+        f"{a}.dt_bias": (_F, (64,)),
+        f"{a}.A_log": (_F, (2,)),
+        f"{a}.o_norm.weight": (_B, (32,)),
+        f"{a}.o_proj.weight": (_B, (64, 64)),
+        f"{t}.input_layernorm.weight": (_B, (64,)),
+        f"{t}.post_attention_layernorm.weight": (_B, (64,)),
+        **_tiny_res(t),
+        f"{t}.mlp.gate_proj.weight": (_B, (128, 64)),
+        f"{t}.mlp.up_proj.weight": (_B, (128, 64)),
+        f"{t}.mlp.down_proj.weight": (_B, (64, 128)),
+        **_tiny_mla_moe("language_model.model.layers.1"),
+        **_tiny_res("language_model.model.layers.1"),
+        "language_model.model.norm.weight": (_B, (64,)),
+        "language_model.model.output_attn_res_norm.weight": (_B, (64,)),
+        "language_model.model.output_attn_res_proj.weight": (_B, (1, 64)),
+        "language_model.lm_head.weight": (_B, (256, 64)),
+        # the MTP layer: enorm, hnorm, eh_proj, the block's tensors, shared_head.norm
+        "language_model.model.layers.2.enorm.weight": (_B, (64,)),
+        "language_model.model.layers.2.hnorm.weight": (_B, (64,)),
+        "language_model.model.layers.2.eh_proj.weight": (_B, (64, 128)),
+        **_tiny_mla_moe("language_model.model.layers.2"),
+        "language_model.model.layers.2.shared_head.norm.weight": (_B, (64,)),
+    }
+    return out
+
+
+VISION = {"vision_tower.patch_embed.proj.weight": (_B, (1024, 8))}  # 16,384 B
+
+
+def test_a_hub_checkpoint_plans_from_its_headers(tmp_path: Path) -> None:
+    """Every text tensor of the checkpoint finds its inventory tensor (sharded as vLLM
+    shards it at TP 2): the header figure is the inventory's plus the vision tensor,
+    held whole; with MTP, plus the MTP layer."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from hub_server import FakeHub, sharded
+
+    tensors = _tiny_k3_tensors()
+    files = {"config.json": json.dumps(_TINY_K3).encode(), **sharded({
+        "model-00001-of-00002.safetensors": dict(list(tensors.items())[:40]),
+        "model-00002-of-00002.safetensors": {**dict(list(tensors.items())[40:]), **VISION},
+    })}  # fmt: skip
+    model = parse(_TINY_K3)
+    from kvbudget.architectures import model_inventory
+    from kvbudget.weights.headers import match
+
+    found = match([*tensors, *VISION], model_inventory(model))
+    assert [w is None for w in found] == [False] * len(tensors) + [True]
+    expected = {
+        spec: weights_bytes(model, tp=2, include_mtp=spec == "mtp", source="inventory")
+        for spec in ("none", "mtp")
+    }
+    hub = FakeHub().start()
+    try:
+        hub.add("acme/tiny-kimi-k3", files)
+        environ = dict(os.environ)
+        environ.update(
+            HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0", HF_HOME=str(tmp_path / "home"),
+            HF_HUB_CACHE=str(tmp_path / "cache"), NO_COLOR="1",
+        )  # fmt: skip
+        for spec, want in expected.items():
+            done = subprocess.run(
+                [sys.executable, "-m", "kvbudget", "plan", "--json", "--target",
+                 "acme/tiny-kimi-k3", "--engine", "vllm", "--spec", spec, "--tp", "2",
+                 "--max-seq-len", "4096", "--max-batch-size", "4"],
+                capture_output=True, text=True, env=environ, timeout=120, check=False,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            data = json.loads(done.stdout)
+            assert data["weights_source"] == {"target": "safetensors headers"}
+            assert data["budget"]["weights_bytes"] == want.total_bytes + 16_384
+    finally:
+        hub.stop()
