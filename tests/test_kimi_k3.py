@@ -478,3 +478,23 @@ def test_a_hub_checkpoint_plans_from_its_headers(tmp_path: Path) -> None:
             assert data["budget"]["weights_bytes"] == want.total_bytes + 16_384
     finally:
         hub.stop()
+
+
+@pytest.mark.parametrize(
+    "field", ["q_lora_rank", "routed_expert_hidden_size", "attn_res_block_size"]
+)
+def test_a_kimi_linear_config_with_k3_parts_points_to_kimi_k3(field: str) -> None:
+    """vLLM's KimiLinearForCausalLM builds them too; kvbudget reads them in the kimi_k3
+    wrapper only, and says so."""
+    cfg = {**copy.deepcopy(KIMI_K3["text_config"]), "num_nextn_predict_layers": 0}
+    cfg["linear_attn_config"] = copy.deepcopy(
+        KIMI_K3_UNBOUNDED["text_config"]["linear_attn_config"]
+    )
+    del cfg["linear_attn_config"]["use_full_rank_gate"]
+    for other in {"q_lora_rank", "routed_expert_hidden_size", "attn_res_block_size"} - {field}:
+        cfg[other] = None
+    with pytest.raises(ConfigError, match=f"{field}.*model_type kimi_k3"):
+        count_params(parse(cfg))
+    cfg["linear_attn_config"]["use_full_rank_gate"] = True
+    with pytest.raises(ConfigError, match="modelled for model_type kimi_k3"):
+        parse(cfg)

@@ -65,7 +65,8 @@ def linear_attn_config(f: ConfigFields, *, k3: bool = False) -> dict[str, Any]:
     if cfg.get("use_full_rank_gate") and not k3:
         raise f.error(
             "linear_attn_config",
-            "use_full_rank_gate is Kimi K3's KDA layer (KimiK3DeltaAttention), not modelled",
+            "use_full_rank_gate is Kimi K3's KDA layer (KimiK3DeltaAttention), modelled for "
+            "model_type kimi_k3: plan it as the text_config of a kimi_k3 config",
         )
     return cfg
 
@@ -146,7 +147,10 @@ def mla(at: At, c: ModelFields) -> None:
     ``kv_a_proj_with_mqa`` (replicated), ``kv_a_layernorm``, ``kv_b_proj`` (column),
     ``g_proj`` (column) with ``mla_use_output_gate``, ``o_proj`` (row)."""
     if c.get("q_lora_rank") is not None:
-        raise c.error("q_lora_rank", "Kimi-Linear's MLA has no q LoRA (Kimi K3's has)")
+        raise c.error(
+            "q_lora_rank",
+            "Kimi-Linear's MLA has no q LoRA (Kimi K3's has: plan it as model_type kimi_k3)",
+        )
     hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
     rope, nope, v = c.int("qk_rope_head_dim"), c.int("qk_nope_head_dim"), c.int("v_head_dim")
     rank = c.int("kv_lora_rank")
@@ -175,7 +179,9 @@ def mlp(layer: At, c: ModelFields, i: int) -> None:
         gated_mlp(layer.sub("mlp", "dense_mlp"), hidden, c.int("intermediate_size"))
         return
     if c.get("routed_expert_hidden_size") is not None:
-        raise c.error("routed_expert_hidden_size", "a latent MoE (Kimi K3's) is not modelled")
+        raise c.error(
+            "routed_expert_hidden_size", "a latent MoE is Kimi K3's: plan it as model_type kimi_k3"
+        )
     moe = layer.sub("block_sparse_moe")
     gate = moe.sub("gate", "routers")
     gate.tensor("weight", experts, hidden)
@@ -191,7 +197,10 @@ def weights(inv: Inventory, c: ModelFields) -> None:
     """Embeddings, decoder layers (KDA or MLA, MoE or dense, two norms), final norm,
     lm_head (``KimiLinearForCausalLM``, model.py)."""
     if c.get("attn_res_block_size") is not None:
-        raise c.error("attn_res_block_size", "attention residuals (Kimi K3's) are not modelled")
+        raise c.error(
+            "attn_res_block_size",
+            "attention residuals are Kimi K3's: plan it as model_type kimi_k3",
+        )
     hidden = c.int("hidden_size")
     inv.at("model", "first", "embeddings").vocab("embed_tokens", c.int("vocab_size"), hidden)
     for i, is_kda in enumerate(kda_flags(c)):
