@@ -71,12 +71,16 @@ def test_layers_and_mtp_follow_the_text_config() -> None:
 @pytest.mark.parametrize(
     ("cfg", "match"),
     [
+        # vLLM would fill KimiLinearConfig's defaults: no kv_lora_rank, and
+        # KimiDecoderLayer asserts one; it asserts mla_use_nope too
         ({"model_type": "kimi_k3"}, "text_config"),
         (with_text(mla_use_nope=False), "NoPE only"),
+        # vLLM would build every layer as MLA (is_kda_layer False); kvbudget reads the
+        # KDA layers' config and refuses a Kimi K3 without one
         (with_text(linear_attn_config=None), "linear_attn_config"),
     ],
 )
-def test_configs_vllm_cannot_build_are_refused(cfg: dict[str, Any], match: str) -> None:
+def test_configs_refused_name_the_field(cfg: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         parse(cfg)
 
