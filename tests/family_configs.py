@@ -8,6 +8,7 @@ with vLLM's own code. Plain dicts only: no engine code.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -256,6 +257,42 @@ _KIMI_LINEAR: dict[str, Any] = {
     },
 }
 FAMILY_CONFIGS["family/kimi-linear-defaults"] = _KIMI_LINEAR
+# Kimi K3 (vLLM KimiK3ForConditionalGeneration, vllm/models/kimi_k3/nvidia): no verbatim
+# Hub config is reachable here, and neither vLLM's KimiK3Config nor its KimiLinearConfig
+# (vllm/transformers_utils/configs/kimi_k3.py, kimi_linear.py) defaults to a KDA, MLA or
+# MoE layer, nor transformers 5.20.2 has a Kimi K3 config, so the text model is
+# Kimi-Linear's geometry above (transformers' KimiLinearConfig defaults) with the
+# switches vLLM's Kimi K3 code reads turned on at values chosen here to exercise them,
+# not a released checkpoint's: the full-rank KDA gate with a gate_lower_bound of -5.0
+# (kda.py _KDA_GATE_LOGBOUND_MIN, the bound's floor), a q LoRA of 1536 and the MLA output
+# gate, attention residuals every 4 layers, a latent MoE of 1024 with its norm, one MTP
+# layer. The wrapper's vision_config is left to KimiK3VisionConfig's defaults.
+_KIMI_K3_TEXT: dict[str, Any] = {
+    **{k: v for k, v in _KIMI_LINEAR.items() if k not in ("architectures", "linear_attn_config")},
+    "q_lora_rank": 1536,
+    "mla_use_output_gate": True,
+    "attn_res_block_size": 4,
+    "routed_expert_hidden_size": 1024,
+    "latent_moe_use_norm": True,
+    "num_nextn_predict_layers": 1,
+    "linear_attn_config": {
+        **_KIMI_LINEAR["linear_attn_config"],
+        "use_full_rank_gate": True,
+        "gate_lower_bound": -5.0,
+    },
+}
+_KIMI_K3: dict[str, Any] = {
+    "model_type": "kimi_k3",
+    "architectures": ["KimiK3ForConditionalGeneration"],
+    "torch_dtype": "bfloat16",
+    "text_config": _KIMI_K3_TEXT,
+}
+FAMILY_CONFIGS["family/kimi-k3"] = _KIMI_K3
+# the same without gate_lower_bound: vLLM's KDA prefill is Triton then (kda.py
+# resolve_kda_prefill_backend: FlashKDA needs a bounded gate), no prefill checkpoint
+_KIMI_K3_UNBOUNDED = copy.deepcopy(_KIMI_K3)
+del _KIMI_K3_UNBOUNDED["text_config"]["linear_attn_config"]["gate_lower_bound"]
+FAMILY_CONFIGS["family/kimi-k3-unbounded-gate"] = _KIMI_K3_UNBOUNDED
 # MiniMax-M3 (vLLM MiniMaxM3SparseForConditionalGeneration, vllm/models/minimax_m3): no
 # verbatim Hub config is reachable here, so the text model is vLLM 0.33.0's own
 # ``MiniMaxM3TextConfig`` defaults (vllm/transformers_utils/configs/minimax_m3.py, whose
@@ -370,6 +407,8 @@ FAMILY_CONFIGS["family/minimax-m3-eagle3-head"] = {
     "torch_dtype": "bfloat16",
 }
 KIMI_LINEAR = _KIMI_LINEAR
+KIMI_K3 = _KIMI_K3
+KIMI_K3_UNBOUNDED = _KIMI_K3_UNBOUNDED
 MINIMAX_M3_EAGLE3_HEAD = FAMILY_CONFIGS["family/minimax-m3-eagle3-head"]
 MINIMAX_M3 = FAMILY_CONFIGS["family/minimax-m3-defaults"]
 MINIMAX_M3_PATTERN = FAMILY_CONFIGS["family/minimax-m3-pattern"]

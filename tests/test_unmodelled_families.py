@@ -36,7 +36,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "compress_rates": {"heavily_compressed_attention": 128},
         "layer_types": ["heavily_compressed_attention"] * 4,
     },
-    "kimi_k3": {"model_type": "kimi_k3", "text_config": {**BASE, "model_type": "kimi_linear"}},
+    # Kimi K3 (kimi_k3) is modelled (tests/test_kimi_k3.py); its MTP layers on their own
+    # are not (vLLM makes that draft config from the target's, config/speculative.py)
+    "kimi_k3_mtp": {
+        "model_type": "kimi_k3_mtp",
+        "text_config": {**BASE, "model_type": "kimi_linear"},
+    },
     # MiniMax-M3's text and vision-language types are modelled (tests/test_minimax_m3.py);
     # its standalone MTP model is not (MiniMaxM3MTPConfig: one decoder layer)
     "minimax_m3_mtp": {
@@ -79,14 +84,18 @@ def test_no_supported_model_type_is_listed_as_unmodelled() -> None:
 
 
 def test_cli_prints_one_error_line(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps(CONFIGS["kimi_k3"]), "utf-8")
+    (tmp_path / "config.json").write_text(json.dumps(CONFIGS["kimi_k3_mtp"]), "utf-8")
     result = CliRunner().invoke(
         app, ["plan", "--target", str(tmp_path), "--kv-budget", "8GiB"], env={"NO_COLOR": "1"}
     )
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
-    assert "'kimi_k3' (Kimi K3: a Kimi-Linear text model) is not modelled yet" in lines[0]
+    assert (
+        "'kimi_k3_mtp' (Kimi K3's MTP layers on their own; plan the kimi_k3 target with "
+        in lines[0]
+    )
+    assert "--spec mtp) is not modelled yet" in lines[0]
     assert "supported: deepseek_v2" in lines[0] and result.stdout == ""
 
 
@@ -101,7 +110,9 @@ def test_a_hub_config_of_such_a_family_is_one_error_line(tmp_path: Path) -> None
 
     hub = FakeHub().start()
     try:
-        hub.add("moonshotai/Kimi-K3", {"config.json": json.dumps(CONFIGS["kimi_k3"]).encode()})
+        hub.add(
+            "moonshotai/Kimi-K3-MTP", {"config.json": json.dumps(CONFIGS["kimi_k3_mtp"]).encode()}
+        )
         environ = dict(os.environ)
         environ.update(
             HF_ENDPOINT=hub.url,
@@ -111,7 +122,7 @@ def test_a_hub_config_of_such_a_family_is_one_error_line(tmp_path: Path) -> None
             NO_COLOR="1",
         )
         done = subprocess.run(
-            [sys.executable, "-m", "kvbudget", "plan", "--target", "moonshotai/Kimi-K3"],
+            [sys.executable, "-m", "kvbudget", "plan", "--target", "moonshotai/Kimi-K3-MTP"],
             capture_output=True, text=True, env=environ, timeout=120, check=False,
         )  # fmt: skip
         paths = [path for _, path, _ in hub.requests]
@@ -119,6 +130,6 @@ def test_a_hub_config_of_such_a_family_is_one_error_line(tmp_path: Path) -> None
         hub.stop()
     assert done.returncode == 2, done.stderr
     lines = done.stderr.splitlines()
-    assert len(lines) == 1 and "model_type 'kimi_k3'" in lines[0], done.stderr
+    assert len(lines) == 1 and "model_type 'kimi_k3_mtp'" in lines[0], done.stderr
     assert lines[0].startswith("error: ") and done.stdout == ""
     assert not any(p.endswith(".safetensors") or "index.json" in p for p in paths)

@@ -126,7 +126,7 @@ MAX_NUM_BATCHED_TOKENS = 8192
 NUM_SPECULATIVE_TOKENS = 3
 NGRAM_PROMPT_LOOKUP = 5  # vLLM's default for both ngram window fields
 DRAFT_TARGET_DRAFT = "meta-llama/Llama-3.2-1B-Instruct"
-MAMBA_TYPES = ("nemotron_h", "qwen3_next", "kimi_linear")
+MAMBA_TYPES = ("nemotron_h", "qwen3_next", "kimi_linear", "kimi_k3")
 
 # kvbudget spec names -> vLLM --speculative-config "method"
 VLLM_METHOD = {
@@ -233,6 +233,9 @@ class Case:
     enable_prefix_caching: bool = True
     num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS
     pp: int = 1  # --pipeline-parallel-size
+    # kvbudget --state-dtype; vLLM --mamba-cache-dtype and --mamba-ssm-cache-dtype
+    # (STATE_DTYPES), as kvbudget's plan emits them for Kimi K3
+    state_dtype: str = "auto"
 
     @property
     def id(self) -> str:
@@ -246,6 +249,7 @@ class Case:
         return (
             f"{self.target} {spec} {budget} tp{self.tp}{pp} {self.kv_dtype} "
             f"len{self.max_model_len}{pc}"
+            + (f" state-{self.state_dtype}" if self.state_dtype != "auto" else "")
         )
 
     @property
@@ -264,6 +268,9 @@ class Case:
             if self.enable_prefix_caching
             else "--no-enable-prefix-caching",
         ]
+        if self.state_dtype != "auto":
+            name = STATE_DTYPES[self.state_dtype]
+            flags += [f"--mamba-cache-dtype {name}", f"--mamba-ssm-cache-dtype {name}"]
         if self.spec != "none":
             cfg: dict[str, Any] = {
                 "method": VLLM_METHOD[self.spec],
@@ -359,6 +366,7 @@ def all_cases() -> list[Case]:
         + dflash_cases(presets)
         + mtp_depth_cases(presets)
         + family_extra_cases(presets)
+        + state_dtype_cases(presets)
     )
 
 
@@ -378,6 +386,25 @@ def family_extra_cases(presets: dict[str, Any]) -> list[Case]:
         Case(name, spec, None, gib * GiB, tp, dtype, _max_model_len(presets[name]),
              _block_size(presets[name]))
         for name, spec, gib, tp, dtype in _FAMILY_EXTRA
+    ]  # fmt: skip
+
+
+STATE_DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp32": "float32"}
+# Kimi K3 with its KDA state in bf16 (KimiK3DeltaAttention.get_state_dtype reads
+# --mamba-ssm-cache-dtype; kvbudget's plan emits it for --state-dtype): target, spec, tp
+_STATE_DTYPE_EXTRA = (
+    ("family/kimi-k3", "none", 1),
+    ("family/kimi-k3", "mtp", 8),
+    ("family/kimi-k3-unbounded-gate", "ngram", 1),
+)
+
+
+def state_dtype_cases(presets: dict[str, Any]) -> list[Case]:
+    """``_STATE_DTYPE_EXTRA`` at 40 GiB, bf16 KV, ``--state-dtype bf16``."""
+    return [
+        Case(name, spec, None, 40 * GiB, tp, "bf16", _max_model_len(presets[name]),
+             state_dtype="bf16")
+        for name, spec, tp in _STATE_DTYPE_EXTRA
     ]  # fmt: skip
 
 
@@ -755,6 +782,24 @@ def _model_runner_as_on_cuda() -> None:
     config_vllm.HAS_TRITON = True
 
 
+def _hybrid_kv_cache_as_on_cuda():
+    """While the platform aligns block sizes: ``support_hybrid_kv_cache`` answers as CUDA
+    does (True), as while the VllmConfig is built (``build_vllm_config``).
+
+    0.29.0's Kimi K3 reads its Mamba state shape through ``vllm_config.with_hf_config``
+    (models/kimi_k3/nvidia/model.py:2155, config/vllm.py:880), which builds a new
+    VllmConfig whose ``__post_init__`` asks the platform again (config/vllm.py:1786) and,
+    on this CPU-only process, refuses the hybrid manager the first config enabled
+    (:1836-1845). 0.33.0's copy (``with_hf_config``, config/vllm.py:964) passes here
+    without this; with it the platform answers as CUDA either way.
+    """
+    from vllm.platforms import current_platform
+
+    return mock.patch.object(
+        type(current_platform), "support_hybrid_kv_cache", classmethod(lambda cls: True)
+    )
+
+
 def _pp_refusal(exc: BaseException) -> bool:
     """vLLM 0.29.0's refusal of a drafter under PP: the draft's ModelConfig gets the
     target's pipeline_parallel_size (config/speculative.py:1686-1690) and the draft class
@@ -841,6 +886,8 @@ def build_vllm_config(case: Case):
         is_attention_free=model_config.is_attention_free,
         sliding_window=sliding_window,
         enable_prefix_caching=case.enable_prefix_caching,
+        mamba_cache_dtype=STATE_DTYPES[case.state_dtype],
+        mamba_ssm_cache_dtype=STATE_DTYPES[case.state_dtype],
     )
     # arg_utils.py:2569-2571; with more than one rank ParallelConfig picks the "mp"
     # executor, as on a node with enough GPUs (config/parallel.py:1054-1095)
@@ -1135,11 +1182,65 @@ def _kda_layer(vc, name, hf):
     return layer
 
 
-def _kimi_mla_layer(vc, name, hf, backend):
+def _k3_kda_layer(vc, name, hf):
+    """vLLM's KimiK3DeltaAttention (Kimi K3's KDA layers: the full-rank gate;
+    models/kimi_k3/nvidia/kda.py), its own ``get_state_shape``, ``get_state_dtype``
+    (``kda_state_dtype`` with ``mamba_ssm_cache_dtype``) and ``get_kv_cache_spec`` run
+    unchanged. Attributes as gdn/base.py and its ``__init__`` set them; the prefill
+    backend is vLLM's own ``resolve_kda_prefill_backend("auto", ...)`` answered as on an
+    H100/H200 (``current_platform.is_cuda()`` True, capability 9.0): FlashKDA where
+    ``is_flashkda_supported`` (128-wide heads, bf16 activations, a gate_lower_bound),
+    whose spec then holds one prefill checkpoint state, else Triton."""
+    from vllm.models.kimi_k3.nvidia import kda as kda_module
+    from vllm.platforms.interface import DeviceCapability
+
+    tp = vc.parallel_config.tensor_parallel_size
+    kda = hf.linear_attn_config
+    if kda["num_heads"] % tp:  # ``assert self.num_heads % self.tp_size == 0``
+        raise Skip(f"{name}: {kda['num_heads']} KDA heads not divisible by TP {tp}")
+    layer = _bare(kda_module.KimiK3DeltaAttention)
+    layer.tp_size = tp
+    layer.num_heads = kda["num_heads"]
+    layer.head_dim = kda["head_dim"]
+    layer.conv_size = kda["short_conv_kernel_size"]
+    layer.gate_lower_bound = kda.get("gate_lower_bound", None)
+    layer.model_config = vc.model_config
+    layer.cache_config = vc.cache_config
+    layer.speculative_config = vc.speculative_config
+    layer.num_spec = vc.num_speculative_tokens
+    layer.prefix = name
+    platform = kda_module.current_platform
+    with (
+        mock.patch.object(platform, "is_cuda", lambda: True),
+        mock.patch.object(platform, "get_device_capability", lambda: DeviceCapability(9, 0)),
+    ):
+        layer.kda_prefill_backend = kda_module.resolve_kda_prefill_backend(
+            *_kda_prefill_backend_args(kda_module, layer, vc)
+        )
+    return layer
+
+
+def _kda_prefill_backend_args(kda_module, layer, vc) -> tuple[Any, ...]:
+    """``resolve_kda_prefill_backend``'s arguments, as ``KimiK3DeltaAttention.__init__``
+    passes them.
+
+    0.33.0 (models/kimi_k3/nvidia/kda.py:486): ``(backend, head_dim, input_dtype,
+    recurrent_state_dtype, lower_bound)``; 0.29.0 (kda.py:300): ``(backend, head_dim,
+    dtype, lower_bound)``, no recurrent dtype (its state is float32).
+    """
+    params = inspect.signature(kda_module.resolve_kda_prefill_backend).parameters
+    dtype = vc.model_config.dtype
+    if "recurrent_state_dtype" in params:
+        return ("auto", layer.head_dim, dtype, layer.get_state_dtype()[1], layer.gate_lower_bound)
+    return ("auto", layer.head_dim, dtype, layer.gate_lower_bound)
+
+
+def _kimi_mla_layer(vc, name, hf, backend, draft=False):
     """Kimi-Linear's MultiHeadLatentAttention (models/kimi_k3/nvidia/mla.py), whose own
     ``get_kv_cache_spec`` runs: an MLA spec of ``kv_lora_rank + qk_rope_head_dim``, one
     KV head, ``max_tp_shards=1``. Its backend is chosen as DeepSeek's MLA is
-    (``get_attn_backend(..., use_mla=True)``), so the harness's SM90 MLA backend."""
+    (``get_attn_backend(..., use_mla=True)``), so the harness's SM90 MLA backend.
+    ``draft``: Kimi K3's MTP block (``is_draft_layer``)."""
     from vllm.models.kimi_k3.nvidia.mla import MultiHeadLatentAttention
 
     tp = vc.parallel_config.tensor_parallel_size
@@ -1152,7 +1253,7 @@ def _kimi_mla_layer(vc, name, hf, backend):
     layer.attn_backend = backend
     layer.kv_sharing_target_layer_name = None
     layer.layer_name = name
-    layer.is_draft_layer = False
+    layer.is_draft_layer = draft
     return layer
 
 
@@ -1482,13 +1583,16 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                 f"{name}.self_attn.attn",
                 _step3p5_attention(vc, mc, hf, i, name, attn_backend, False),
             )
-    elif arch == "KimiLinearForCausalLM":
-        # models/kimi_k3/nvidia/model.py KimiDecoderLayer: KDA where is_kda_layer, else MLA
+    elif arch in ("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration"):
+        # models/kimi_k3/nvidia/model.py KimiDecoderLayer: KDA where is_kda_layer (Kimi K3's
+        # KimiK3DeltaAttention with the full-rank gate), else MLA; Kimi K3's text model
+        # is the same class under language_model (layer names keep the index at [2])
         backend_names.append(mla_name)
+        full_rank = (hf.linear_attn_config or {}).get("use_full_rank_gate", False)
         for i in range(n):
             prefix = f"model.layers.{i}.self_attn"
             if hf.is_kda_layer(i):
-                add(prefix, _kda_layer(vc, prefix, hf))
+                add(prefix, (_k3_kda_layer if full_rank else _kda_layer)(vc, prefix, hf))
             else:
                 add(prefix, _kimi_mla_layer(vc, prefix, hf, mla_backend))
     elif arch in ("MiniMaxM3SparseForConditionalGeneration", "MiniMaxM3SparseForCausalLM"):
@@ -1591,6 +1695,15 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                     f"drafter.model.layers.{i}.mtp_block.self_attn.attn",
                     _mla_layer(vc, mc, f"drafter.model.layers.{i}", hf, mla_backend, True),
                 )
+        elif arch == "KimiK3ForConditionalGeneration":
+            # kimi_k3/nvidia/mtp.py KimiK3MultiTokenPredictor: num_nextn_predict_layers
+            # KimiDecoderLayer blocks from index num_hidden_layers (MLA: not is_kda_layer)
+            dhf = spec.draft_model_config.hf_text_config
+            for j in range(dhf.num_nextn_predict_layers):
+                name = f"drafter.model.layers.{n + j}.mtp_block.self_attn"
+                if dhf.is_kda_layer(n + j):
+                    raise Skip(f"{name}: a KDA MTP block")
+                add(name, _kimi_mla_layer(vc, name, dhf, mla_backend, draft=True))
         elif arch == "Glm4MoeForCausalLM":
             # glm4_moe_mtp.py: num_nextn_predict_layers Glm4MoeDecoderLayer blocks from
             # index num_hidden_layers, each the target's full attention
@@ -1848,7 +1961,8 @@ def vllm_side(case: Case) -> VllmResult:
             # uniproc_executor.py:75 / multiproc_executor.py:802, after load_model: the
             # CUDA platform inherits Platform.update_block_size_for_backend
             # (interface.py:750), run on the stage's own layers
-            current_platform.update_block_size_for_backend(wvc)
+            with _hybrid_kv_cache_as_on_cuda():
+                current_platform.update_block_size_for_backend(wvc)
             # the V2 model runner's spec collection (v1/worker/gpu/attn_utils.py:138-155;
             # 0.29.0 runs ngram and draft_model on the V1 runner, config/vllm.py:2562-2574,
             # whose get_kv_cache_spec, gpu_model_runner.py:7625-7657, collects the same specs)
@@ -1960,6 +2074,7 @@ def kvbudget_side(case: Case, engine: str = "vllm") -> tuple[dict[str, Any] | No
             max_num_batched_tokens=case.max_num_batched_tokens,
             async_scheduling=case.async_scheduling,
             enable_prefix_caching=case.enable_prefix_caching,
+            state_dtype=case.state_dtype,
         )
         obj = p.to_dict()["engine"]
         # schema 3: the engine's own figures are in "detail" (schema 2: "predicted")

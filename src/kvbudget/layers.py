@@ -296,12 +296,21 @@ class KimiDeltaLayer:
     ``mamba_ssm_cache_dtype`` to ``kda_state_dtype``, whose default ``auto`` is float32
     (unlike a Gated DeltaNet state, which follows the model dtype). Nothing grows with
     the number of tokens.
+
+    ``full_rank_gate``: Kimi K3's layer (``models/kimi_k3/nvidia/kda.py``
+    ``KimiK3DeltaAttention``), whose ``get_state_dtype`` passes ``mamba_ssm_cache_dtype``:
+    the recurrent state is then stored in ``ssm_dtype`` (default ``dtype``; ``auto`` is
+    float32, which the family sets as its ``ssm_state_dtype``). ``bounded_gate``: the
+    config sets ``gate_lower_bound``, one condition of its FlashKDA prefill
+    (``is_flashkda_supported``), which the engine models read.
     """
 
     index: int
     num_heads: int
     head_dim: int
     conv_kernel: int
+    full_rank_gate: bool = False
+    bounded_gate: bool = False
 
     kind: Literal["kda"] = "kda"
     sliding_window: None = None
@@ -313,11 +322,15 @@ class KimiDeltaLayer:
     def state_bytes(
         self, dtype: DType, tp: int, *, lookahead: int = 0, ssm_dtype: DType | None = None
     ) -> int:
-        """Conv state (in ``dtype``) plus float32 recurrent state of one sequence on one
-        rank; ``ssm_dtype`` is ignored (see the class docstring)."""
+        """Conv state (in ``dtype``) plus recurrent state of one sequence on one rank:
+        float32 (``ssm_dtype`` ignored), or in ``ssm_dtype`` (default ``dtype``) with a
+        full-rank gate (see the class docstring)."""
         h = per_rank(self.num_heads, tp)
         conv = (self.conv_kernel - 1 + lookahead) * 3 * h * self.head_dim
-        return dtype.bytes_for(conv) + FLOAT32_BYTES * h * self.head_dim * self.head_dim
+        recurrent = h * self.head_dim * self.head_dim
+        if self.full_rank_gate:
+            return dtype.bytes_for(conv) + (ssm_dtype or dtype).bytes_for(recurrent)
+        return dtype.bytes_for(conv) + FLOAT32_BYTES * recurrent
 
 
 Layer: TypeAlias = (

@@ -2,7 +2,7 @@
 
 Each family module (``llama``, ``llama4``, ``qwen``, ``gemma``, ``gemma4``, ``gpt_oss``,
 ``minimax_m2``, ``minimax_m3``, ``deepseek``, ``deepseek_v4``, ``glm4_moe``, ``qwen3_next``,
-``kimi_linear``, ``nemotron_h``, ``step3p5``) builds one or more :class:`Architecture`
+``kimi_linear``, ``kimi_k3``, ``nemotron_h``, ``step3p5``) builds one or more :class:`Architecture`
 values from the same parsed config fields (:class:`~kvbudget.config_fields.ConfigFields`): its cache
 layers (read by :mod:`kvbudget.model`) and its weight inventory (read by
 :mod:`kvbudget.weights`).
@@ -28,6 +28,7 @@ from kvbudget.architectures import (
     gemma4,
     glm4_moe,
     gpt_oss,
+    kimi_k3,
     kimi_linear,
     llama,
     llama4,
@@ -58,6 +59,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     *glm4_moe.ARCHITECTURES,
     *qwen3_next.ARCHITECTURES,
     *kimi_linear.ARCHITECTURES,
+    *kimi_k3.ARCHITECTURES,
     *nemotron_h.ARCHITECTURES,
     *step3p5.ARCHITECTURES,
 )

@@ -19,10 +19,11 @@ layer (``models/kimi_k3/nvidia/model.py`` ``KimiDecoderLayer``: without
 ``kimi_k3`` -> ``kimi_k3_mtp``), so a Kimi-Linear ``num_nextn_predict_layers`` > 0 is
 an error.
 
-Kimi K3 (``kimi_k3``) is not read here: its KDA layers are ``KimiK3DeltaAttention``
-(``models/kimi_k3/nvidia/kda.py``: the recurrent state follows
-``mamba_ssm_cache_dtype``, prefill checkpoint blocks depend on the KDA prefill
-backend), with attention residuals, a latent MoE and MTP layers of its own.
+Kimi K3 (``kimi_k3``) is read by :mod:`~kvbudget.architectures.kimi_k3`: its KDA layers
+are ``KimiK3DeltaAttention`` (``models/kimi_k3/nvidia/kda.py``), with attention
+residuals, a latent MoE and MTP layers of its own; a ``kimi_linear`` config with those
+(``use_full_rank_gate``, ``attn_res_block_size``, ``routed_expert_hidden_size``, a q
+LoRA) is refused here, naming the field.
 
 Weights: vLLM's modules as it names them after its checkpoint mapper
 (``KimiLinearModel.packed_modules_mapping``: ``in_proj_qkvgfab`` packs q, k, v, b and
@@ -50,8 +51,9 @@ if TYPE_CHECKING:
 LINEAR_FIELDS = ("kda_layers", "num_heads", "head_dim", "short_conv_kernel_size")
 
 
-def linear_attn_config(f: ConfigFields) -> dict[str, Any]:
-    """``linear_attn_config`` with the fields vLLM's KDA layer reads."""
+def linear_attn_config(f: ConfigFields, *, k3: bool = False) -> dict[str, Any]:
+    """``linear_attn_config`` with the fields vLLM's KDA layer reads; its full-rank gate
+    (Kimi K3's layer) is refused unless ``k3`` (:mod:`~kvbudget.architectures.kimi_k3`)."""
     cfg = f.get("linear_attn_config")
     if not isinstance(cfg, dict):
         raise f.error(
@@ -60,17 +62,18 @@ def linear_attn_config(f: ConfigFields) -> dict[str, Any]:
     missing = [k for k in LINEAR_FIELDS if k not in cfg]
     if missing:
         raise f.error("linear_attn_config", f"lacks {', '.join(missing)}")
-    if cfg.get("use_full_rank_gate"):
+    if cfg.get("use_full_rank_gate") and not k3:
         raise f.error(
             "linear_attn_config",
-            "use_full_rank_gate is Kimi K3's KDA layer (KimiK3DeltaAttention), not modelled",
+            "use_full_rank_gate is Kimi K3's KDA layer (KimiK3DeltaAttention), modelled for "
+            "model_type kimi_k3: plan it as the text_config of a kimi_k3 config",
         )
     return cfg
 
 
-def kda_flags(f: ConfigFields) -> list[bool]:
+def kda_flags(f: ConfigFields, *, k3: bool = False) -> list[bool]:
     """Whether each decoder layer is KDA (``KimiLinearConfig.is_kda_layer``)."""
-    cfg = linear_attn_config(f)
+    cfg = linear_attn_config(f, k3=k3)
     kda = cfg["kda_layers"]
     n = f.int("num_hidden_layers")
     if not isinstance(kda, list) or any(not isinstance(i, int) or not 1 <= i <= n for i in kda):
@@ -78,7 +81,8 @@ def kda_flags(f: ConfigFields) -> list[bool]:
     return [i + 1 in kda for i in range(n)]
 
 
-def _int(f: ConfigFields, cfg: dict[str, Any], key: str) -> int:
+def linear_int(f: ConfigFields, cfg: dict[str, Any], key: str) -> int:
+    """``linear_attn_config[key]``, a positive integer (else a ConfigError naming it)."""
     value = cfg[key]
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise f.error("linear_attn_config", f"{key} must be a positive integer, got {value!r}")
@@ -88,8 +92,8 @@ def _int(f: ConfigFields, cfg: dict[str, Any], key: str) -> int:
 def layers(f: ConfigFields) -> list[Layer]:
     """A KDA layer where ``kda_layers`` says, else an MLA layer."""
     cfg = linear_attn_config(f)
-    heads, head_dim = _int(f, cfg, "num_heads"), _int(f, cfg, "head_dim")
-    conv = _int(f, cfg, "short_conv_kernel_size")
+    heads, head_dim = linear_int(f, cfg, "num_heads"), linear_int(f, cfg, "head_dim")
+    conv = linear_int(f, cfg, "short_conv_kernel_size")
     flags = kda_flags(f)
     if not all(flags) and f.get("mla_use_nope") is not True:
         # KimiDecoderLayer: ``assert mla_use_nope, "Kimi-K3 MLA ... is NoPE-only"``
@@ -122,8 +126,8 @@ def kda(at: At, c: ModelFields) -> None:
     ``conv1d`` (float32, unquantized, 3 x heads x head_dim by the kernel), ``A_log``
     (float32, one a head), ``o_norm`` (head_dim), ``o_proj`` (row)."""
     cfg = linear_attn_config(c)
-    heads, dim = _int(c, cfg, "num_heads"), _int(c, cfg, "head_dim")
-    conv = _int(c, cfg, "short_conv_kernel_size")
+    heads, dim = linear_int(c, cfg, "num_heads"), linear_int(c, cfg, "head_dim")
+    conv = linear_int(c, cfg, "short_conv_kernel_size")
     hidden = c.int("hidden_size")
     proj = ((heads, dim),)
     at.linear("in_proj_qkvgfab", ((heads, dim),) * 3 + ((heads, 1),), hidden, shard="column")
@@ -143,7 +147,10 @@ def mla(at: At, c: ModelFields) -> None:
     ``kv_a_proj_with_mqa`` (replicated), ``kv_a_layernorm``, ``kv_b_proj`` (column),
     ``g_proj`` (column) with ``mla_use_output_gate``, ``o_proj`` (row)."""
     if c.get("q_lora_rank") is not None:
-        raise c.error("q_lora_rank", "Kimi-Linear's MLA has no q LoRA (Kimi K3's has)")
+        raise c.error(
+            "q_lora_rank",
+            "Kimi-Linear's MLA has no q LoRA (Kimi K3's has: plan it as model_type kimi_k3)",
+        )
     hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
     rope, nope, v = c.int("qk_rope_head_dim"), c.int("qk_nope_head_dim"), c.int("v_head_dim")
     rank = c.int("kv_lora_rank")
@@ -172,7 +179,9 @@ def mlp(layer: At, c: ModelFields, i: int) -> None:
         gated_mlp(layer.sub("mlp", "dense_mlp"), hidden, c.int("intermediate_size"))
         return
     if c.get("routed_expert_hidden_size") is not None:
-        raise c.error("routed_expert_hidden_size", "a latent MoE (Kimi K3's) is not modelled")
+        raise c.error(
+            "routed_expert_hidden_size", "a latent MoE is Kimi K3's: plan it as model_type kimi_k3"
+        )
     moe = layer.sub("block_sparse_moe")
     gate = moe.sub("gate", "routers")
     gate.tensor("weight", experts, hidden)
@@ -188,7 +197,10 @@ def weights(inv: Inventory, c: ModelFields) -> None:
     """Embeddings, decoder layers (KDA or MLA, MoE or dense, two norms), final norm,
     lm_head (``KimiLinearForCausalLM``, model.py)."""
     if c.get("attn_res_block_size") is not None:
-        raise c.error("attn_res_block_size", "attention residuals (Kimi K3's) are not modelled")
+        raise c.error(
+            "attn_res_block_size",
+            "attention residuals are Kimi K3's: plan it as model_type kimi_k3",
+        )
     hidden = c.int("hidden_size")
     inv.at("model", "first", "embeddings").vocab("embed_tokens", c.int("vocab_size"), hidden)
     for i, is_kda in enumerate(kda_flags(c)):
@@ -224,11 +236,12 @@ def vllm_expert_padding_bytes(model: ModelSpec, *, tp: int, ep: int) -> int:
     (``vllm/models/kimi_k3/nvidia/model.py`` ``KimiMoE.__init__``): with TP > 1 and no
     expert parallelism, an expert whose ``moe_intermediate_size / tp`` is below
     ``min_moe_intermediate_per_partition`` (256) is padded to ``256 x tp`` rows, so each
-    rank's routed-expert bytes grow by ``padded / moe_intermediate_size``. 0 otherwise
-    (or for another family)."""
+    rank's routed-expert bytes grow by ``padded / moe_intermediate_size`` (Kimi K3's
+    latent MoE too: its experts are the same ``FusedMoE`` on the latent width). 0
+    otherwise (or for another family)."""
     from kvbudget.weights.placement import weights_bytes
 
-    if model.model_type != "kimi_linear" or tp <= 1 or ep > 1:
+    if model.model_type not in ("kimi_linear", "kimi_k3") or tp <= 1 or ep > 1:
         return 0
     inter = model.config.get("moe_intermediate_size")
     floor = int(

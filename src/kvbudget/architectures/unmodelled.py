@@ -15,12 +15,9 @@ UNMODELLED: MappingProxyType[str, str] = MappingProxyType(
     {
         "deepseek_v41": "DeepSeek-V4.1: vLLM's own model (a circular-buffer compressor, "
         "bounded window replay)",
-        # Kimi-Linear (kimi_linear) is modelled; K3's KDA layer is its own class
-        # (models/kimi_k3/nvidia/kda.py KimiK3DeltaAttention: its recurrent state follows
-        # mamba_ssm_cache_dtype, backend-dependent prefill checkpoints), with attention
-        # residuals, a latent MoE and its own MTP model
-        "kimi_k3": "Kimi K3: a Kimi-Linear text model",
-        "kimi_k3_mtp": "Kimi K3's MTP layers",
+        # Kimi K3 (kimi_k3) is modelled, its MTP layers as --spec mtp of it; vLLM makes
+        # the kimi_k3_mtp draft config from the target's (config/speculative.py)
+        "kimi_k3_mtp": "Kimi K3's MTP layers on their own; plan the kimi_k3 target with --spec mtp",
         # MiniMax-M3 (minimax_m3_text, minimax_m3_vl) is modelled, its MTP modules too
         # (the target's mtp_layers: --spec mtp); a standalone MTP checkpoint (a flat
         # MiniMaxM3MTPConfig, vLLM's speculative model) as --draft is not

@@ -91,7 +91,7 @@ from kvbudget.engines.vllm_context import (
     long_length_warning,
 )
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.layers import AttentionLayer, CompressedMLALayer, Layer, MLALayer
+from kvbudget.layers import AttentionLayer, CompressedMLALayer, KimiDeltaLayer, Layer, MLALayer
 from kvbudget.plan_types import EnginePlan, EngineSource, Plan, PoolPlan
 from kvbudget.units import format_bytes
 
@@ -136,6 +136,11 @@ class VllmRelease:
       without ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` (:mod:`kvbudget.engines.vllm_context`).
     * ``check``: the release's own refusals beyond :func:`check` (configs its model
       classes read otherwise), raising InvalidArgumentError; None when it has none.
+    * ``kda_ssm_cache_dtype``: Kimi K3's ``KimiK3DeltaAttention`` keeps its recurrent
+      state in ``mamba_ssm_cache_dtype`` (0.33.0, models/kimi_k3/nvidia/kda.py
+      ``get_state_dtype``); 0.29.0's passes none and keeps it float32 (kda.py:363-375,
+      ``kda_state_dtype``, mamba_utils.py:132-138). Both keep one prefill checkpoint
+      state on the FlashKDA prefill (``get_kv_cache_spec``; kda.py:594-600 in 0.29.0).
     """
 
     version: str
@@ -147,6 +152,7 @@ class VllmRelease:
     v1_runner_specs: frozenset[str] = frozenset()
     length_rule: LengthRule = LENGTH_RULE
     check: Callable[[Deployment], None] | None = None
+    kda_ssm_cache_dtype: bool = False
 
 
 RELEASE = VllmRelease(
@@ -158,6 +164,7 @@ RELEASE = VllmRelease(
     gdn_checkpoint_alignment=64,
     async_with_ngram=True,
     speculation_with_pp=True,
+    kda_ssm_cache_dtype=True,
 )
 # vLLM's refusal of a drafter without SupportsPP under PP (config/model.py)
 PP_REFUSAL = (
@@ -312,7 +319,7 @@ def mamba_setup(d: Deployment, release: VllmRelease) -> MambaSetup | None:
     # the layers that declare a prefill checkpoint block (0.33.0: Mamba2 always; GDN when
     # its FlashInfer prefill exports checkpoints, align mode on Hopper)
     kinds = {x.kind for x in target.layers} & release.checkpoint_state_kinds
-    checkpoint = 1 if kinds and (not gdn or checkpoint_alignment) else 0
+    checkpoint = 1 if (kinds and (not gdn or checkpoint_alignment)) or flashkda_prefill(d) else 0
     per_request = (2 + k + checkpoint) if align else (1 + k)
     return MambaSetup(
         block_size=bs,
@@ -320,6 +327,26 @@ def mamba_setup(d: Deployment, release: VllmRelease) -> MambaSetup | None:
         state_page_bytes=state_page,
         page_bytes=max(page, state_page),
         states_per_request=per_request,
+    )
+
+
+def flashkda_prefill(d: Deployment) -> bool:
+    """Whether vLLM prefills the target's Kimi K3 KDA layers on FlashKDA, which gives
+    each KDA spec one prefill checkpoint state (0.33.0 models/kimi_k3/nvidia/kda.py
+    ``KimiK3DeltaAttention.get_kv_cache_spec``: ``num_prefill_checkpoint_blocks =
+    int(kda_prefill_checkpoint_alignment(backend) is not None)``, 1 for ``flashkda``;
+    it declares no block alignment, ``MambaBase.get_prefill_checkpoint_alignment``;
+    0.29.0 kda.py:594-600 the same).
+
+    ``resolve_kda_prefill_backend("auto")`` (``kda_prefill_backend`` in
+    ``--additional-config``, not emitted) takes FlashKDA where ``is_flashkda_supported``:
+    on the SM90 this model plans for, a 128-wide head, bfloat16 activations and a
+    ``gate_lower_bound``; FlashInfer's KDA prefill (0.33.0) only when asked, Triton
+    otherwise (no checkpoint). The recurrent dtype (bf16 or fp32) always qualifies.
+    """
+    return d.target.dtype in (None, "bf16") and any(
+        isinstance(x, KimiDeltaLayer) and x.full_rank_gate and x.bounded_gate and x.head_dim == 128
+        for x in d.target.layers
     )
 
 
@@ -781,6 +808,7 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
     fits beside the null block (or, in a release without it, a drafter under PP).
     Raises InvalidArgumentError for a dtype or model vLLM has no cache for.
     """
+    _check_kimi_k3(d, release)
     facts = ENGINES["vllm"]
     dtype = kv_dtype_name(d.kv_dtype, facts)
     budget = ledger.min_stage_gpu_bytes
@@ -847,6 +875,57 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
             "allow_long_max_model_len": long_length,
         },
     )
+
+
+def _has_k3_kda(d: Deployment) -> bool:
+    return any(isinstance(x, KimiDeltaLayer) and x.full_rank_gate for x in d.target.layers)
+
+
+# --state-dtype -> vLLM's MambaDType names (kda_state_dtype takes float32 and bfloat16)
+KDA_STATE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def _check_kimi_k3(d: Deployment, release: VllmRelease) -> None:
+    """InvalidArgumentError for a recurrent dtype vLLM does not keep Kimi K3's KDA state
+    in: ``kda_state_dtype`` takes auto, float32 or bfloat16 only, and a release without
+    :attr:`VllmRelease.kda_ssm_cache_dtype` float32 only."""
+    if not _has_k3_kda(d):
+        return
+    recurrent = _kda_recurrent_dtype(d)
+    if not release.kda_ssm_cache_dtype and recurrent != "fp32":
+        raise InvalidArgumentError(
+            f"vLLM {release.version} keeps {d.target.name}'s KDA recurrent state in float32 "
+            f"whatever --mamba-ssm-cache-dtype says, not {recurrent} (--state-dtype "
+            f"{d.state_dtype}); plan --state-dtype auto or fp32, or --engine vllm@{VERSION}"
+        )
+    if recurrent not in KDA_STATE_DTYPES:
+        raise InvalidArgumentError(
+            f"vLLM keeps {d.target.name}'s KDA recurrent state in float32 or bfloat16 only "
+            f"(kda_state_dtype), not {recurrent} (--state-dtype {d.state_dtype}, the "
+            "config's mamba_ssm_cache_dtype under auto); pick --state-dtype fp32 or bf16"
+        )
+
+
+def _kda_recurrent_dtype(d: Deployment) -> str:
+    """The dtype kvbudget keeps Kimi K3's KDA recurrent state in: the config's SSM dtype
+    under ``auto`` (float32 unless it names one), else ``--state-dtype``."""
+    return (d.ssm_state_dtype or d.state_dtype_value).name
+
+
+def _kda_state_flags(d: Deployment) -> dict[str, str]:
+    """``--mamba-cache-dtype`` (conv) and ``--mamba-ssm-cache-dtype`` (recurrent) that
+    make vLLM keep Kimi K3's KDA states as planned (``KimiK3DeltaAttention.get_state_dtype``
+    reads both; vLLM's ``auto`` is the model dtype and float32, and it reads no
+    ``mamba_ssm_cache_dtype`` from the config): what differs from ``auto``."""
+    if not _has_k3_kda(d):
+        return {}
+    flags = {}
+    if d.state_dtype.strip().lower() != "auto":
+        flags["--mamba-cache-dtype"] = KDA_STATE_DTYPES[d.state_dtype_value.name]
+    recurrent = _kda_recurrent_dtype(d)
+    if flags or recurrent != "fp32":
+        flags["--mamba-ssm-cache-dtype"] = KDA_STATE_DTYPES[recurrent]
+    return flags
 
 
 def _expert_padding_warnings(d: Deployment) -> list[str]:
@@ -1087,6 +1166,7 @@ def _settings(
     }
     if d.target_revision:  # EngineArgs.revision (vllm/engine/arg_utils.py)
         settings["--revision"] = d.target_revision
+    settings.update(_kda_state_flags(d))
     if layout.dp > 1:
         settings["--data-parallel-size"] = layout.dp
     if layout.ep > 1:
@@ -1157,12 +1237,23 @@ def _notes(
         )
         on, off = (pool, other) if d.enable_prefix_caching else (other, pool)
         chosen = "on" if d.enable_prefix_caching else "off"
+        # the prefill checkpoint state, where the layers keep one (mamba_setup)
+        align = mamba_setup(replace(d, enable_prefix_caching=True), release)
+        checkpoint = align is not None and align.states_per_request > 2 + d.lookahead_tokens
         notes.append(
-            f"# prefix caching {chosen} for this hybrid model: with it on vLLM keeps 2 + K + 1 "
+            f"# prefix caching {chosen} for this hybrid model: with it on vLLM keeps "
+            f"2 + K{' + 1' if checkpoint else ''} "
             f"states per request (align mode) and holds {on.max_concurrency:.2f} requests of "
             f"max_model_len; with --no-prefix-caching 1 + K states and "
             f"{off.max_concurrency:.2f} requests, but no prefix reuse"
         )
+        if checkpoint and flashkda_prefill(d):
+            notes.append(
+                "# the + 1 is FlashKDA's prefill checkpoint (Kimi K3's KDA layers on an "
+                "SM90/SM10x/SM12x GPU: kda.py resolve_kda_prefill_backend); on another GPU, "
+                'or with --additional-config \'{"kda_prefill_backend": "triton"}\', vLLM '
+                "keeps 2 + K and fits more requests"
+            )
     host, layout = ledger.host_bytes, d.parallel
     if offload is not None:
         notes.append(

@@ -2,7 +2,7 @@
 
 Everything :mod:`kvbudget.engines.vllm` describes holds for 0.29.0 (groups, page
 unification, the sliding and chunked charges, the null block held back before the fit
-check, the refusal text, the capacity log), except seven things, read in the 0.29.0 wheel
+check, the refusal text, the capacity log), except eight things, read in the 0.29.0 wheel
 from PyPI (``vllm-project/vllm`` v0.29.0) and checked on CPU by
 ``benchmarks/fidelity/vllm_fidelity.py`` run in a 0.29.0 venv:
 
@@ -43,6 +43,9 @@ from PyPI (``vllm-project/vllm`` v0.29.0) and checked on CPU by
   ``attention_other_setting`` with KV groups or a head size of its own, which
   ``Step3p5DecoderLayer.__init__`` (``:404-460``) would give its layers, is refused for
   every release when the config is read (:mod:`kvbudget.architectures.step3p5`).
+* **Kimi K3's KDA recurrent state is float32** whatever ``--mamba-ssm-cache-dtype``
+  says (``KimiK3DeltaAttention.get_state_dtype``, ``vllm/models/kimi_k3/nvidia/kda.py:363-375``):
+  a ``--state-dtype`` that would keep it in bf16 is refused (``kda_ssm_cache_dtype``).
 * **No 64-token alignment of a GDN model's block size**:
   ``Platform._align_hybrid_block_size`` (``vllm/platforms/interface.py:911``) aligns the
   attention block only to the kernel's 16 (Qwen3-Next MTP at TP 1: 560 tokens, against

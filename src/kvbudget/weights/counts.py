@@ -20,9 +20,10 @@ class ParamCounts:
 
     ``attention`` includes q/k norms, MLA latent norms, biases and sinks; ``recurrent``
     the Mamba2 / Gated DeltaNet mixers (their gated norms included); ``routers`` the
-    router weights and biases, DeepSeek's ``e_score_correction_bias`` and Qwen3-Next's
-    shared-expert gate; ``norms`` the per-layer and final norms; ``mtp`` whole MTP
-    layers; ``vision`` the vision tower and multimodal projector.
+    router weights and biases, DeepSeek's ``e_score_correction_bias``, Qwen3-Next's
+    shared-expert gate and Kimi K3's latent-MoE projections; ``norms`` the per-layer and
+    final norms; ``mtp`` whole MTP layers; ``vision`` the vision tower and multimodal
+    projector.
     """
 
     embeddings: int = 0
