@@ -1,8 +1,8 @@
 """2026 families kvbudget does not model yet: one ``error:`` line naming the model_type.
 
 The configs hold the fields that tell the family apart (field names from vLLM 0.33.0's
-config classes, ``vllm/transformers_utils/configs/{kimi_k3,minimax_m3}.py``,
-and transformers 5.20.2 ``DeepseekV4Config``); none is read as a generic decoder.
+config classes, ``vllm/transformers_utils/configs/{kimi_k3,minimax_m3}.py``); none is
+read as a generic decoder (DeepSeek-V4.1 is modelled: tests/test_deepseek_v41.py).
 """
 
 from __future__ import annotations
@@ -30,12 +30,6 @@ BASE: dict[str, Any] = {
     "max_position_embeddings": 4096,
 }
 CONFIGS: dict[str, dict[str, Any]] = {
-    "deepseek_v41": {
-        **BASE,
-        "model_type": "deepseek_v41",
-        "compress_rates": {"heavily_compressed_attention": 128},
-        "layer_types": ["heavily_compressed_attention"] * 4,
-    },
     "kimi_k3": {"model_type": "kimi_k3", "text_config": {**BASE, "model_type": "kimi_linear"}},
     # MiniMax-M3's text and vision-language types are modelled (tests/test_minimax_m3.py);
     # its standalone MTP model is not (MiniMaxM3MTPConfig: one decoder layer)

@@ -13,8 +13,7 @@ from types import MappingProxyType
 
 UNMODELLED: MappingProxyType[str, str] = MappingProxyType(
     {
-        "deepseek_v41": "DeepSeek-V4.1: vLLM's own model (a circular-buffer compressor, "
-        "bounded window replay)",
+        # DeepSeek-V4.1 (deepseek_v41) is modelled (architectures/deepseek_v41.py)
         # Kimi-Linear (kimi_linear) is modelled; K3's KDA layer is its own class
         # (models/kimi_k3/nvidia/kda.py KimiK3DeltaAttention: its recurrent state follows
         # mamba_ssm_cache_dtype, backend-dependent prefill checkpoints), with attention
