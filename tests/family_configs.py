@@ -238,6 +238,19 @@ _DEEPSEEK_V41: dict[str, Any] = {
     "text_config": _DEEPSEEK_V41_TEXT,
 }
 FAMILY_CONFIGS["family/deepseek-v41-defaults"] = _DEEPSEEK_V41
+# Eight layers, each compressed one its own KV source (values chosen): four compressor
+# rings outgrow the block the other caches set, so vLLM splits them over two groups
+FAMILY_CONFIGS["family/deepseek-v41-rings"] = {
+    **_DEEPSEEK_V41,
+    "text_config": {
+        **_DEEPSEEK_V41_TEXT,
+        "num_hidden_layers": 8,
+        "compress_ratios": [0, 2, 2, 2, 2, 1, 1, 1],
+        "kv_source_layer_ids": [1, 2, 3, 4, 5],
+        "index_source_layer_ids": [1],
+        "candidate_source_layer_id": -1,
+    },
+}
 # Kimi-Linear (vLLM KimiLinearForCausalLM, vllm/models/kimi_k3): no verbatim Hub config
 # is reachable here, and vLLM's own ``KimiLinearConfig`` defaults
 # (vllm/transformers_utils/configs/kimi_linear.py) describe no KDA, MLA or MoE at all, so
@@ -483,6 +496,7 @@ STEP3P5_HYBRID = FAMILY_CONFIGS["family/step3p5-hybrid"]
 DEEPSEEK_V4 = _DEEPSEEK_V4
 DEEPSEEK_V4_SLIDING = FAMILY_CONFIGS["family/deepseek-v4-sliding"]
 DEEPSEEK_V41 = _DEEPSEEK_V41
+DEEPSEEK_V41_RINGS = FAMILY_CONFIGS["family/deepseek-v41-rings"]
 GEMMA4_TEXT = _GEMMA4_TEXT
 GEMMA4_KV_SHARED = FAMILY_CONFIGS["family/gemma4-kv-shared"]
 GEMMA4_EAGLE3_HEAD = FAMILY_CONFIGS["family/gemma4-eagle3-head"]

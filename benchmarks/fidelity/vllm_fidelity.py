@@ -363,6 +363,7 @@ def all_cases() -> list[Case]:
         + pp_cases(presets, drafts)
         + dflash_cases(presets)
         + mtp_depth_cases(presets)
+        + ring_cases(presets)
         + family_extra_cases(presets)
     )
 
@@ -389,6 +390,19 @@ def family_extra_cases(presets: dict[str, Any]) -> list[Case]:
 # Step-3.5's three MTP layers driven with fewer and more draft tokens than layers: K=1
 # uses one module (no trailing re-prefill: extra_retained_tokens 0), K=6 reuses each twice
 _STEP3P5_MTP_K = (("family/step3p5-hybrid", 1), ("family/step3p5-hybrid", 6))
+# DeepSeek-V4.1's compressor rings hold max(8, a power of two >= K + 2) rows
+# (compressor.py CompressorStateCache): ngram at K = 6 (8 rows, as K = 3) and K = 7 (16)
+_DSV41_NGRAM_K = (("family/deepseek-v41-defaults", 6), ("family/deepseek-v41-defaults", 7))
+
+
+def ring_cases(presets: dict[str, Any]) -> list[Case]:
+    """DeepSeek-V4.1 ngram at the K of ``_DSV41_NGRAM_K``, 40 GiB, TP 1 and 8."""
+    return [
+        Case(name, "ngram", None, 40 * GiB, tp, "bf16", _max_model_len(presets[name]),
+             _block_size(presets[name]), num_speculative_tokens=k)
+        for name, k in _DSV41_NGRAM_K
+        for tp in TPS
+    ]  # fmt: skip
 
 
 def mtp_depth_cases(presets: dict[str, Any]) -> list[Case]:

@@ -149,6 +149,12 @@ def decoder_layer(layer: At, c: ModelFields, x: SharedCompressedMLALayer, index:
     if index:
         indexer(attn.sub("indexer"), c, x.kv_source)
     v4.moe(layer, c, x.index, 0)
+    vision = c.model.raw_config.get("vision_config") or {}
+    if isinstance(vision, dict) and vision.get("num_hidden_layers", 0):
+        # vision checkpoints route image tokens with a gate bias of their own, fp32, on
+        # every MoE layer (deepseek_v4/nvidia/model.py DeepseekV4MoE: ``bias_vl``)
+        gate = layer.sub("ffn.gate", "routers")
+        gate.tensor("bias_vl", c.int("n_routed_experts"), fixed="fp32")
     layer.norm("attn_norm", hidden)
     layer.norm("ffn_norm", hidden)
     for name in ("hc_attn", "hc_ffn"):
