@@ -121,6 +121,8 @@ class VllmRelease:
       ``pp + 1`` (``VllmConfig.max_concurrent_batches``; 0.29.0's Model Runner V2 takes
       only eagle, eagle3, mtp, config/vllm.py:2562-2574, so ngram and draft-target run
       on V1; 0.33.0 runs them all on V2).
+    * ``absent_model_types``: model types the release has no model for (0.29.0: no
+      ``deepseek_v41`` in its ``_CONFIG_REGISTRY`` or ``models/``), refused by ``check``.
     * ``speculation_with_pp``: an EAGLE/EAGLE3/MTP/DFlash drafter runs with PP > 1 (0.33.0 gives
       the draft ``pipeline_parallel_size=1``, config/speculative.py:1905; 0.29.0 gives it
       the target's, :1690, and the draft classes lack ``SupportsPP``, so
@@ -134,6 +136,7 @@ class VllmRelease:
     async_with_ngram: bool
     speculation_with_pp: bool
     v1_runner_specs: frozenset[str] = frozenset()
+    absent_model_types: frozenset[str] = frozenset()
 
 
 RELEASE = VllmRelease(
@@ -1382,6 +1385,14 @@ def engine_model(release: VllmRelease, *, default: bool) -> EngineModel:
     def plan_release(d: Deployment, ledger: Ledger) -> EnginePlan:
         return plan(d, ledger, release)
 
+    def check_release(d: Deployment) -> None:
+        if d.target.model_type in release.absent_model_types:
+            raise InvalidArgumentError(
+                f"vLLM {release.version} has no model for {d.target.name} (model_type "
+                f"{d.target.model_type!r}); plan it with --engine vllm (vLLM {VERSION})"
+            )
+        check(d)
+
     return EngineModel(
         name="vllm",
         version=release.version,
@@ -1389,7 +1400,7 @@ def engine_model(release: VllmRelease, *, default: bool) -> EngineModel:
         source=source(release),
         summary=f"vLLM {release.version}",
         plan=plan_release,
-        check=check,
+        check=check_release,
         render=render,
         spec_names=frozenset(ENGINES["vllm"].spec_names),
         # CacheConfig.gpu_memory_utilization: 0.9 (vllm/config/cache.py)

@@ -45,6 +45,9 @@ RELEASE = VllmRelease(
     async_with_ngram=False,
     speculation_with_pp=False,
     v1_runner_specs=frozenset({"ngram", "draft-target"}),
+    # no DeepSeek-V4.1 (vllm/models/ has deepseek_v4 and deepseek_v32 only; no
+    # deepseek_v41 in transformers_utils/config.py _CONFIG_REGISTRY)
+    absent_model_types=frozenset({"deepseek_v41"}),
 )
 
 MODEL = engine_model(RELEASE, default=False)
