@@ -323,3 +323,39 @@ def test_vllm_0_29_has_no_model_for_it(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match=r"vLLM 0\.29\.0 has no model for"):
         plan(folder(tmp_path, DEEPSEEK_V41), spec="none", engine="vllm@0.29.0",
              kv_budget="8GiB", host_budget=0)  # fmt: skip
+
+
+def test_quantized_weight_bytes_follow_the_expert_dtype() -> None:
+    """An fp8-block checkpoint as vLLM's DeepseekV4FP8Config loads it
+    (models/deepseek_v41/quant_config.py; the config class copies expert_dtype from
+    quantization_config): fp4 experts are MXFP4 and the linears' block scales UE8M0."""
+
+    def total(expert_dtype: str) -> int:
+        qc = {"quant_method": "fp8", "weight_block_size": [128, 128], "expert_dtype": expert_dtype}
+        return weights_bytes(parse({**SMALL, "quantization_config": qc}), tp=1).total_bytes
+
+    def fp8(rows: int, cols: int, scale: int) -> int:  # a 128 x 128 block-scaled linear
+        return rows * cols + scale * -(-rows // 128) * -(-cols // 128)
+
+    def layer_bytes(scale: int, routed: int) -> int:
+        # fp8 linears: attention wq_a, wkv, wq_b, wo_a, wo_b and the shared expert; bf16
+        # norms (q, kv, two layer norms) and router; fp32 sinks and mHC mappings
+        linears = fp8(32, 256, scale) + fp8(512, 256, scale) + fp8(1024, 32, scale)
+        linears += fp8(32, 512, scale) + fp8(256, 32, scale)
+        shared = 2 * fp8(32, 256, scale) + fp8(256, 32, scale)
+        return linears + shared + routed + 2 * (32 + 512 + 2 * 256 + 4 * 256) + 4 * (2 + 8_214)
+
+    # routed experts (4 a layer): MXFP4 rows x cdiv(cols, 32) x 17, or fp8 with fp32 scales
+    mxfp4 = 4 * (2 * 32 * 8 * 17 + 256 * 1 * 17)
+    fp8_experts = 4 * (2 * fp8(32, 256, 4) + fp8(256, 32, 4))
+    # compressors, wk and weights_proj stay bf16 (quant_config=None); the indexer's wq_b
+    # (128 x 32) is fp8
+    bf16 = 2 * (2 * 512 * 256 + 512) + 2 * (512 * 256 + 512)  # ratio-2 and ratio-1 compressors
+    bf16 += 3 * 2 * 4 * 256 + 2 * 2 * (32 * 512 + 32)  # 3 x weights_proj, 2 x wk + k_norm
+    head = 2 * 1024 * 256 * 2 + 2 * 256  # padded embed and lm_head, final norm
+    for dtype, scale, routed in (("fp4", 1, mxfp4), ("fp8", 4, fp8_experts)):
+        expected = 4 * layer_bytes(scale, routed) + 3 * fp8(128, 32, scale) + bf16 + head
+        assert total(dtype) == expected
+    assert total("fp4") == 3_163_515 and total("fp8") == 3_348_588
+    with pytest.raises(ConfigError, match="expert_dtype"):
+        total("int4")

@@ -4,8 +4,9 @@ groups of layers, as vLLM 0.33.0 runs it (its own package, ``vllm/models/deepsee
 Config (``vllm/transformers_utils/configs/deepseek_v41.py`` ``DeepseekV41Config``): the
 text model sits under ``text_config``, which vLLM flattens onto the config; the class has
 no geometry defaults, so nothing is assumed here. The expert dtype comes from
-``quantization_config.expert_dtype`` (read by ``quant_config.py``; this module counts
-unquantized weights, as :mod:`kvbudget.architectures.deepseek_v4` does). No verbatim Hub
+``quantization_config.expert_dtype`` (``quant_config.py`` ``DeepseekV4FP8Config``: MXFP4
+routed experts for ``fp4``, the default; read by
+:func:`kvbudget.weights.quantization.deepseek_v4_experts`). No verbatim Hub
 config is reachable in this project: the tests' config is DeepSeek-V4's transformers
 5.20.2 defaults plus the V4.1 fields below (tests/family_configs.py).
 
