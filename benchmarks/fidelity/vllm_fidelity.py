@@ -363,7 +363,7 @@ def all_cases() -> list[Case]:
         + pp_cases(presets, drafts)
         + dflash_cases(presets)
         + mtp_depth_cases(presets)
-        + ring_cases(presets)
+        + dsv41_cases(presets)
         + family_extra_cases(presets)
     )
 
@@ -392,16 +392,22 @@ def family_extra_cases(presets: dict[str, Any]) -> list[Case]:
 _STEP3P5_MTP_K = (("family/step3p5-hybrid", 1), ("family/step3p5-hybrid", 6))
 # DeepSeek-V4.1's compressor rings hold max(8, a power of two >= K + 2) rows
 # (compressor.py CompressorStateCache): ngram at K = 6 (8 rows, as K = 3) and K = 7 (16)
-_DSV41_NGRAM_K = (("family/deepseek-v41-defaults", 6), ("family/deepseek-v41-defaults", 7))
+_DSV41_NGRAM_K = (6, 7)
 
 
-def ring_cases(presets: dict[str, Any]) -> list[Case]:
-    """DeepSeek-V4.1 ngram at the K of ``_DSV41_NGRAM_K``, 40 GiB, TP 1 and 8."""
+def dsv41_cases(presets: dict[str, Any]) -> list[Case]:
+    """DeepSeek-V4.1 ngram at the K of ``_DSV41_NGRAM_K`` (40 GiB, TP 1 and 8), and without
+    prefix caching or async scheduling (the bounded-replay windows stay out of prefix
+    caching either way: ``swa_bounded_replay`` needs Model Runner V2 only)."""
+    name = "family/deepseek-v41-defaults"
+    length, block = _max_model_len(presets[name]), _block_size(presets[name])
+    at_40 = functools.partial(Case, name, kv_budget=40 * GiB, kv_dtype="bf16",
+                              max_model_len=length, block_size=block)  # fmt: skip
     return [
-        Case(name, "ngram", None, 40 * GiB, tp, "bf16", _max_model_len(presets[name]),
-             _block_size(presets[name]), num_speculative_tokens=k)
-        for name, k in _DSV41_NGRAM_K
-        for tp in TPS
+        *(at_40(spec="ngram", draft=None, tp=tp, num_speculative_tokens=k)
+          for k in _DSV41_NGRAM_K for tp in TPS),
+        at_40(spec="none", draft=None, tp=1, enable_prefix_caching=False),
+        at_40(spec="none", draft=None, tp=1, async_scheduling=False),
     ]  # fmt: skip
 
 
