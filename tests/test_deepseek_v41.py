@@ -267,6 +267,10 @@ def test_engines_and_modes_that_do_not_model_it_refuse(tmp_path: Path) -> None:
     # vLLM: "DeepSeek V4.1 has no classic-MTP draft ... Use speculative method 'dspark'"
     with pytest.raises(InvalidArgumentError, match="DSpark stages"):
         plan(target, spec="mtp", engine="vllm", kv_budget="8GiB", host_budget=0)
+    # a draft beside the packed groups is not checked against vLLM
+    with pytest.raises(InvalidArgumentError, match="--spec draft-target"):
+        plan(target, spec="draft-target", draft="meta-llama/Llama-3.2-1B-Instruct",
+             engine="vllm", kv_budget="8GiB", host_budget=0)  # fmt: skip
     # PP 4 puts layer 11 on stage 1 and its KV source, layer 10, on stage 0
     with pytest.raises(InvalidArgumentError, match=r"layer 11 .* layer 10, on stage 0"):
         plan(target, spec="none", engine="vllm", kv_budget="40GiB", host_budget=0, pp=4)

@@ -357,7 +357,8 @@ def _layer_specs(
     d: Deployment, layer: Layer, stage: int, draft: bool, mamba: MambaSetup | None
 ) -> list[LayerSpec]:
     """The specs one layer registers: one, none, (MiniMax-M3's sparse layers) its index
-    key's then its K/V's, or (DeepSeek-V4) its several caches."""
+    key's then its K/V's, or (DeepSeek-V4, V4.1: :mod:`kvbudget.engines.vllm_dsv41`) its
+    several caches."""
     if isinstance(layer, SharedCompressedMLALayer):
         from kvbudget.engines.vllm_dsv41 import shared_compressed_specs
 
@@ -648,6 +649,7 @@ def packed_groups(specs: list[LayerSpec]) -> list[KvCacheGroup]:
         if count == 1:
             chosen.append(tuple(i for page in by_page.values() for i in page))
             continue
+        # vLLM's plain zip (a state bucket of unequal page counts would be cut short there)
         pattern = list(zip(*by_page.values(), strict=False))
         chosen += [tuple(i for rep in pattern[g::count] for i in rep) for g in range(count)]
     widest = max(len(layers) for layers in chosen)

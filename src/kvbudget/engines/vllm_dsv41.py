@@ -53,6 +53,7 @@ DSV41_BLOCK = 64  # the SM90 sparse-MLA and indexer kernel blocks: [64]
 DSV41_SWA_BLOCK = 32  # DeepseekV4SWACache(block_size=32) (attention.py)
 RING_MIN_ROWS = 8  # CompressorStateCache: max(8, a power of two >= K + 2)
 FP32_BYTES = 4
+MODELLED_SPECS = frozenset({"none", "ngram"})  # the harness's DeepSeek-V4.1 cases
 
 
 def ring_rows(lookahead_tokens: int) -> int:
@@ -123,6 +124,8 @@ def is_v41(d: Deployment) -> bool:
 def check(d: Deployment) -> None:
     """InvalidArgumentError where this model of vLLM 0.33.0 does not follow ``d``:
 
+    * a drafter other than ngram (``MODELLED_SPECS``; ``--spec mtp`` is refused earlier,
+      by :mod:`kvbudget.deployment`);
     * no layer owns indexer keys: the indexer backend is the only one that supports the
       block-outermost layouts alone (``DeepseekV41IndexerBackend``; the sparse-MLA, window
       and compressor backends take every layout), so without it vLLM resolves another
@@ -134,6 +137,13 @@ def check(d: Deployment) -> None:
       cache layout (``resolve_kv_cache_layout``, v1/attention/backends/utils.py, asserts
       "Workers disagree on supported KV cache layouts").
     """
+    if d.spec.name not in MODELLED_SPECS:
+        raise InvalidArgumentError(
+            f"--engine vllm is not modelled for {d.target.name} with --spec {d.spec.name}: "
+            "a draft's caches beside DeepSeek-V4.1's packed groups have not been checked "
+            "against vLLM's (its own drafter is DSpark, which kvbudget does not model); plan "
+            "--spec none or ngram"
+        )
     layers = [x for x in d.target.layers if isinstance(x, SharedCompressedMLALayer)]
     if not any(x.index_head_dim for x in layers):
         raise InvalidArgumentError(
@@ -171,6 +181,7 @@ def check(d: Deployment) -> None:
 __all__ = [
     "DSV41_BLOCK",
     "DSV41_SWA_BLOCK",
+    "MODELLED_SPECS",
     "check",
     "is_v41",
     "ring_rows",
