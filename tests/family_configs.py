@@ -206,6 +206,52 @@ FAMILY_CONFIGS["family/deepseek-v4-sliding"] = {
     "mlp_layer_types": ["hash_moe"] * 3 + ["moe"] * 5,
     "num_nextn_predict_layers": 3,
 }
+# DeepSeek-V4.1 (vLLM DeepseekV41ForCausalLM, vllm/models/deepseek_v41): no verbatim Hub
+# config is reachable here, and vLLM 0.33.0's ``DeepseekV41Config``
+# (transformers_utils/configs/deepseek_v41.py) has no geometry defaults (it flattens
+# ``text_config`` onto itself), so the text model is DeepSeek-V4's transformers 5.20.2
+# defaults above (no hash layers: V4.1's MoE passes ``num_hash_layers=0``, nvidia/model.py
+# ``DeepseekV4MoE``) plus the V4.1 fields vLLM reads (models/deepseek_v41/attention.py
+# ``DeepseekV4Attention.__init__``), with values chosen to exercise them (not a released
+# checkpoint's): ``compress_ratios`` per layer (two window-only layers, 20 of ratio 2, 21 of
+# ratio 1), ``kv_source_layer_ids`` (a compressed cache and compressor every fourth layer
+# from layer 2, shared by the next three), ``index_source_layer_ids`` (layers 4, 24 and 28
+# reuse their KV source's indexer keys) and the candidate filter's fields.
+_DSV41_RATIOS = [0, 0] + [2] * 20 + [1] * (_DSV4_LAYERS - 22)
+_DEEPSEEK_V41_TEXT: dict[str, Any] = {
+    **{
+        k: v
+        for k, v in _DEEPSEEK_V4.items()
+        if k
+        not in ("model_type", "architectures", "layer_types", "compress_rates", "mlp_layer_types")
+    },
+    "compress_ratios": _DSV41_RATIOS,
+    "kv_source_layer_ids": list(range(2, _DSV4_LAYERS, 4)),
+    "index_source_layer_ids": [2, 4, 10, 18, 22, 24, 26, 28],
+    "candidate_source_layer_id": 22,
+    "candidate_topk_blocks": 64,
+    "candidate_block_size": 64,
+}
+_DEEPSEEK_V41: dict[str, Any] = {
+    "model_type": "deepseek_v41",
+    "architectures": ["DeepseekV41ForCausalLM"],
+    "torch_dtype": "bfloat16",
+    "text_config": _DEEPSEEK_V41_TEXT,
+}
+FAMILY_CONFIGS["family/deepseek-v41-defaults"] = _DEEPSEEK_V41
+# Eight layers, each compressed one its own KV source (values chosen): four compressor
+# rings outgrow the block the other caches set, so vLLM splits them over two groups
+FAMILY_CONFIGS["family/deepseek-v41-rings"] = {
+    **_DEEPSEEK_V41,
+    "text_config": {
+        **_DEEPSEEK_V41_TEXT,
+        "num_hidden_layers": 8,
+        "compress_ratios": [0, 2, 2, 2, 2, 1, 1, 1],
+        "kv_source_layer_ids": [1, 2, 3, 4, 5],
+        "index_source_layer_ids": [1],
+        "candidate_source_layer_id": -1,
+    },
+}
 # Kimi-Linear (vLLM KimiLinearForCausalLM, vllm/models/kimi_k3): no verbatim Hub config
 # is reachable here, and vLLM's own ``KimiLinearConfig`` defaults
 # (vllm/transformers_utils/configs/kimi_linear.py) describe no KDA, MLA or MoE at all, so
@@ -499,6 +545,8 @@ STEP3P5_UPSTREAM = FAMILY_CONFIGS["family/step3p5-upstream"]
 STEP3P5_HYBRID = FAMILY_CONFIGS["family/step3p5-hybrid"]
 DEEPSEEK_V4 = _DEEPSEEK_V4
 DEEPSEEK_V4_SLIDING = FAMILY_CONFIGS["family/deepseek-v4-sliding"]
+DEEPSEEK_V41 = _DEEPSEEK_V41
+DEEPSEEK_V41_RINGS = FAMILY_CONFIGS["family/deepseek-v41-rings"]
 GEMMA4_TEXT = _GEMMA4_TEXT
 GEMMA4_KV_SHARED = FAMILY_CONFIGS["family/gemma4-kv-shared"]
 GEMMA4_EAGLE3_HEAD = FAMILY_CONFIGS["family/gemma4-eagle3-head"]

@@ -1,8 +1,8 @@
 """2026 families kvbudget does not model yet: one ``error:`` line naming the model_type.
 
 The configs hold the fields that tell the family apart (field names from vLLM 0.33.0's
-config classes, ``vllm/transformers_utils/configs/{kimi_k3,minimax_m3}.py``,
-and transformers 5.20.2 ``DeepseekV4Config``); none is read as a generic decoder.
+config classes, ``vllm/transformers_utils/configs/{kimi_k3,minimax_m3}.py``); none is
+read as a generic decoder (DeepSeek-V4.1 is modelled: tests/test_deepseek_v41.py).
 """
 
 from __future__ import annotations
@@ -30,12 +30,6 @@ BASE: dict[str, Any] = {
     "max_position_embeddings": 4096,
 }
 CONFIGS: dict[str, dict[str, Any]] = {
-    "deepseek_v41": {
-        **BASE,
-        "model_type": "deepseek_v41",
-        "compress_rates": {"heavily_compressed_attention": 128},
-        "layer_types": ["heavily_compressed_attention"] * 4,
-    },
     # Kimi K3 (kimi_k3) is modelled (tests/test_kimi_k3.py); its MTP layers on their own
     # are not (vLLM makes that draft config from the target's, config/speculative.py)
     "kimi_k3_mtp": {

@@ -203,7 +203,12 @@ def _kv_dtypes(model: Any) -> tuple[str, ...]:
 # MiniMax-M3's sparse and indexer backends take 128-token blocks only (one sparse block a
 # page: models/minimax_m3/common/sparse_attention.py, common/indexer.py
 # get_supported_kernel_block_sizes); kvbudget's plan says --block-size 128 for it.
-FAMILY_BLOCK_SIZES = {"deepseek_v4": 256, "minimax_m3_vl": 128, "minimax_m3_text": 128}
+FAMILY_BLOCK_SIZES = {
+    "deepseek_v4": 256,
+    "deepseek_v41": 64,
+    "minimax_m3_vl": 128,
+    "minimax_m3_text": 128,
+}
 
 
 def _block_size(model: Any) -> int:
@@ -365,6 +370,7 @@ def all_cases() -> list[Case]:
         + pp_cases(presets, drafts)
         + dflash_cases(presets)
         + mtp_depth_cases(presets)
+        + dsv41_cases(presets)
         + family_extra_cases(presets)
         + state_dtype_cases(presets)
     )
@@ -421,6 +427,25 @@ _MTP_K = (
     ("family/minimax-m3-mtp2", 2),
     ("family/minimax-m3-mtp2", 4),
 )
+# DeepSeek-V4.1's compressor rings hold max(8, a power of two >= K + 2) rows
+# (compressor.py CompressorStateCache): ngram at K = 6 (8 rows, as K = 3) and K = 7 (16)
+_DSV41_NGRAM_K = (6, 7)
+
+
+def dsv41_cases(presets: dict[str, Any]) -> list[Case]:
+    """DeepSeek-V4.1 ngram at the K of ``_DSV41_NGRAM_K`` (40 GiB, TP 1 and 8), and without
+    prefix caching or async scheduling (the bounded-replay windows stay out of prefix
+    caching either way: ``swa_bounded_replay`` needs Model Runner V2 only)."""
+    name = "family/deepseek-v41-defaults"
+    length, block = _max_model_len(presets[name]), _block_size(presets[name])
+    at_40 = functools.partial(Case, name, kv_budget=40 * GiB, kv_dtype="bf16",
+                              max_model_len=length, block_size=block)  # fmt: skip
+    return [
+        *(at_40(spec="ngram", draft=None, tp=tp, num_speculative_tokens=k)
+          for k in _DSV41_NGRAM_K for tp in TPS),
+        at_40(spec="none", draft=None, tp=1, enable_prefix_caching=False),
+        at_40(spec="none", draft=None, tp=1, async_scheduling=False),
+    ]  # fmt: skip
 
 
 def mtp_depth_cases(presets: dict[str, Any]) -> list[Case]:
@@ -1337,6 +1362,92 @@ def _dsv4_cache_layers(vc, hf, i: int, prefix: str, draft: bool) -> list[tuple[s
     return out
 
 
+def _dsv41_cache_layers(vc, hf, i: int, prefix: str, draft: bool) -> list[tuple[str, Any]]:
+    """DeepSeek-V4.1 decoder layer ``i``'s cache-owning modules as vLLM 0.33.0 builds them
+    on SM90 (``DeepseekV4FlashMLAAttention``: mega attention declines off SM100 and SM12
+    takes FlashInfer, models/deepseek_v41/nvidia/model.py ``_select_dsv4_attn_cls``), with
+    the attributes their ``__init__`` sets (models/deepseek_v41/attention.py
+    ``DeepseekV4Attention``, ``DeepseekV4IndexerCache``; compressor.py
+    ``DeepseekCompressor``, ``CompressorStateCache``; v1/attention/backends/mla/sparse_swa.py
+    ``DeepseekV4SWACache``), in the order they register in ``static_forward_context``:
+
+    * ``{prefix}.attn``: the compressed latent, a spec only on a KV source
+      (``kv_source_layer_ids``; ``compress_ratios[i]`` tokens a state, 584 bytes);
+    * ``.attn.indexer.k_cache``: on a layer that is both an index and a KV source
+      (the other index sources read their KV source's);
+    * ``.attn.swa_cache``: every layer (block 32, 584 bytes a token, pages aligned to 576;
+      ``bounded_replay`` from ``swa_bounded_replay`` under Model Runner V2);
+    * ``.attn.compressor.state_cache``: a KV source of ratio 2 (a ring of ``2 x head_dim``
+      fp32 rows, ``max(8, next power of two >= K + 2)`` of them).
+
+    ``_use_v41_mxfp8_kv_record`` (SM100 only) is False here as on SM90: the V4 record.
+    """
+    import math
+
+    import torch
+    from vllm.models.deepseek_v41 import attention as dsv41
+    from vllm.models.deepseek_v41.compressor import CompressorStateCache
+    from vllm.models.deepseek_v41.nvidia.flashmla import (
+        DeepseekSparseSWAFlashMLABackend,
+        DeepseekV4FlashMLAAttention,
+    )
+    from vllm.v1.attention.backends.mla.indexer import dsa_indexer_uses_fp4
+    from vllm.v1.attention.backends.mla.sparse_swa import DeepseekV4SWACache
+
+    cache_config = vc.cache_config
+    attn = _bare(DeepseekV4FlashMLAAttention)
+    kv_dtype, kv_torch_dtype = dsv41._resolve_dsv4_kv_cache_dtype(
+        True, cache_config.cache_dtype, cache_config, attn.packed_kv_cache_dtype
+    )
+    ratios = getattr(hf, "compress_ratios", None) or []
+    ratio = int(ratios[i]) if i < len(ratios) else 0
+    backbone = i < hf.num_hidden_layers
+    kv_source = backbone and i in (hf.kv_source_layer_ids or ())
+    index_source = backbone and i in (hf.index_source_layer_ids or ())
+    mxfp8 = dsv41._use_v41_mxfp8_kv_record()
+    swa_bytes = 528 if mxfp8 else 584
+    compressed_bytes = 288 if kv_dtype == "nvfp4_ds_mla" else swa_bytes
+    out: list[tuple[str, Any]] = []
+    attn.__dict__.update(
+        compress_ratio=ratio, is_kv_source=kv_source, kv_cache_dtype=kv_dtype,
+        kv_cache_torch_dtype=kv_torch_dtype, head_dim=hf.head_dim,
+        kv_page_alignment=512 if mxfp8 else 576, compressed_bytes_per_token=compressed_bytes,
+        is_draft_layer=draft,
+    )  # fmt: skip
+    out.append((f"{prefix}.attn", attn))
+    if index_source and kv_source:
+        k_cache = _bare(dsv41.DeepseekV4IndexerCache)
+        k_cache.__dict__.update(
+            head_dim=dsv41._indexer_k_cache_head_dim(hf.index_head_dim, dsa_indexer_uses_fp4(vc)),
+            dtype=torch.uint8, prefix=f"{prefix}.attn.indexer.k_cache",
+            cache_config=cache_config, compress_ratio=ratio,
+            sparse_logits=vc.attention_config.indexer_sparse_logits, rocm_mxfp4=False,
+            is_draft_layer=draft,
+        )  # fmt: skip
+        out.append((f"{prefix}.attn.indexer.k_cache", k_cache))
+    swa = _bare(DeepseekV4SWACache)
+    swa.__dict__.update(
+        backend_cls=DeepseekSparseSWAFlashMLABackend,
+        bounded_replay=cache_config.swa_bounded_replay and vc.use_v2_model_runner,
+        head_dim=hf.head_dim, window_size=hf.sliding_window, prefix=f"{prefix}.attn.swa_cache",
+        cache_config=cache_config, dtype=kv_torch_dtype, packed_bytes_per_token=swa_bytes,
+        packed_page_alignment=512 if mxfp8 else 576,
+        packed_block_stride_alignment=math.lcm(swa_bytes, compressed_bytes) if mxfp8 else None,
+        block_size=32, is_draft_layer=draft,
+    )  # fmt: skip
+    out.append((f"{prefix}.attn.swa_cache", swa))
+    if kv_source and ratio > 1:
+        state = _bare(CompressorStateCache)
+        rows = vc.num_speculative_tokens + 2
+        state.__dict__.update(
+            state_dim=2 * hf.head_dim, dtype=torch.float32,
+            prefix=f"{prefix}.attn.compressor.state_cache",
+            block_size=max(8, 1 << (rows - 1).bit_length()), is_draft_layer=draft,
+        )  # fmt: skip
+        out.append((f"{prefix}.attn.compressor.state_cache", state))
+    return out
+
+
 def _minimax_m3_sparse_backend(vc, hf):
     """The main sparse backend vLLM's own selector gives (common/sparse_attention.py
     ``select_main_backend_and_impl_cls``): the Triton ``MiniMaxM3SparseBackend`` off
@@ -1540,6 +1651,11 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
         backend_names.append("FLASHMLA_SPARSE_DSV4")
         for i in range(n):
             for name, layer in _dsv4_cache_layers(vc, hf, i, f"model.layers.{i}", False):
+                add(name, layer)
+    elif arch == "DeepseekV41ForCausalLM":
+        backend_names.append("FLASHMLA_SPARSE_DSV41")
+        for i in range(n):
+            for name, layer in _dsv41_cache_layers(vc, hf, i, f"model.layers.{i}", False):
                 add(name, layer)
     elif arch == "NemotronHForCausalLM":
         model_cls, _ = ModelRegistry.resolve_model_cls(mc.architecture, model_config=mc)
@@ -1793,6 +1909,7 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
 def _kind(spec) -> str:
     from vllm.v1.kv_cache_interface import (
         ChunkedLocalAttentionSpec,
+        CircularBufferSpec,
         FullAttentionSpec,
         MambaSpec,
         MLAAttentionSpec,
@@ -1813,6 +1930,8 @@ def _kind(spec) -> str:
         return "full_attention"
     if isinstance(spec, MambaSpec):
         return "mamba"
+    if isinstance(spec, CircularBufferSpec):  # DeepSeek-V4.1's compressor rings
+        return "circular_buffer"
     return type(spec).__name__
 
 

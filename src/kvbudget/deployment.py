@@ -667,6 +667,14 @@ def _resolve_draft(
             f"{target.name}'s {modules} MTP module(s) (num_mtp_modules) are not modelled "
             f"(vLLM builds no MTP draft for {target.model_type!r}); choose another --spec"
         )
+    if mode.draft == "mtp" and target.model_type == "deepseek_v41":
+        # config/speculative.py (vLLM 0.33.0): "DeepSeek V4.1 has no classic-MTP draft: its
+        # checkpoints ship DSpark stages under mtp.*"; method mtp is refused for it
+        raise InvalidArgumentError(
+            f"{target.name} (DeepSeek-V4.1) has no MTP layers: its num_nextn_predict_layers "
+            "are DSpark stages, which vLLM runs only as --speculative-config method dspark "
+            "and kvbudget does not model; choose another --spec"
+        )
     if mode.draft == "mtp" and not target.mtp_layers:
         raise InvalidArgumentError(
             f"{target.name} has no MTP layers (num_nextn_predict_layers); choose another --spec"

@@ -279,6 +279,33 @@ class CompressedMLALayer:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SharedCompressedMLALayer(CompressedMLALayer):
+    """DeepSeek-V4.1 attention: DeepSeek-V4's latent, with compressed caches shared by
+    groups of layers (vLLM 0.33.0 ``models/deepseek_v41/attention.py``
+    ``DeepseekV4Attention.__init__``).
+
+    * ``compress_ratio`` is the config's ``compress_ratios`` entry: 0 the window cache
+      only, 1 a compressed latent per token (no pooling), 2 one per two tokens;
+    * ``kv_source``: the layer owns the compressed cache and the compressor
+      (``kv_source_layer_ids``); a layer of ratio > 0 that is not a source reads the
+      cache of the nearest source at or below it and keeps only its window cache;
+    * ``index_head_dim`` > 0: the layer owns the indexer key cache (an index source that
+      is also a KV source; the other index sources read their KV source's).
+
+    ``bytes_per_token``: on a KV source of ratio > 0, ``cdiv(entry + index key, ratio)``;
+    0 elsewhere (the window cache and the compressor's ring are bounded).
+    """
+
+    kv_source: bool = False
+
+    def bytes_per_token(self, dtype: DType, tp: int) -> int:
+        """The owned compressed latent and indexer key per token, rounded up."""
+        if not self.kv_source or self.compress_ratio == 0:
+            return 0
+        return -(-(self.entry_bytes(dtype) + self.indexer_key_bytes) // self.compress_ratio)
+
+
+@dataclass(frozen=True, kw_only=True)
 class KimiDeltaLayer:
     """Kimi Delta Attention (Kimi-Linear's KDA layers), as vLLM 0.33.0 keeps its state
     (``model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py``

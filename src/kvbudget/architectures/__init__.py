@@ -1,11 +1,11 @@
 """Model architectures: one module per family, registered by ``model_type``.
 
 Each family module (``llama``, ``llama4``, ``qwen``, ``gemma``, ``gemma4``, ``gpt_oss``,
-``minimax_m2``, ``minimax_m3``, ``deepseek``, ``deepseek_v4``, ``glm4_moe``, ``qwen3_next``,
-``kimi_linear``, ``kimi_k3``, ``nemotron_h``, ``step3p5``) builds one or more :class:`Architecture`
-values from the same parsed config fields (:class:`~kvbudget.config_fields.ConfigFields`): its cache
-layers (read by :mod:`kvbudget.model`) and its weight inventory (read by
-:mod:`kvbudget.weights`).
+``minimax_m2``, ``minimax_m3``, ``deepseek``, ``deepseek_v4``, ``deepseek_v41``, ``glm4_moe``,
+``qwen3_next``, ``kimi_linear``, ``kimi_k3``, ``nemotron_h``, ``step3p5``) builds one or more
+:class:`Architecture` values from the same parsed config fields
+(:class:`~kvbudget.config_fields.ConfigFields`): its cache layers (read by
+:mod:`kvbudget.model`) and its weight inventory (read by :mod:`kvbudget.weights`).
 EAGLE3 heads (:mod:`~kvbudget.architectures.eagle3`) are read
 as their family's layers with their own weights; DFlash block drafts
 (:mod:`~kvbudget.architectures.dflash`) by their own module, whatever their ``model_type``.
@@ -21,6 +21,7 @@ from types import MappingProxyType
 from kvbudget.architectures import (
     deepseek,
     deepseek_v4,
+    deepseek_v41,
     dflash,
     eagle,
     eagle3,
@@ -56,6 +57,7 @@ ARCHITECTURES: tuple[Architecture, ...] = (
     *minimax_m3.ARCHITECTURES,
     *deepseek.ARCHITECTURES,
     *deepseek_v4.ARCHITECTURES,
+    *deepseek_v41.ARCHITECTURES,
     *glm4_moe.ARCHITECTURES,
     *qwen3_next.ARCHITECTURES,
     *kimi_linear.ARCHITECTURES,

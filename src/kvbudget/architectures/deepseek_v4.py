@@ -17,8 +17,8 @@ model's; vLLM gives a layer past ``num_hidden_layers`` ratio 1 (the window cache
 Weights: vLLM's modules (``models/deepseek_v4/nvidia/model.py`` ``DeepseekV4DecoderLayer``,
 ``DeepseekV4MoE``, ``DeepseekV4Model``; ``attention.py``; ``compressor.py``
 ``DeepseekCompressor``; ``nvidia/mtp.py``), named as vLLM names them after its checkpoint
-mapper. DeepSeek-V4.1 (``deepseek_v41``) is vLLM's own package (a circular-buffer
-compressor, bounded window replay) and is not read by this module.
+mapper. DeepSeek-V4.1 (``deepseek_v41``, vLLM's own package) is
+:mod:`kvbudget.architectures.deepseek_v41`, which reuses this module's pieces.
 """
 
 from __future__ import annotations

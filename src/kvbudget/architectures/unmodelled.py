@@ -13,8 +13,7 @@ from types import MappingProxyType
 
 UNMODELLED: MappingProxyType[str, str] = MappingProxyType(
     {
-        "deepseek_v41": "DeepSeek-V4.1: vLLM's own model (a circular-buffer compressor, "
-        "bounded window replay)",
+        # DeepSeek-V4.1 (deepseek_v41) is modelled (architectures/deepseek_v41.py)
         # Kimi K3 (kimi_k3) is modelled, its MTP layers as --spec mtp of it; vLLM makes
         # the kimi_k3_mtp draft config from the target's (config/speculative.py)
         "kimi_k3_mtp": "Kimi K3's MTP layers on their own; plan the kimi_k3 target with --spec mtp",

@@ -91,7 +91,14 @@ from kvbudget.engines.vllm_context import (
     long_length_warning,
 )
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.layers import AttentionLayer, CompressedMLALayer, KimiDeltaLayer, Layer, MLALayer
+from kvbudget.layers import (
+    AttentionLayer,
+    CompressedMLALayer,
+    KimiDeltaLayer,
+    Layer,
+    MLALayer,
+    SharedCompressedMLALayer,
+)
 from kvbudget.plan_types import EnginePlan, EngineSource, Plan, PoolPlan
 from kvbudget.units import format_bytes
 
@@ -128,6 +135,8 @@ class VllmRelease:
       ``pp + 1`` (``VllmConfig.max_concurrent_batches``; 0.29.0's Model Runner V2 takes
       only eagle, eagle3, mtp, config/vllm.py:2562-2574, so ngram and draft-target run
       on V1; 0.33.0 runs them all on V2).
+    * ``absent_model_types``: model types the release has no model for (0.29.0: no
+      ``deepseek_v41`` in its ``_CONFIG_REGISTRY`` or ``models/``), refused by ``check``.
     * ``speculation_with_pp``: an EAGLE/EAGLE3/MTP/DFlash drafter runs with PP > 1 (0.33.0 gives
       the draft ``pipeline_parallel_size=1``, config/speculative.py:1905; 0.29.0 gives it
       the target's, :1690, and the draft classes lack ``SupportsPP``, so
@@ -153,6 +162,7 @@ class VllmRelease:
     length_rule: LengthRule = LENGTH_RULE
     check: Callable[[Deployment], None] | None = None
     kda_ssm_cache_dtype: bool = False
+    absent_model_types: frozenset[str] = frozenset()
 
 
 RELEASE = VllmRelease(
@@ -172,7 +182,9 @@ PP_REFUSAL = (
     "the `SupportsPP` interface."
 )
 
-SpecKind = Literal["full_attention", "sliding_window", "chunked_local", "mla", "mamba"]
+SpecKind = Literal[
+    "full_attention", "sliding_window", "chunked_local", "mla", "mamba", "circular_buffer"
+]
 # a group's kind: its specs' kind, or (a uniform-type group of full-attention and MLA
 # specs, MiniMax-M3's K/V beside its index keys) both, as the harness names them
 GroupKind = SpecKind | Literal["full_attention+mla"]
@@ -203,6 +215,9 @@ class LayerSpec:
     stage: int = 0
     # Mamba: state pages one request holds (running + speculative + checkpoint)
     states_per_request: int = 0
+    # False: the group takes no part in prefix caching (``KVCacheSpec.prefix_cacheable``:
+    # DeepSeek-V4.1's bounded-replay windows and compressor rings)
+    prefix_cacheable: bool = True
 
     @property
     def key(self) -> tuple[object, ...]:
@@ -218,6 +233,8 @@ class LayerSpec:
             return ("sliding", self.block_size, self.sliding_window)
         if self.kind == "chunked_local":
             return ("chunked", self.block_size, self.sliding_window)
+        if self.kind == "circular_buffer":
+            return ("circular", self.block_size)
         return ("mamba", self.block_size, self.page_bytes, self.states_per_request)
 
 
@@ -232,6 +249,7 @@ class KvCacheGroup:
     block_size: int
     sliding_window: int | None
     draft_layers: int
+    prefix_cacheable: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -386,7 +404,12 @@ def _layer_specs(
     d: Deployment, layer: Layer, stage: int, draft: bool, mamba: MambaSetup | None
 ) -> list[LayerSpec]:
     """The specs one layer registers: one, none, (MiniMax-M3's sparse layers) its index
-    key's then its K/V's, or (DeepSeek-V4) its several caches."""
+    key's then its K/V's, or (DeepSeek-V4, V4.1: :mod:`kvbudget.engines.vllm_dsv41`) its
+    several caches."""
+    if isinstance(layer, SharedCompressedMLALayer):
+        from kvbudget.engines.vllm_dsv41 import shared_compressed_specs
+
+        return shared_compressed_specs(d, layer, stage, draft)
     if isinstance(layer, CompressedMLALayer):
         return compressed_specs(layer, stage, draft)
     spec = _layer_spec(d, layer, stage, draft, mamba)
@@ -419,7 +442,8 @@ DSV4_ALIGN = 576  # pages padded to 576 bytes under fp8_ds_mla (_apply_alignment
 FP32_BYTES = 4
 
 
-def _aligned(page: int) -> int:
+def aligned_page(page: int) -> int:
+    """A DeepSeek-V4 page padded to a multiple of 576 bytes (``_apply_alignment_padding``)."""
     return cdiv(page, DSV4_ALIGN) * DSV4_ALIGN
 
 
@@ -448,7 +472,7 @@ def compressed_specs(layer: CompressedMLALayer, stage: int, draft: bool) -> list
         return LayerSpec(
             kind=kind,
             block_size=block,
-            page_bytes=_aligned(page),
+            page_bytes=aligned_page(page),
             geometry=(page,),
             sliding_window=window,
             draft=draft,
@@ -603,6 +627,7 @@ def _group(specs: list[LayerSpec], layers: tuple[int, ...], padding: int) -> KvC
         block_size=first.block_size,
         sliding_window=first.sliding_window,
         draft_layers=sum(specs[i].draft for i in layers),
+        prefix_cacheable=all(specs[i].prefix_cacheable for i in layers),
     )
 
 
@@ -625,9 +650,12 @@ def packed_groups(specs: list[LayerSpec]) -> list[KvCacheGroup]:
     repeats per group are the ``_approximate_gcd`` of the balanced buckets' largest
     page-size counts, at least the largest count of a balanced bucket that mixes page
     sizes; a balanced bucket splits into ``cdiv(count, repeats)`` groups (repeat ``r``
-    of its pattern to group ``r mod n``), any other stays whole. (Mamba and
-    circular-buffer buckets, which vLLM also caps at the block's bytes, do not occur
-    beside these specs.) Padding layers: the widest group's layers less the group's.
+    of its pattern to group ``r mod n``), any other stays whole. *State* buckets (Mamba,
+    circular-buffer, and sliding-window ones when no repeats are set) are then capped at
+    the states one block already holds: the block must fit the widest group of every
+    other bucket (a state bucket counted one layer a group), and a state bucket splits
+    into at least ``cdiv(layers, anchor // page)`` groups. Padding layers: the widest
+    group's layers less the group's.
     """
     buckets: dict[tuple[object, ...], list[int]] = {}
     for i, s in enumerate(specs):
@@ -641,13 +669,35 @@ def packed_groups(specs: list[LayerSpec]) -> list[KvCacheGroup]:
         shaped.append((by_page, len(set(counts)) == 1, max(counts)))
     floor = max((most for by_page, bal, most in shaped if bal and len(by_page) > 1), default=0)
     repeats = _approximate_gcd([m for _, bal, m in shaped if bal], floor) if floor else None
+
+    def state(by_page: dict[int, list[int]]) -> bool:
+        kind = specs[next(iter(by_page.values()))[0]].kind
+        return kind in ("mamba", "circular_buffer") or (
+            repeats is None and kind == "sliding_window"
+        )
+
+    def split(balanced: bool, most: int) -> int:
+        return cdiv(most, repeats) if balanced and repeats else 1
+
+    def widest_bytes(by_page: dict[int, list[int]], n: int) -> int:
+        return sum(cdiv(len(layers), n) * page for page, layers in by_page.items())
+
+    anchor = max(
+        widest_bytes(by_page, sum(map(len, by_page.values())) if state(by_page) else split(b, m))
+        for by_page, b, m in shaped
+    )
     chosen: list[tuple[int, ...]] = []
     for by_page, balanced, most in shaped:
-        count = cdiv(most, repeats) if balanced and repeats else 1
+        count = split(balanced, most)
+        if anchor and state(by_page):
+            first_page = specs[next(iter(by_page.values()))[0]].page_bytes
+            per_block = max(anchor // first_page, 1)
+            count = max(count, cdiv(sum(map(len, by_page.values())), per_block))
         if count == 1:
             chosen.append(tuple(i for page in by_page.values() for i in page))
             continue
-        pattern = list(zip(*by_page.values(), strict=True))
+        # vLLM's plain zip (a state bucket of unequal page counts would be cut short there)
+        pattern = list(zip(*by_page.values(), strict=False))
         chosen += [tuple(i for rep in pattern[g::count] for i in rep) for g in range(count)]
     widest = max(len(layers) for layers in chosen)
     return [_group(specs, layers, widest - len(layers)) for layers in chosen]
@@ -669,6 +719,8 @@ def _group_blocks_per_request(
         return cdiv(min(chunk, max_len), group.block_size)
     if group.kind == "mamba":
         return max(specs[i].states_per_request for i in group.layers)
+    if group.kind == "circular_buffer":
+        return 1  # CircularBufferSpec: one ring block a request for its life
     return cdiv(max_len, group.block_size)
 
 
@@ -751,8 +803,10 @@ def vllm_pool(d: Deployment, budget: int, release: VllmRelease = RELEASE) -> Vll
             )
     num_blocks = min(counts)
     concurrency = num_blocks / per_request
-    # the attention block size after any override (what vLLM's cache_config reports)
-    attention = [g.block_size for g in groups if g.kind != "mamba"]
+    # the attention block size after any override (what vLLM's cache_config reports):
+    # the smallest of the groups that take part in prefix caching (core.py), if any
+    attention = [g.block_size for g in groups if g.kind != "mamba" and g.prefix_cacheable]
+    attention = attention or [g.block_size for g in groups if g.kind != "mamba"]
     block_size = min(attention) if attention else d.tokens_per_block
     return VllmPool(
         groups=tuple(groups),
@@ -1127,7 +1181,12 @@ def block_flag(d: Deployment) -> int:
     whose compressed-latent and indexer backends take 256-token blocks only
     (``get_supported_kernel_block_sizes``: models/deepseek_v4/sparse_mla.py,
     v1/attention/backends/mla/indexer.py; its other caches keep their own block sizes),
-    or 128 for MiniMax-M3 (:data:`MINIMAX_M3_BLOCK`)."""
+    or 128 for MiniMax-M3 (:data:`MINIMAX_M3_BLOCK`), or 64 for DeepSeek-V4.1 on SM90
+    (:data:`kvbudget.engines.vllm_dsv41.DSV41_BLOCK`)."""
+    from kvbudget.engines import vllm_dsv41
+
+    if vllm_dsv41.is_v41(d):
+        return vllm_dsv41.DSV41_BLOCK
     if any(isinstance(x, CompressedMLALayer) for x in d.target.layers):
         return DSV4_BLOCK
     if has_index_keys(d.target.layers):
@@ -1210,7 +1269,14 @@ def _notes(
             f"# {len(pool.groups)} KV cache groups share the pool; a request of "
             f"max_model_len takes {pool.blocks_per_request} blocks over all groups"
         )
-    if any(isinstance(x, CompressedMLALayer) for x in d.target.layers):
+    if any(isinstance(x, SharedCompressedMLALayer) for x in d.target.layers):
+        notes.append(
+            "# DeepSeek-V4.1: fp8_ds_mla pages (584 B a latent) whatever --kv-cache-dtype, "
+            f"and --block-size {block_flag(d)} for its compressed and indexer caches (SM90's "
+            "kernel block, whatever --tokens-per-block says); the window caches keep 32-token "
+            "blocks and each ratio-2 compressor one ring block a request"
+        )
+    elif any(isinstance(x, CompressedMLALayer) for x in d.target.layers):
         notes.append(
             "# DeepSeek-V4: fp8_ds_mla pages (584 B a latent) whatever --kv-cache-dtype, "
             f"and --block-size {DSV4_BLOCK} for its compressed caches (whatever "
@@ -1399,6 +1465,8 @@ def _check_compressed_split(d: Deployment) -> None:
     layers = d.target.layers
     if not any(isinstance(x, CompressedMLALayer) for x in layers):
         return
+    from kvbudget.engines import vllm_dsv41
+
     tp = d.parallel.attention_tp
     heads, groups = d.target.num_attention_heads, d.target.config.get("o_groups")
     # DeepseekV4Attention.__init__ (attention.py): ``assert n_heads % tp_size == 0``, and
@@ -1409,6 +1477,9 @@ def _check_compressed_split(d: Deployment) -> None:
             f"{heads} heads and {groups} output groups (o_groups) must each split evenly "
             "over the TP ranks; pick a --tp that divides both"
         )
+    if vllm_dsv41.is_v41(d):
+        vllm_dsv41.check(d)
+        return
     if d.parallel.pp == 1:
         return
     for stage, indices in enumerate(pp_stage_layers(d.target.num_layers, d.parallel.pp)):
@@ -1447,6 +1518,11 @@ def engine_model(release: VllmRelease, *, default: bool) -> EngineModel:
         return plan(d, ledger, release)
 
     def check_release(d: Deployment) -> None:
+        if d.target.model_type in release.absent_model_types:
+            raise InvalidArgumentError(
+                f"vLLM {release.version} has no model for {d.target.name} (model_type "
+                f"{d.target.model_type!r}); plan it with --engine vllm (vLLM {VERSION})"
+            )
         check(d)
         if release.check is not None:
             release.check(d)

@@ -2,7 +2,7 @@
 
 Everything :mod:`kvbudget.engines.vllm` describes holds for 0.29.0 (groups, page
 unification, the sliding and chunked charges, the null block held back before the fit
-check, the refusal text, the capacity log), except eight things, read in the 0.29.0 wheel
+check, the refusal text, the capacity log), except nine things, read in the 0.29.0 wheel
 from PyPI (``vllm-project/vllm`` v0.29.0) and checked on CPU by
 ``benchmarks/fidelity/vllm_fidelity.py`` run in a 0.29.0 venv:
 
@@ -46,6 +46,9 @@ from PyPI (``vllm-project/vllm`` v0.29.0) and checked on CPU by
 * **Kimi K3's KDA recurrent state is float32** whatever ``--mamba-ssm-cache-dtype``
   says (``KimiK3DeltaAttention.get_state_dtype``, ``vllm/models/kimi_k3/nvidia/kda.py:363-375``):
   a ``--state-dtype`` that would keep it in bf16 is refused (``kda_ssm_cache_dtype``).
+* **No DeepSeek-V4.1** (``deepseek_v41``: no ``models/deepseek_v41``, nothing in
+  ``transformers_utils/config.py`` ``_CONFIG_REGISTRY``): refused
+  (``absent_model_types``).
 * **No 64-token alignment of a GDN model's block size**:
   ``Platform._align_hybrid_block_size`` (``vllm/platforms/interface.py:911``) aligns the
   attention block only to the kernel's 16 (Qwen3-Next MTP at TP 1: 560 tokens, against
@@ -103,6 +106,9 @@ RELEASE = VllmRelease(
         config_defaults=MappingProxyType({"step3p5": MappingProxyType({"max_seq_len": 4096})}),
     ),
     check=check_step3p5,
+    # no DeepSeek-V4.1 (vllm/models/ has deepseek_v4 and deepseek_v32 only; no
+    # deepseek_v41 in transformers_utils/config.py _CONFIG_REGISTRY)
+    absent_model_types=frozenset({"deepseek_v41"}),
 )
 
 MODEL = engine_model(RELEASE, default=False)

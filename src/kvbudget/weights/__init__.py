@@ -46,6 +46,10 @@ Storage (``config["quantization_config"]``):
 ``fp8`` + block ``[b0,b1]``   quantized linears: 1 byte per weight + one float32 scale per
                               ``b0 x b1`` block (DeepSeek-V3 ``weight_scale_inv``)
 ``fp8`` without blocks        1 byte per weight + one float32 scale per tensor
+``fp8`` block, DeepSeek-V4    by ``expert_dtype`` (default ``fp4``; V4.1 reads it from
+and V4.1                      ``quantization_config``): fp4: routed experts MXFP4 as below,
+                              block scales UE8M0 (1 byte); fp8: as ``fp8`` + block
+                              (vLLM ``DeepseekV4FP8Config``, models/deepseek_v4*/quant_config.py)
 ``mxfp4`` (gpt-oss)           routed-expert weights only: 4 bits per value + one 1-byte
                               e8m0 scale per 32 values along the input dimension
 ``modelopt`` NVFP4            quantized linears: 4 bits per value + one fp8 scale per 16

@@ -246,8 +246,9 @@ def _inventory_items(
             copies = -(-copies // ep)
         else:
             rows, cols = w.rank_shape(attention_tp if w.component == "attention" else tp)
-        if quant.converts(w):
-            one = quant.bytes_for(rows, cols)
+        q = quant.for_weight(w)
+        if q.converts(w):
+            one = q.bytes_for(rows, cols)
         else:
             one = rows * cols * (FIXED_BYTES[w.fixed] if w.fixed else plain_bytes)
         yield w.place, w.component, copies * one

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from kvbudget.errors import ConfigError
@@ -18,6 +18,10 @@ from kvbudget.inventory import Weight, top_config
 from kvbudget.model_spec import ModelSpec
 
 EXCLUDE_KEYS = ("modules_to_not_convert", "ignored_layers", "ignore", "exclude_modules")
+# DeepseekV4FP8Config (vLLM 0.33.0 models/deepseek_v4/quant_config.py and
+# models/deepseek_v41/quant_config.py: override_quantization_method claims fp8 checkpoints
+# of these model types)
+DEEPSEEK_V4_TYPES = ("deepseek_v4", "deepseek_v41")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,16 +39,25 @@ class Quant:
     zeros: bool = True  # int4 zero points stored (awq, gptq; not compressed-tensors')
     g_idx: bool = False  # gptq act-order: int32 [in]
     name: str = ""  # the label when it is not the method's (compressed-tensors schemes)
+    block_scale_bytes: int = 4  # fp8 block scales: float32, or UE8M0 (1 byte)
+    expert_method: Literal["mxfp4"] | None = None  # routed experts' own format, if any
 
     @property
     def label(self) -> str:
         if self.name:
             return self.name
         if self.method == "fp8" and self.block is not None:
-            return f"fp8-block{self.block[0]}x{self.block[1]}"
+            experts = f"+{self.expert_method}-experts" if self.expert_method else ""
+            return f"fp8-block{self.block[0]}x{self.block[1]}{experts}"
         if self.method in ("awq", "gptq"):
             return f"{self.method}-int4-g{self.group or 'row'}"
         return self.method
+
+    def for_weight(self, w: Weight) -> Quant:
+        """The format ``w`` is stored in: ``expert_method``'s for a routed expert, if set."""
+        if self.expert_method is not None and w.expert:
+            return Quant(method=self.expert_method, excluded=self.excluded)
+        return self
 
     def converts(self, w: Weight) -> bool:
         """Whether this checkpoint stores ``w`` quantized."""
@@ -77,7 +90,7 @@ class Quant:
         if self.method == "fp8":
             assert self.block is not None
             b0, b1 = self.block
-            return rows * cols + 4 * -(-rows // b0) * -(-cols // b1)
+            return rows * cols + self.block_scale_bytes * -(-rows // b0) * -(-cols // b1)
         if self.method == "mxfp4":
             return rows * -(-cols // 32) * (16 + 1)
         # nvfp4: packed nibbles + an fp8 scale per 16 values + weight_scale_2, input_scale
@@ -181,7 +194,7 @@ def quantization(model: ModelSpec) -> Quant:
         excluded += value
     method = str(qc.get("quant_method", "")).lower()
     algo = str(qc.get("quant_algo", "")).upper()
-    if method == "fp8" or (method == "modelopt" and algo == "FP8"):
+    if method in ("fp8", "deepseek_v4_fp8") or (method == "modelopt" and algo == "FP8"):
         block = qc.get("weight_block_size")
         if block is None:
             return Quant(method="fp8", excluded=tuple(excluded))
@@ -195,7 +208,8 @@ def quantization(model: ModelSpec) -> Quant:
                 source=source,
                 field="quantization_config.weight_block_size",
             )
-        return Quant(method="fp8", block=(block[0], block[1]), excluded=tuple(excluded))
+        quant = Quant(method="fp8", block=(block[0], block[1]), excluded=tuple(excluded))
+        return deepseek_v4_experts(model, qc, quant) if method != "modelopt" else quant
     if method == "mxfp4":
         return Quant(method="mxfp4", excluded=tuple(excluded))
     if method in ("awq", "gptq"):
@@ -235,6 +249,29 @@ def quantization(model: ModelSpec) -> Quant:
     )
 
 
+def deepseek_v4_experts(model: ModelSpec, qc: Mapping[str, Any], quant: Quant) -> Quant:
+    """A DeepSeek-V4 / V4.1 fp8 checkpoint as ``DeepseekV4FP8Config`` loads it: by
+    ``expert_dtype`` (the config's; V4.1's config class copies it from
+    ``quantization_config``; default ``fp4``), ``fp4``: MXFP4 routed experts
+    (``Mxfp4MoEMethod``) and UE8M0 linear scales (``is_scale_e8m0``: 1 byte), ``fp8``:
+    fp8-block experts with float32 scales (``Fp8MoEMethod``). Other models: ``quant``."""
+    if model.model_type not in DEEPSEEK_V4_TYPES:
+        return quant
+    given = model.config.get("expert_dtype", top_config(model).get("expert_dtype"))
+    if given is None and model.model_type == "deepseek_v41":
+        given = qc.get("expert_dtype")
+    dtype = "fp4" if given is None else given
+    if dtype == "fp8":
+        return quant
+    if dtype != "fp4":
+        raise ConfigError(
+            f"expected fp4 or fp8 (vLLM's DeepSeek-V4 expert dtypes), got {dtype!r}",
+            source=model.source,
+            field="quantization_config.expert_dtype",
+        )
+    return replace(quant, block_scale_bytes=1, expert_method="mxfp4")
+
+
 def checkpoint_kv_dtype(model: ModelSpec) -> str | None:
     """The KV cache dtype a ModelOpt checkpoint asks for (``kv_cache_quant_algo`` FP8 or
     NVFP4, or a ``kv_cache_scheme`` of 8-bit floats), else None.
@@ -266,4 +303,11 @@ def checkpoint_kv_dtype(model: ModelSpec) -> str | None:
     return None
 
 
-__all__ = ["EXCLUDE_KEYS", "Quant", "checkpoint_kv_dtype", "quantization"]
+__all__ = [
+    "DEEPSEEK_V4_TYPES",
+    "EXCLUDE_KEYS",
+    "Quant",
+    "checkpoint_kv_dtype",
+    "deepseek_v4_experts",
+    "quantization",
+]
