@@ -270,3 +270,13 @@ def test_packed_groups_keep_every_layer_once(windows: int, mla: int) -> None:
     # groups of at most the repeats per group
     assert sum(1 for g in groups if g.kind == "mla") == 1
     assert max(len(g.layers) for g in groups if g.kind == "sliding_window") <= max(windows, mla)
+
+
+def test_vllm_plan_does_not_say_auto_keeps_the_checkpoints_dtype(tmp_path: Path) -> None:
+    # vLLM stores fp8_ds_mla for DeepSeek-V4 whatever --kv-cache-dtype says
+    # (attention.py _resolve_dsv4_kv_cache_dtype): the generic "auto keeps the
+    # checkpoint's dtype; the plan assumes bf16" note would contradict the plan's own
+    p = plan(folder(tmp_path / "v4", DEEPSEEK_V4), engine="vllm", kv_budget="40GiB",
+             host_budget=0, spec="none", max_seq_len=32768)  # fmt: skip
+    assert not any("assumes bf16" in n for n in p.engine.notes)
+    assert any("fp8_ds_mla pages" in n for n in p.engine.notes)

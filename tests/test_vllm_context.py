@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from family_configs import STEP3P5_HYBRID, STEP3P5_UPSTREAM, folder
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,7 +27,6 @@ from kvbudget.engines.vllm_context import (
     DerivedLength,
     derived_length,
 )
-from tests.family_configs import STEP3P5_HYBRID, STEP3P5_UPSTREAM, folder
 
 RULE_33 = RELEASE_0_33.length_rule
 RULE_29 = RELEASE_0_29.length_rule

@@ -239,7 +239,7 @@ class Case:
     num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS
     pp: int = 1  # --pipeline-parallel-size
     # kvbudget --state-dtype; vLLM --mamba-cache-dtype and --mamba-ssm-cache-dtype
-    # (STATE_DTYPES), as kvbudget's plan emits them for Kimi K3
+    # (STATE_DTYPES), as kvbudget's plan emits them (Kimi K3, Mamba2, Gated DeltaNet)
     state_dtype: str = "auto"
 
     @property
@@ -403,14 +403,27 @@ _STATE_DTYPE_EXTRA = (
     ("family/kimi-k3", "mtp", 8),
     ("family/kimi-k3-unbounded-gate", "ngram", 1),
 )
+# Mamba2 and Gated DeltaNet states in another dtype than the model's (kvbudget emits both
+# flags for --state-dtype): target, spec, tp, state dtype
+_STATE_DTYPE_HYBRIDS = (
+    ("nvidia/Nemotron-H-8B-Base-8K", "none", 1, "fp32"),
+    ("nvidia/Nemotron-H-8B-Base-8K", "ngram", 1, "bf16"),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", "none", 1, "fp32"),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", "mtp", 8, "fp32"),
+)
 
 
 def state_dtype_cases(presets: dict[str, Any]) -> list[Case]:
-    """``_STATE_DTYPE_EXTRA`` at 40 GiB, bf16 KV, ``--state-dtype bf16``."""
+    """``_STATE_DTYPE_EXTRA`` at 40 GiB, bf16 KV, ``--state-dtype bf16``; the
+    ``_STATE_DTYPE_HYBRIDS`` at theirs."""
     return [
         Case(name, spec, None, 40 * GiB, tp, "bf16", _max_model_len(presets[name]),
              state_dtype="bf16")
         for name, spec, tp in _STATE_DTYPE_EXTRA
+    ] + [
+        Case(name, spec, None, 40 * GiB, tp, "bf16", _max_model_len(presets[name]),
+             state_dtype=state)
+        for name, spec, tp, state in _STATE_DTYPE_HYBRIDS
     ]  # fmt: skip
 
 

@@ -917,7 +917,9 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
         settings=_settings(d, budget, dtype, size, release, long_length=long_length),
         log=log,
         notes=tuple(
-            _notes(d, ledger, pool, offload, ranks, release) + auto_note(d.kv_dtype, facts, dtype)
+            _notes(d, ledger, pool, offload, ranks, release)
+            # DeepSeek-V4 / V4.1 store fp8_ds_mla whatever the flag (their own note says so)
+            + ([] if _compressed(d) else auto_note(d.kv_dtype, facts, dtype))
         ),
         warnings=tuple(warnings),
         refusals=refusals,
@@ -980,6 +982,36 @@ def _kda_state_flags(d: Deployment) -> dict[str, str]:
     if flags or recurrent != "fp32":
         flags["--mamba-ssm-cache-dtype"] = KDA_STATE_DTYPES[recurrent]
     return flags
+
+
+# vLLM's MambaDType names (config/cache.py) of kvbudget's state dtypes
+MAMBA_CACHE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _state_flags(d: Deployment) -> dict[str, str]:
+    """``--mamba-cache-dtype`` and ``--mamba-ssm-cache-dtype`` for a ``--state-dtype``
+    other than auto on Mamba2 / Gated DeltaNet layers: vLLM keeps their conv state in the
+    first and the recurrent (temporal) state in the second
+    (``MambaStateDtypeCalculator._mamba_state_dtype``,
+    model_executor/layers/mamba/mamba_utils.py), as the plan keeps both in the one dtype.
+    Raises InvalidArgumentError for a dtype vLLM has no state cache for."""
+    if d.state_dtype.strip().lower() == "auto":
+        return {}
+    if not any(x.kind in ("mamba2", "gated_deltanet") for x in d.target.layers):
+        return {}
+    name = MAMBA_CACHE_DTYPES.get(d.state_dtype_value.name)
+    if name is None:
+        raise InvalidArgumentError(
+            f"vLLM keeps recurrent state in {', '.join(MAMBA_CACHE_DTYPES)} only "
+            f"(--mamba-cache-dtype, config/cache.py MambaDType), not --state-dtype "
+            f"{d.state_dtype}; pick one of them or auto"
+        )
+    return {"--mamba-cache-dtype": name, "--mamba-ssm-cache-dtype": name}
+
+
+def _compressed(d: Deployment) -> bool:
+    """Whether the target has DeepSeek-V4's compressed latents (cache dtype forced)."""
+    return any(isinstance(x, CompressedMLALayer) for x in d.target.layers)
 
 
 def _expert_padding_warnings(d: Deployment) -> list[str]:
@@ -1225,7 +1257,7 @@ def _settings(
     }
     if d.target_revision:  # EngineArgs.revision (vllm/engine/arg_utils.py)
         settings["--revision"] = d.target_revision
-    settings.update(_kda_state_flags(d))
+    settings.update(_kda_state_flags(d) if _has_k3_kda(d) else _state_flags(d))
     if layout.dp > 1:
         settings["--data-parallel-size"] = layout.dp
     if layout.ep > 1:
