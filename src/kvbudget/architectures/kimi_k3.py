@@ -48,7 +48,12 @@ from typing import Any
 from kvbudget.architectures.base import Architecture
 from kvbudget.architectures.decoder import final, gated_mlp
 from kvbudget.architectures.kimi_linear import kda as kimi_linear_kda
-from kvbudget.architectures.kimi_linear import kda_flags, linear_attn_config, linear_int
+from kvbudget.architectures.kimi_linear import (
+    kda_flags,
+    latent_attention,
+    linear_attn_config,
+    linear_int,
+)
 from kvbudget.config_fields import ConfigFields
 from kvbudget.inventory import At, Inventory, ModelFields
 from kvbudget.layers import KimiDeltaLayer, Layer, MLALayer
@@ -149,31 +154,6 @@ def kda(at: At, c: ModelFields) -> None:
     at.linear("o_proj", hidden, proj, shard="row")
 
 
-def mla(at: At, c: ModelFields) -> None:
-    """``MultiHeadLatentAttention`` (mla.py ``__init__``). With ``q_lora_rank`` (Kimi
-    K3): ``q_a_proj`` and ``kv_a_proj_with_mqa`` replicated (``fused_qkv_a_proj``, or
-    ``fused_qkv_a_g_proj`` with the output gate, whose ``g_proj`` shard is
-    column-parallel: ``KimiK3MergedQKVGateLinear``), ``q_a_layernorm``, ``q_b_proj``
-    (column); without it a full-rank ``q_proj`` (column) and a standalone ``g_proj``.
-    Then ``kv_a_layernorm``, ``kv_b_proj`` (column), ``o_proj`` (row)."""
-    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
-    rope, nope, v = c.int("qk_rope_head_dim"), c.int("qk_nope_head_dim"), c.int("v_head_dim")
-    rank = c.int("kv_lora_rank")
-    if c.get("q_lora_rank") is None:
-        at.linear("q_proj", ((heads, nope + rope),), hidden, shard="column")
-    else:
-        q_rank = c.int("q_lora_rank")
-        at.linear("q_a_proj", q_rank, hidden, shard="replicated")
-        at.norm("q_a_layernorm", q_rank)
-        at.linear("q_b_proj", ((heads, nope + rope),), q_rank, shard="column")
-    at.linear("kv_a_proj_with_mqa", rank + rope, hidden, shard="replicated")
-    if c.flag("mla_use_output_gate", False):
-        at.linear("g_proj", ((heads, v),), hidden, shard="column")
-    at.norm("kv_a_layernorm", rank)
-    at.linear("kv_b_proj", ((heads, nope + v),), rank, shard="column")
-    at.linear("o_proj", hidden, ((heads, v),), shard="row")
-
-
 def moe(layer: At, c: ModelFields) -> None:
     """``KimiMoE`` (model.py ``__init__``): the router ``gate`` and its float32
     ``e_score_correction_bias``, the shared experts (``moe_intermediate_size x
@@ -232,7 +212,7 @@ def decoder_layer(layer: At, c: ModelFields, i: int, *, is_kda: bool, res: bool)
     ``res``, an MoE or ``KimiMLP``."""
     hidden = c.int("hidden_size")
     attn = layer.sub("self_attn", "recurrent" if is_kda else "attention")
-    (kda if is_kda else mla)(attn, c)
+    (kda if is_kda else latent_attention)(attn, c)
     layer.norm("input_layernorm", hidden)
     layer.norm("post_attention_layernorm", hidden)
     if res:

@@ -143,18 +143,33 @@ def kda(at: At, c: ModelFields) -> None:
 
 
 def mla(at: At, c: ModelFields) -> None:
-    """``MultiHeadLatentAttention`` (mla.py) without a q LoRA: ``q_proj`` (column),
-    ``kv_a_proj_with_mqa`` (replicated), ``kv_a_layernorm``, ``kv_b_proj`` (column),
-    ``g_proj`` (column) with ``mla_use_output_gate``, ``o_proj`` (row)."""
+    """Kimi-Linear's ``MultiHeadLatentAttention``: :func:`latent_attention` without a q
+    LoRA (a config with one is Kimi K3's)."""
     if c.get("q_lora_rank") is not None:
         raise c.error(
             "q_lora_rank",
             "Kimi-Linear's MLA has no q LoRA (Kimi K3's has: plan it as model_type kimi_k3)",
         )
+    latent_attention(at, c)
+
+
+def latent_attention(at: At, c: ModelFields) -> None:
+    """``MultiHeadLatentAttention`` (mla.py ``__init__``). With ``q_lora_rank`` (Kimi
+    K3): ``q_a_proj`` and ``kv_a_proj_with_mqa`` replicated (``fused_qkv_a_proj``, or
+    ``fused_qkv_a_g_proj`` with the output gate, whose ``g_proj`` shard is
+    column-parallel: ``KimiK3MergedQKVGateLinear``), ``q_a_layernorm``, ``q_b_proj``
+    (column); without it a full-rank ``q_proj`` (column) and a standalone ``g_proj``.
+    Then ``kv_a_layernorm``, ``kv_b_proj`` (column), ``o_proj`` (row)."""
     hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
     rope, nope, v = c.int("qk_rope_head_dim"), c.int("qk_nope_head_dim"), c.int("v_head_dim")
     rank = c.int("kv_lora_rank")
-    at.linear("q_proj", ((heads, nope + rope),), hidden, shard="column")
+    if c.get("q_lora_rank") is None:
+        at.linear("q_proj", ((heads, nope + rope),), hidden, shard="column")
+    else:
+        q_rank = c.int("q_lora_rank")
+        at.linear("q_a_proj", q_rank, hidden, shard="replicated")
+        at.norm("q_a_layernorm", q_rank)
+        at.linear("q_b_proj", ((heads, nope + rope),), q_rank, shard="column")
     at.linear("kv_a_proj_with_mqa", rank + rope, hidden, shard="replicated")
     if c.flag("mla_use_output_gate", False):
         at.linear("g_proj", ((heads, v),), hidden, shard="column")
