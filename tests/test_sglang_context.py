@@ -48,6 +48,19 @@ def test_derived_context_length(config: dict[str, Any], tokens: int) -> None:
     assert derived_context_length(config) == tokens
 
 
+def test_gemma3s_flat_rope_scaling_is_nested_by_its_config_class() -> None:
+    # google/gemma-3-27b-it: max_position_embeddings 131072, rope_scaling linear x 8;
+    # Gemma3TextConfig.convert_rope_params_to_dict moves it under "full_attention", so
+    # SGLang's rope_scaling.get("factor", 1) is 1 (the harness's 32 gemma-3 cases found it)
+    cfg = {"max_position_embeddings": 131072,
+           "rope_scaling": {"rope_type": "linear", "factor": 8.0}}  # fmt: skip
+    assert derived_context_length(cfg, "gemma3_text") == 131072
+    assert derived_context_length(cfg, "llama") == 1048576
+    p = _plan("google/gemma-3-27b-it", spec="none", max_seq_len=131073)
+    assert p.engine.detail["derived_context_length"] == 131072
+    assert p.engine.settings[ENV_KEY] == "1"
+
+
 def _plan(target: str, **kw: Any) -> Any:
     args: dict[str, Any] = {"engine": "sglang", "kv_budget": "40GiB", "host_budget": 0, **kw}
     return plan(target, **args)

@@ -13,7 +13,9 @@ context_length ..."). SGLang 0.5.23's PyPI wheel, ``srt/configs/model_config.py`
   ``original_max_position_embeddings`` or are ``llama3``. SGLang runs on transformers 5,
   whose ``rope_scaling`` is the standardized ``rope_parameters``: ``standardize_rope_params``
   gives every llama3, yarn and longrope rope an ``original_max_position_embeddings``,
-  so those keep their length; per-layer (nested) parameters have no top-level factor.
+  so those keep their length; per-layer (nested) parameters have no top-level factor,
+  and the config classes of :data:`NESTED_ROPE_MODEL_TYPES` nest even a flat
+  ``rope_scaling`` (Gemma-3's linear factor 8 is not applied: 131,072).
 """
 
 from __future__ import annotations
@@ -37,13 +39,30 @@ CONTEXT_LENGTH_KEYS = (
 DEFAULT_CONTEXT_LENGTH = 2048
 # ropes transformers 5 gives an original_max_position_embeddings (no factor in SGLang)
 _UNSCALED_ROPES = frozenset({"llama3", "yarn", "longrope"})
+# model types whose transformers 5.19 config class keeps rope parameters per layer type
+# (``convert_rope_params_to_dict``: a flat ``rope_scaling`` goes into
+# ``rope_parameters["full_attention"]``), so SGLang's ``rope_scaling.get("factor", 1)``
+# finds no factor: models/gemma3, gemma3n, gemma4, olmo3, mimo_v2_flash, laguna
+NESTED_ROPE_MODEL_TYPES = frozenset(
+    {
+        "gemma3",
+        "gemma3_text",
+        "gemma3n",
+        "gemma3n_text",
+        "gemma4",
+        "gemma4_text",
+        "olmo3",
+        "mimo_v2_flash",
+        "laguna",
+    }
+)
 
 
-def derived_context_length(config: Mapping[str, Any]) -> int:
-    """SGLang's derived context length of the text config ``config``."""
+def derived_context_length(config: Mapping[str, Any], model_type: str = "") -> int:
+    """SGLang's derived context length of the text config ``config`` of ``model_type``."""
     factor: float = 1
     rope = config.get("rope_parameters") or config.get("rope_scaling")
-    if isinstance(rope, Mapping) and rope:
+    if isinstance(rope, Mapping) and rope and model_type not in NESTED_ROPE_MODEL_TYPES:
         rope_type = rope.get("rope_type", rope.get("type"))
         if "original_max_position_embeddings" not in rope and rope_type not in _UNSCALED_ROPES:
             factor = rope.get("factor", 1)
@@ -68,7 +87,7 @@ class ContextCheck:
 def context_check(d: Deployment) -> ContextCheck:
     """SGLang's context checks for ``d`` (see :class:`ContextCheck`)."""
     warnings = []
-    target = derived_context_length(d.target.config)
+    target = derived_context_length(d.target.config, d.target.model_type)
     if d.max_seq_len > target:
         warnings.append(
             f"SGLang refuses --context-length {d.max_seq_len:,} above {d.target.name}'s "
@@ -78,7 +97,7 @@ def context_check(d: Deployment) -> ContextCheck:
         )
     # an MTP draft is the target's own config
     if d.draft is not None and d.spec.name != "mtp":
-        draft = derived_context_length(d.draft.config)
+        draft = derived_context_length(d.draft.config, d.draft.model_type)
         if d.max_seq_len > draft:
             warnings.append(
                 f"SGLang refuses --context-length {d.max_seq_len:,} for a draft trained on "
@@ -93,6 +112,7 @@ __all__ = [
     "ALLOW_LONGER_CONTEXT_ENV",
     "CONTEXT_LENGTH_KEYS",
     "DEFAULT_CONTEXT_LENGTH",
+    "NESTED_ROPE_MODEL_TYPES",
     "ContextCheck",
     "context_check",
     "derived_context_length",
