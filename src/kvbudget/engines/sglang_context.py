@@ -35,6 +35,12 @@ CONTEXT_LENGTH_KEYS = (
     "max_position_embeddings",
 )
 DEFAULT_CONTEXT_LENGTH = 2048
+# fields SGLang's own config classes fill in when a checkpoint's config leaves them out,
+# by model_type: configs/step3p5.py Step3p5Config.__init__ (max_seq_len=128000, read
+# before max_position_embeddings)
+CONFIG_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {"step3p5": MappingProxyType({"max_seq_len": 128_000})}
+)
 # ropes transformers 5 gives an original_max_position_embeddings (no factor in SGLang)
 _UNSCALED_ROPES = frozenset({"llama3", "yarn", "longrope"})
 
@@ -68,7 +74,8 @@ class ContextCheck:
 def context_check(d: Deployment) -> ContextCheck:
     """SGLang's context checks for ``d`` (see :class:`ContextCheck`)."""
     warnings = []
-    target = derived_context_length(d.target.config)
+    defaults = CONFIG_DEFAULTS.get(d.target.model_type, {})
+    target = derived_context_length({**defaults, **d.target.config})
     if d.max_seq_len > target:
         warnings.append(
             f"SGLang refuses --context-length {d.max_seq_len:,} above {d.target.name}'s "
