@@ -45,8 +45,10 @@ Refused (:func:`check`), each in what SGLang would do:
   layers ``get_hybrid_layer_ids`` makes one sliding layer ``[0]``, and the target's
   configurator prices ``eagle_draft_swa_num_layers`` of the draft in the SWA share
   (``spec_aux_hidden_state.py`` ``_resolve_eagle_aux_hidden_state``,
-  ``pool_configurator.py`` ``HybridSWAPoolConfigurator.__init__``); kvbudget's hybrid
-  model prices draft layers as full ones, so those plans are not made. NGRAM (no draft
+  ``pool_configurator.py`` ``HybridSWAPoolConfigurator.__init__``: ``min(sliding
+  layers, num_nextn_predict_layers)`` of them) while the draft worker's pool holds that
+  one layer over the target's sliding rows; kvbudget's hybrid model prices draft layers
+  as full ones in a pool of the full rows, so those plans are not made. NGRAM (no draft
   pool) and no speculation are planned;
 * another SGLang release than 0.5.23 (checked against that wheel only).
 """
