@@ -540,7 +540,19 @@ FAMILY_CONFIGS["family/step3p5-upstream"] = {
     "use_head_wise_attn_gate": True,
     "num_nextn_predict_layers": 1,
 }
+# The hybrid layout with the sliding layers' query heads equal to the full layers' (64):
+# SGLang 0.5.23 starts only on such a config (its pinned transformers 5.19.0 reads
+# ``step3p5`` as a heterogeneous ``Step3p7TextConfig`` when the heads differ, and
+# ``utils/hf_transformers/config.py`` ``parse`` fails on ``num_attention_heads``)
+FAMILY_CONFIGS["family/step3p5-uniform"] = {
+    **FAMILY_CONFIGS["family/step3p5-hybrid"],
+    "attention_other_setting": {
+        **FAMILY_CONFIGS["family/step3p5-hybrid"]["attention_other_setting"],
+        "num_attention_heads": 64,
+    },
+}
 STEP3P5 = _STEP3P5
+STEP3P5_UNIFORM = FAMILY_CONFIGS["family/step3p5-uniform"]
 STEP3P5_UPSTREAM = FAMILY_CONFIGS["family/step3p5-upstream"]
 STEP3P5_HYBRID = FAMILY_CONFIGS["family/step3p5-hybrid"]
 DEEPSEEK_V4 = _DEEPSEEK_V4

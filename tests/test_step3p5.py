@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from family_configs import STEP3P5, STEP3P5_HYBRID, STEP3P5_UPSTREAM, folder, vllm_plan
+from family_configs import (
+    STEP3P5,
+    STEP3P5_HYBRID,
+    STEP3P5_UNIFORM,
+    STEP3P5_UPSTREAM,
+    folder,
+    vllm_plan,
+)
 from hub_server import safetensors_bytes
 
 from kvbudget import cache_cost, count_params, plan, weights_bytes
@@ -189,9 +196,11 @@ def test_vllm_refuses_draft_tokens_not_a_multiple_of_the_mtp_layers(tmp_path: Pa
 
 def test_engines(tmp_path: Path) -> None:
     target = folder(tmp_path, STEP3P5_HYBRID)
-    for engine in ("sglang", "trtllm"):
-        with pytest.raises(InvalidArgumentError, match=r"plan it with --engine vllm or"):
-            plan(target, spec="none", engine=engine, kv_budget="8GiB", host_budget=0)
+    with pytest.raises(InvalidArgumentError, match=r"plan it with --engine vllm or"):
+        plan(target, spec="none", engine="trtllm", kv_budget="8GiB", host_budget=0)
+    # SGLang 0.5.23 does not start on the hybrid's 64 / 96 query heads (test_sglang_*)
+    with pytest.raises(InvalidArgumentError, match=r"64 and 96 query heads"):
+        plan(target, spec="none", engine="sglang", kv_budget="8GiB", host_budget=0)
     # Step3p5Attention asserts total_num_heads % tp_size == 0 on every layer: TP 64
     # splits the full layers' 64 heads, not the sliding layers' 96
     with pytest.raises(InvalidArgumentError, match=r"64 and 96 query heads .* divides 32$"):
@@ -359,3 +368,111 @@ def test_checkpoint_headers_match_the_inventory(tmp_path: Path) -> None:
     # vocabulary rows, q/k/v/o and g_proj by head, MLP and expert rows; norms and the
     # router whole: 16,384 x 2 + layer 0 37,440 + layer 1 40,264 + 128
     assert weights_bytes(model, tp=2).total_bytes == 2 * 16_384 + 37_440 + 40_264 + 128
+
+
+# ---------------------------------------------------------------------------- SGLang
+# SGLang 0.5.23 (PyPI wheel, python/sglang/srt/): configs/model_config.py
+# is_hybrid_swa_model allow-lists Step3p5ForCausalLM, get_hybrid_layer_ids takes the
+# sliding / full entries of layer_types below num_hidden_layers (33 sliding, 12 full:
+# the MTP layers' padded entries are cut); model_executor/pool_configurator.py
+# HybridSWAPoolConfigurator prices a layer get_num_kv_heads(8) = max(1, 8 // 8) = 1
+# head x (128 + 128) x 2 B = 512 B a token (get_swa_num_kv_heads reads
+# attention_other_setting.num_attention_groups, 8 too); every pool has T + page rows.
+# benchmarks/fidelity/sglang runs that code on the -uniform config (24 cases agree).
+SGLANG_ARGS: dict[str, Any] = {
+    "spec": "none",
+    "engine": "sglang",
+    "kv_budget": "40GiB",
+    "max_seq_len": 32768,
+    "max_batch_size": 256,
+    "max_num_batched_tokens": 8192,
+    "tp": 8,
+}
+
+
+def sglang_plan(tmp_path: Path, cfg: dict[str, Any], **kw: Any) -> Any:
+    return plan(folder(tmp_path, cfg), **{**SGLANG_ARGS, "host_budget": 0, **kw})
+
+
+def test_sglang_full_and_sliding_pools_by_hand(tmp_path: Path) -> None:
+    p = sglang_plan(tmp_path, STEP3P5_UNIFORM)
+    d, pools = p.engine.detail, {x.name: x for x in p.engine.pools}
+    # sliding pool for 256 requests: (window 512 + 0 lookahead + 1 + 2 pages of 32) = 577
+    # each, + an 8,192 chunk + a page: 256 x 577 + 8,192 + 32 = 155,936 (4,873 pages);
+    # its fixed cost (155,936 + 32) x 33 x 512 = 2,635,235,328 B leaves 40 GiB -
+    # that = 40,314,437,632 B, // (12 x 512 = 6,144) = 6,561,594, - 32, to the page:
+    # 6,561,536; the ratio ceil3(155,936 / full) = 0.024 gives the sliding pool
+    # int(full x 0.024) to the page, and the largest full whose pools fit 40 GiB
+    # (42,949,672,960 B) is 6,557,600: (6,557,632 x 6,144 = 40,290,091,008) +
+    # (157,376 + 32) x 16,896 = 2,659,565,568 -> 42,949,656,576 B; one page more
+    # (6,557,632, sliding still 157,376) takes 196,608 B more: 42,949,853,184 > 40 GiB
+    assert d["max_total_num_tokens"] == 6_557_600 == pools["full"].tokens
+    assert d["swa_tokens"] == 157_376 == int(6_557_600 * 0.024) // 32 * 32
+    assert d["swa_full_tokens_ratio"] == 0.024
+    assert pools["full"].bytes == 6_557_632 * 12 * 512 == 40_290_091_008
+    assert pools["swa"].bytes == 157_408 * 33 * 512 == 2_659_565_568
+    assert pools["swa"].window_tokens == 512
+    assert d["device_bytes"] == 42_949_656_576 <= 40 * GIB
+    assert p.engine.settings["--swa-full-tokens-ratio"] == 0.024
+    assert p.engine.settings["--page-size"] == 32
+    # SGLang's own Step3p5Config (configs/step3p5.py) fills max_seq_len=128000, which
+    # get_context_length reads before max_position_embeddings (262,144 here)
+    assert d["derived_context_length"] == 128_000
+
+
+def test_sglang_hicache_keeps_one_full_pool_by_hand(tmp_path: Path) -> None:
+    # arg_groups/overrides.py _step3p_overrides: with --enable-hierarchical-cache SGLang
+    # sets disable_hybrid_swa_memory, so all 45 layers are in the full pool at full
+    # length: 45 x 512 = 23,040 B a token
+    p = sglang_plan(tmp_path, STEP3P5_UNIFORM, host_budget="64GB")
+    d, pools = p.engine.detail, {x.name: x for x in p.engine.pools}
+    # 42,949,672,960 // 23,040 = 1,864,135, - 32, to the page: 1,864,096
+    assert d["max_total_num_tokens"] == 1_864_096
+    assert d["swa_tokens"] is None and "swa" not in pools
+    assert pools["full"].bytes == 1_864_128 * 23_040 == 42_949_509_120
+    # HostKVCache: (int(63e9 // 23,040) = 2,734,375 // 32 + 1) x 32 = 2,734,400 tokens;
+    # 64 GB would pin 2,777,800 x 23,040 = 64,000,512,000 B > 64e9, so --hicache-size 63
+    assert d["hicache_size_gb"] == 63
+    assert d["host_tokens"] == 2_734_400
+    assert d["host_bytes"] == 2_734_400 * 23_040 == 63_000_576_000
+    assert "--swa-full-tokens-ratio" not in p.engine.settings
+
+
+def test_sglang_ngram_has_no_draft_pool(tmp_path: Path) -> None:
+    p = sglang_plan(tmp_path, STEP3P5_UNIFORM, spec="ngram")
+    assert [x.role for x in p.engine.pools] == ["target", "target"]
+
+
+@pytest.mark.parametrize(
+    ("cfg", "kw", "match"),
+    [
+        # get_hybrid_layer_ids enumerates layer_types: None in Step3p5Config (TypeError)
+        (STEP3P5, {}, r"no layer_types"),
+        # transformers 5.19.0 Step3p7TextConfig is heterogeneous; parse() fails
+        (STEP3P5_HYBRID, {}, r"64 and 96 query heads"),
+        (STEP3P5_UPSTREAM, {}, r"64 and 96 query heads"),
+        # HybridSWAPoolConfigurator asserts a sliding layer
+        (
+            {**STEP3P5_UNIFORM, "layer_types": ["full_attention"] * 48},
+            {},
+            r"no sliding_attention layer below num_hidden_layers",
+        ),
+        # get_swa_num_kv_heads divides attention_other_setting["num_attention_groups"]
+        (
+            {**STEP3P5_UNIFORM, "attention_other_setting": {"num_attention_heads": 64}},
+            {},
+            r"attention_other_setting has no num_attention_groups",
+        ),
+        # the MTP draft (Step3p5MTP) is priced in the sliding pool: not modelled
+        (STEP3P5_UNIFORM, {"spec": "mtp"}, r"with --spec mtp: SGLang 0.5.23 prices"),
+        # checked against the 0.5.23 wheel only
+        (STEP3P5_UNIFORM, {"engine": "sglang@main@003fca80"}, r"checked against SGLang 0.5.23"),
+        # 1 GB of host leaves --hicache-size 0, but the pools were laid out for HiCache
+        (STEP3P5_UNIFORM, {"host_budget": "1GB"}, r"leaves --hicache-size 0"),
+    ],
+)
+def test_sglang_refusals(
+    tmp_path: Path, cfg: dict[str, Any], kw: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=match):
+        sglang_plan(tmp_path, cfg, **kw)

@@ -175,6 +175,16 @@ FAMILY_SGLANG = {
     name: _sglang_form(FAMILY_CONFIGS[name])
     for name in ("family/deepseek-v4-defaults", "family/deepseek-v4-sliding")
 }
+# Step-3.5 family configs as written: SGLang 0.5.23 reads them with its own Step3p5Config
+# (configs/step3p5.py: the legacy num_attention_groups / moe_num_experts fields, other
+# fields as attributes); -defaults has no layer_types, which kvbudget refuses for SGLang
+STEP3P5_FAMILIES = (
+    "family/step3p5-defaults",
+    "family/step3p5-hybrid",
+    "family/step3p5-upstream",
+    "family/step3p5-uniform",
+)
+FAMILY_SGLANG.update({name: FAMILY_CONFIGS[name] for name in STEP3P5_FAMILIES})
 
 
 def _is_family(name: str | None) -> bool:
@@ -188,10 +198,28 @@ def family_cases() -> list[Case]:
     return [
         Case(name, spec, None, budget, dtype, 0, layout)
         for name in FAMILY_SGLANG
+        if name not in STEP3P5_FAMILIES
         for spec in ("none", "mtp")
         for budget in BUDGETS_GIB
         for dtype in KV_DTYPES
         for layout in ("tp1", "tp8", "dpa8")
+    ] + step3p5_cases()
+
+
+def step3p5_cases() -> list[Case]:
+    """The Step-3.5 family configs x {none, ngram, mtp} x {8, 40} GiB x {bf16, fp8} x
+    {no host, 64 GB} x {TP 8, DP attention} (its weights do not fit one H200; ngram with
+    DP attention is refused by SGLang, so not run); kvbudget refuses mtp and -defaults
+    for SGLang (kvbudget.engines.sglang_step3p5), which the summary counts."""
+    return [
+        Case(name, spec, None, budget, dtype, host, layout)
+        for name in STEP3P5_FAMILIES
+        for spec in ("none", "ngram", "mtp")
+        for budget in BUDGETS_GIB
+        for dtype in KV_DTYPES
+        for host in HOST_GB
+        for layout in ("tp8", "dpa8")
+        if not (spec == "ngram" and layout == "dpa8")
     ]
 
 

@@ -379,7 +379,8 @@ STEP3P5 = Architecture(
             "moe_intermediate_size": 1280,
         }
     ),
-    unmodelled_engines=frozenset({"sglang", "trtllm"}),
+    # SGLang 0.5.23 plans it with limits (kvbudget.engines.sglang_step3p5)
+    unmodelled_engines=frozenset({"trtllm"}),
 )
 
 ARCHITECTURES = (STEP3P5,)

@@ -73,7 +73,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.cost import pp_stage_layers
-from kvbudget.engines import sglang_dsv4
+from kvbudget.engines import sglang_dsv4, sglang_step3p5
 from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import (
     GB,
@@ -139,8 +139,9 @@ class SglangRelease:
     hybrid_pools: bool = True
 
 
-# model_type of the architectures is_hybrid_swa_model allow-lists (GptOss, Llama4, ...)
-HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "llama4"})
+# model_type of the architectures is_hybrid_swa_model allow-lists (GptOss, Llama4,
+# Step3p5ForCausalLM: sglang_step3p5, 0.5.23 only, ...)
+HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "llama4", "step3p5"})
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
 DSA_PAGE_TOKENS = 64
 # --mamba-full-memory-ratio's fallback, 0.9, in tenths (arg_groups/fields/schedule.py)
@@ -234,7 +235,9 @@ def layout(d: Deployment, stage: int) -> Layout:
             "(SGLang charges every stage the largest stage's state: "
             "_handle_max_mamba_cache); plan --pp 1"
         )
-    hybrid = target.model_type in HYBRID_SWA_MODEL_TYPES
+    hybrid = target.model_type in HYBRID_SWA_MODEL_TYPES and (
+        not sglang_step3p5.is_step3p5(d) or sglang_step3p5.sliding_pool(d)
+    )
 
     def per_token(ls: Sequence[Layer]) -> int:
         return sum(layer_bytes_per_token(x, d, d.parallel.attention_tp) for x in ls)
@@ -576,6 +579,7 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
     state = chosen.state
     state_dev = state.reserved_bytes if state else 0
     gb = _hicache_gb(lay, ledger.host_bytes, full, swa, page, side_page, state_dev)
+    sglang_step3p5.check_hicache(d, gb)
     host = (
         host_pools(lay, gb, full, swa, page, sidecar_page=side_page, state_device_bytes=state_dev)
         if gb
@@ -1020,6 +1024,11 @@ def _notes(
             f"{d.max_batch_size} running requests (window + lookahead + 2 pages each, plus a "
             "prefill chunk)"
         )
+    if sglang_step3p5.is_step3p5(d) and not lay.swa_layers:
+        notes.append(
+            "# with HiCache SGLang keeps Step-3.5's sliding layers in the full pool at full "
+            "length (_step3p_overrides sets disable_hybrid_swa_memory)"
+        )
     if d.target.model_type not in HYBRID_SWA_MODEL_TYPES and any(
         isinstance(x, AttentionLayer) and x.sliding_window for x in d.target.layers
     ):
@@ -1178,6 +1187,7 @@ def engine_model(release: SglangRelease) -> EngineModel:
 
     def check_release(d: Deployment) -> None:
         check(d)
+        sglang_step3p5.check(d, release.version)
         state = any(
             x.state_bytes(d.state_dtype_value, d.parallel.attention_tp) for x in d.target.layers
         )

@@ -37,6 +37,12 @@ CONTEXT_LENGTH_KEYS = (
     "max_position_embeddings",
 )
 DEFAULT_CONTEXT_LENGTH = 2048
+# fields SGLang's own config classes fill in when a checkpoint's config leaves them out,
+# by model_type: configs/step3p5.py Step3p5Config.__init__ (max_seq_len=128000, read
+# before max_position_embeddings)
+CONFIG_DEFAULTS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {"step3p5": MappingProxyType({"max_seq_len": 128_000})}
+)
 # ropes transformers 5 gives an original_max_position_embeddings (no factor in SGLang)
 _UNSCALED_ROPES = frozenset({"llama3", "yarn", "longrope"})
 # model types whose transformers 5.19 config class keeps rope parameters per layer type
@@ -59,7 +65,9 @@ NESTED_ROPE_MODEL_TYPES = frozenset(
 
 
 def derived_context_length(config: Mapping[str, Any], model_type: str = "") -> int:
-    """SGLang's derived context length of the text config ``config`` of ``model_type``."""
+    """SGLang's derived context length of the text config ``config`` of ``model_type``
+    (with SGLang's own config-class defaults, :data:`CONFIG_DEFAULTS`, where it lacks them)."""
+    config = {**CONFIG_DEFAULTS.get(model_type, {}), **config}
     factor: float = 1
     rope = config.get("rope_parameters") or config.get("rope_scaling")
     if isinstance(rope, Mapping) and rope and model_type not in NESTED_ROPE_MODEL_TYPES:
