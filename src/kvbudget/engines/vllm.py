@@ -862,7 +862,7 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
     fits beside the null block (or, in a release without it, a drafter under PP).
     Raises InvalidArgumentError for a dtype or model vLLM has no cache for.
     """
-    _check_kimi_k3(d, release)
+    _check_state_dtype(d, release)
     facts = ENGINES["vllm"]
     dtype = kv_dtype_name(d.kv_dtype, facts)
     budget = ledger.min_stage_gpu_bytes
@@ -937,16 +937,16 @@ def _has_k3_kda(d: Deployment) -> bool:
     return any(isinstance(x, KimiDeltaLayer) and x.full_rank_gate for x in d.target.layers)
 
 
-# --state-dtype -> vLLM's MambaDType names (kda_state_dtype takes float32 and bfloat16)
-KDA_STATE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+# --state-dtype -> vLLM's MambaDType names (config/cache.py)
+MAMBA_CACHE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+# the ones kda_state_dtype takes
+KDA_STATE_DTYPES = {k: MAMBA_CACHE_DTYPES[k] for k in ("fp32", "bf16")}
 
 
 def _check_kimi_k3(d: Deployment, release: VllmRelease) -> None:
     """InvalidArgumentError for a recurrent dtype vLLM does not keep Kimi K3's KDA state
     in: ``kda_state_dtype`` takes auto, float32 or bfloat16 only, and a release without
     :attr:`VllmRelease.kda_ssm_cache_dtype` float32 only."""
-    if not _has_k3_kda(d):
-        return
     recurrent = _kda_recurrent_dtype(d)
     if not release.kda_ssm_cache_dtype and recurrent != "fp32":
         raise InvalidArgumentError(
@@ -973,8 +973,6 @@ def _kda_state_flags(d: Deployment) -> dict[str, str]:
     make vLLM keep Kimi K3's KDA states as planned (``KimiK3DeltaAttention.get_state_dtype``
     reads both; vLLM's ``auto`` is the model dtype and float32, and it reads no
     ``mamba_ssm_cache_dtype`` from the config): what differs from ``auto``."""
-    if not _has_k3_kda(d):
-        return {}
     flags = {}
     if d.state_dtype.strip().lower() != "auto":
         flags["--mamba-cache-dtype"] = KDA_STATE_DTYPES[d.state_dtype_value.name]
@@ -984,28 +982,38 @@ def _kda_state_flags(d: Deployment) -> dict[str, str]:
     return flags
 
 
-# vLLM's MambaDType names (config/cache.py) of kvbudget's state dtypes
-MAMBA_CACHE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+def _mamba_state_set(d: Deployment) -> bool:
+    """A ``--state-dtype`` other than auto on a target with Mamba2 / Gated DeltaNet layers."""
+    return d.state_dtype.strip().lower() != "auto" and any(
+        x.kind in ("mamba2", "gated_deltanet") for x in d.target.layers
+    )
 
 
-def _state_flags(d: Deployment) -> dict[str, str]:
-    """``--mamba-cache-dtype`` and ``--mamba-ssm-cache-dtype`` for a ``--state-dtype``
-    other than auto on Mamba2 / Gated DeltaNet layers: vLLM keeps their conv state in the
-    first and the recurrent (temporal) state in the second
-    (``MambaStateDtypeCalculator._mamba_state_dtype``,
-    model_executor/layers/mamba/mamba_utils.py), as the plan keeps both in the one dtype.
-    Raises InvalidArgumentError for a dtype vLLM has no state cache for."""
-    if d.state_dtype.strip().lower() == "auto":
-        return {}
-    if not any(x.kind in ("mamba2", "gated_deltanet") for x in d.target.layers):
-        return {}
-    name = MAMBA_CACHE_DTYPES.get(d.state_dtype_value.name)
-    if name is None:
+def _check_state_dtype(d: Deployment, release: VllmRelease) -> None:
+    """InvalidArgumentError for a state dtype vLLM keeps no state in: Kimi K3's KDA rules
+    (:func:`_check_kimi_k3`), else ``MambaDType`` for Mamba2 / Gated DeltaNet layers."""
+    if _has_k3_kda(d):
+        _check_kimi_k3(d, release)
+    elif _mamba_state_set(d) and d.state_dtype_value.name not in MAMBA_CACHE_DTYPES:
         raise InvalidArgumentError(
             f"vLLM keeps recurrent state in {', '.join(MAMBA_CACHE_DTYPES)} only "
             f"(--mamba-cache-dtype, config/cache.py MambaDType), not --state-dtype "
             f"{d.state_dtype}; pick one of them or auto"
         )
+
+
+def _state_flags(d: Deployment) -> dict[str, str]:
+    """The state dtype flags of the plan: Kimi K3's (:func:`_kda_state_flags`), else for a
+    ``--state-dtype`` on Mamba2 / Gated DeltaNet layers ``--mamba-cache-dtype`` and
+    ``--mamba-ssm-cache-dtype``: vLLM keeps their conv state in the first and the
+    recurrent (temporal) state in the second (``MambaStateDtypeCalculator._mamba_state_dtype``,
+    model_executor/layers/mamba/mamba_utils.py), as the plan keeps both in the one dtype
+    (checked by :func:`_check_state_dtype`)."""
+    if _has_k3_kda(d):
+        return _kda_state_flags(d)
+    if not _mamba_state_set(d):
+        return {}
+    name = MAMBA_CACHE_DTYPES[d.state_dtype_value.name]
     return {"--mamba-cache-dtype": name, "--mamba-ssm-cache-dtype": name}
 
 
@@ -1257,7 +1265,7 @@ def _settings(
     }
     if d.target_revision:  # EngineArgs.revision (vllm/engine/arg_utils.py)
         settings["--revision"] = d.target_revision
-    settings.update(_kda_state_flags(d) if _has_k3_kda(d) else _state_flags(d))
+    settings.update(_state_flags(d))
     if layout.dp > 1:
         settings["--data-parallel-size"] = layout.dp
     if layout.ep > 1:
