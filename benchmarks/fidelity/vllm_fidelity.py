@@ -2377,6 +2377,7 @@ def _vllm_text(v: VllmResult) -> str:
         f"block_size={v.block_size} num_gpu_blocks={v.num_gpu_blocks} "
         f"tokens={v.gpu_kv_cache_tokens} concurrency={v.max_concurrency:.2f}x "
         f"groups=[{_groups_text(v.kv_cache_groups)}]{stages}"
+        + (f" draft_embedding={v.draft_embedding}" if v.draft_embedding else "")
     )
 
 
@@ -2388,6 +2389,7 @@ def _kb_text(k: dict[str, Any]) -> str:
     return (
         f"block_size={k.get('block_size')} num_gpu_blocks={k.get('num_gpu_blocks')} "
         f"tokens={k.get('gpu_kv_cache_tokens')} concurrency={kc_text}"
+        + (f" draft_embedding={k['draft_embedding']}" if k.get("draft_embedding") else "")
     )
 
 
