@@ -598,6 +598,9 @@ class VllmResult:
     # whether the case's needed the variable
     derived_max_model_len: int | None = None
     allow_long_max_model_len: bool = False
+    # a drafter's embed_tokens under PP > 1 as maybe_share_target_embed leaves it:
+    # "shared", "kept" or "missing" (it raised); None where not run
+    draft_embedding: str | None = None
     # context, not compared
     bytes_per_block: int | None = None  # the largest stage's (it sets num_blocks)
     stage_bytes_per_block: list[int] = field(default_factory=list)  # per PP stage
@@ -2026,6 +2029,53 @@ def _configured(case: Case) -> tuple[Any, bool]:
         del os.environ[ALLOW_LONG_ENV]
 
 
+def _draft_embedding(vc: Any, case: Case) -> str | None:
+    """What vLLM's ``maybe_share_target_embed`` (v1/worker/gpu/spec_decode/eagle/utils.py,
+    which load_eagle_model and the DFlash loader call) makes of the drafter's embedding
+    on the last of PP > 1 stages: "shared", "kept" or "missing" (it raised RuntimeError);
+    None for PP 1, no such drafter, or a vLLM without the function.
+
+    vLLM's own function decides, on stand-in modules: the drafter carries
+    ``has_own_embed_tokens`` False where its model class (``ModelRegistry``, the draft's
+    architecture as SpeculativeConfig resolved it) declares the attribute (it turns True
+    only when a checkpoint stores an embed_tokens tensor, ``process_eagle_weight``; the
+    cases' drafts come from config files and store none), and an ``embed_tokens`` (each
+    case's drafter class builds one); the target's last stage holds an embedding only
+    when the target ties it (``LlamaModel.__init__``: ``is_first_rank or
+    (tie_word_embeddings and is_last_rank)``, as every target class here), else a
+    ``PPMissingLayer``."""
+    spec = vc.speculative_config
+    if case.pp == 1 or spec is None or spec.method not in ("eagle", "eagle3", "mtp", "dflash"):
+        return None
+    try:
+        from vllm.v1.worker.gpu.spec_decode.eagle import utils as eagle_utils
+    except ImportError:
+        return None
+    import torch
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.utils import PPMissingLayer
+
+    dmc = spec.draft_model_config
+    draft_cls, _ = ModelRegistry.resolve_model_cls(dmc.architectures, model_config=dmc)
+    draft, draft_inner, target_inner = torch.nn.Module(), torch.nn.Module(), torch.nn.Module()
+    if hasattr(draft_cls, "has_own_embed_tokens"):
+        draft.has_own_embed_tokens = False
+    draft_inner.embed_tokens = torch.nn.Embedding(2, 2, device="meta")
+    tied = bool(getattr(vc.model_config.hf_text_config, "tie_word_embeddings", False))
+    target_inner.embed_tokens = (
+        torch.nn.Embedding(2, 2, device="meta") if tied else PPMissingLayer()
+    )
+    group = mock.Mock(world_size=case.pp)
+    with mock.patch.object(eagle_utils, "get_pp_group", return_value=group):
+        try:
+            eagle_utils.maybe_share_target_embed(draft, draft_inner, target_inner)
+        except RuntimeError as exc:
+            if "unavailable on this PP stage" not in str(exc):
+                raise
+            return "missing"
+    return "shared" if draft_inner.embed_tokens is target_inner.embed_tokens else "kept"
+
+
 def _derived_max_model_len(model_config: Any) -> int | None:
     """vLLM's derived maximum for the case's model: ``_get_and_verify_max_len`` asked
     with no --max-model-len (None when this vLLM has no such function)."""
@@ -2077,6 +2127,7 @@ def vllm_side(case: Case) -> VllmResult:
     result = VllmResult(
         allow_long_max_model_len=allow_long,
         derived_max_model_len=_derived_max_model_len(vc.model_config),
+        draft_embedding=_draft_embedding(vc, case),
     )
     pp = vc.parallel_config.pipeline_parallel_size
     tp = vc.parallel_config.tensor_parallel_size
@@ -2277,8 +2328,12 @@ def compare(v: VllmResult, k: dict[str, Any]) -> list[str]:
 
 def _length_diffs(v: VllmResult, k: dict[str, Any]) -> list[str]:
     """The derived maximum and the need for VLLM_ALLOW_LONG_MAX_MODEL_LEN, where both
-    sides report them (a kvbudget without the fields is not compared on them)."""
+    sides report them (a kvbudget without the fields is not compared on them), and a
+    drafter's embedding under PP > 1 where vLLM's function ran."""
     diffs = []
+    embedding = k.get("draft_embedding")
+    if v.draft_embedding is not None and embedding != v.draft_embedding:
+        diffs.append(f"draft_embedding: vllm={v.draft_embedding} kvbudget={embedding}")
     derived = k.get("derived_max_model_len")
     known = derived is not None and v.derived_max_model_len is not None
     if known and int(derived) != v.derived_max_model_len:
@@ -2322,6 +2377,7 @@ def _vllm_text(v: VllmResult) -> str:
         f"block_size={v.block_size} num_gpu_blocks={v.num_gpu_blocks} "
         f"tokens={v.gpu_kv_cache_tokens} concurrency={v.max_concurrency:.2f}x "
         f"groups=[{_groups_text(v.kv_cache_groups)}]{stages}"
+        + (f" draft_embedding={v.draft_embedding}" if v.draft_embedding else "")
     )
 
 
@@ -2333,6 +2389,7 @@ def _kb_text(k: dict[str, Any]) -> str:
     return (
         f"block_size={k.get('block_size')} num_gpu_blocks={k.get('num_gpu_blocks')} "
         f"tokens={k.get('gpu_kv_cache_tokens')} concurrency={kc_text}"
+        + (f" draft_embedding={k['draft_embedding']}" if k.get("draft_embedding") else "")
     )
 
 

@@ -70,6 +70,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from kvbudget.cost import pp_stage_layers
+from kvbudget.engines import vllm_pp_draft
 from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import (
     auto_note,
@@ -891,6 +892,8 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
             "admits more shorter ones"
         )
     warnings += _expert_padding_warnings(d)
+    if release.speculation_with_pp:
+        warnings += vllm_pp_draft.kept_embedding_warnings(d)
     length = derived_length(d.target.config, d.target.model_type, release.length_rule)
     long_length = length.refuses(d.max_seq_len)
     if long_length:
@@ -929,6 +932,8 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
             # --max-model-len needs VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 past it
             "derived_max_model_len": length.tokens,
             "allow_long_max_model_len": long_length,
+            # the drafter's embed_tokens once loaded (maybe_share_target_embed)
+            "draft_embedding": vllm_pp_draft.draft_embedding(d),
         },
     )
 
@@ -1047,6 +1052,9 @@ def _refusals(d: Deployment, pool: VllmPool, release: VllmRelease) -> tuple[str,
     configuration, at KV sizing, at CUDA-graph set-up (in that order)."""
     found = (
         _pp_refusal(d, release),
+        vllm_pp_draft.missing_embedding_refusal(d, release.version)
+        if release.speculation_with_pp
+        else None,
         _pool_refusal(pool, release),
         _graph_refusal(d, pool, release),
     )

@@ -12,6 +12,16 @@ weight's fraction. A stored tensor matching no inventory tensor (a rotary buffer
 vision tower the family module does not list) is held whole, on the stage of the layer
 its name gives (``layers.N``; past the last decoder layer: an MTP layer), else (and for
 a vision tower's layers) the first.
+
+An MTP layer's stored copies of the main model's embedding and head (DeepSeek-V3's
+``model.layers.61.embed_tokens.weight`` and ``model.layers.61.shared_head.head.weight``,
+1.85 GB each in bf16; GLM-4.5 stores ``model.layers.92.shared_head.head.weight``) are
+not held (:func:`main_model_copy`): the engines load them and then point the MTP layer
+at the main model's (vLLM 0.33.0 ``v1/worker/gpu/spec_decode/eagle/utils.py``
+``load_eagle_model``: the draft's ``embed_tokens`` replaced by the target's at PP 1,
+every layer's ``shared_head.head`` by the target's lm_head). Under vLLM with PP > 1 the
+draft keeps its embedding; the vLLM plan warns with its bytes
+(:mod:`kvbudget.engines.vllm_pp_draft`).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from fractions import Fraction
 from kvbudget.inventory import Place, Weight
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_MAIN_MODEL_COPY = re.compile(r"(?:^|\.)layers\.(\d+)\.(?:embed_tokens|shared_head\.head)\.")
 _VISION = re.compile(r"(?:^|\.)(?:vision|visual|multi_modal_projector|mm_projector)")
 _EXPERT_INDEX = re.compile(r"(?<=\.experts)\.\d+(?=\.)")
 # a multimodal checkpoint's text model nested one level down: transformers' newer
@@ -83,4 +94,11 @@ def unmatched_place(name: str, num_layers: int) -> Place:
     return layer if layer < num_layers else "mtp"
 
 
-__all__ = ["match", "share", "unmatched_place"]
+def main_model_copy(name: str, num_layers: int) -> bool:
+    """Whether stored tensor ``name`` is an MTP layer's copy of the main model's embedding
+    or head, which no engine holds beside the main model's (module docstring)."""
+    found = _MAIN_MODEL_COPY.search(name)
+    return found is not None and int(found[1]) >= num_layers
+
+
+__all__ = ["main_model_copy", "match", "share", "unmatched_place"]

@@ -15,7 +15,7 @@ from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.inventory import Place, Weight
 from kvbudget.model_spec import ModelSpec
-from kvbudget.weights.headers import match, share, unmatched_place
+from kvbudget.weights.headers import main_model_copy, match, share, unmatched_place
 from kvbudget.weights.quantization import Quant, quantization
 
 FIXED_BYTES = {"fp32": 4, "int32": 4, "int64": 8}
@@ -258,10 +258,13 @@ def _header_items(
     model: ModelSpec, inventory: tuple[Weight, ...], *, tp: int, attention_tp: int, ep: int
 ) -> Iterator[_Item]:
     """Each stored tensor's header bytes times the share of its inventory tensor one rank
-    holds (:mod:`kvbudget.weights.headers`); an unmatched tensor whole, as ``other``."""
+    holds (:mod:`kvbudget.weights.headers`); an unmatched tensor whole, as ``other``; an
+    MTP layer's copy of the main model's embedding or head not at all."""
     assert model.checkpoint is not None
     tensors = model.checkpoint.tensors
     for t, w in zip(tensors, match([t.name for t in tensors], inventory), strict=True):
+        if w is None and main_model_copy(t.name, model.num_layers):
+            continue
         if w is None:
             yield unmatched_place(t.name, model.num_layers), "other", t.nbytes
         else:

@@ -1,0 +1,161 @@
+"""A drafter's embedding under vLLM's pipeline parallelism (kvbudget.engines.vllm_pp_draft),
+and an MTP layer's stored copies of the main model's embedding and head in the weights.
+
+vLLM 0.33.0 ``v1/worker/gpu/spec_decode/eagle/utils.py`` ``maybe_share_target_embed``:
+at PP > 1 an MTP drafter (no ``has_own_embed_tokens``) keeps its own ``embed_tokens``,
+and an EAGLE/EAGLE3/DFlash head with none of its own needs the target's on the last
+stage, which only a tied target has there, else it raises RuntimeError. The vLLM
+harness's PP cases run that function (``draft_embedding`` compared on every PP > 1
+drafter case).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+from hub_server import safetensors_bytes
+
+from kvbudget import EngineRefusedError, plan
+from kvbudget.model import load_model
+from kvbudget.weights import weights_bytes
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+DEEPSEEK = "deepseek-ai/DeepSeek-V3"
+
+
+def _vllm(target: Any, draft: Any, spec: str, **kw: Any) -> Any:
+    return plan(
+        target,
+        draft,
+        spec=spec,
+        engine="vllm",
+        kv_budget="40GiB",
+        host_budget=0,
+        max_seq_len=8192,
+        **kw,
+    )
+
+
+def test_a_head_without_an_embedding_is_refused_at_pp_2() -> None:
+    # Llama-3.1-8B does not tie: its last stage holds a PPMissingLayer for embed_tokens,
+    # and the shipped EAGLE3 head stores no embed_tokens of its own
+    assert _vllm(LLAMA, EAGLE3, "eagle3").engine.detail["draft_embedding"] == "shared"
+    with pytest.raises(EngineRefusedError) as caught:
+        _vllm(LLAMA, EAGLE3, "eagle3", pp=2)
+    assert "needs the target input embedding, but it is unavailable on this PP stage" in str(
+        caught.value
+    )
+    assert "use --pp 1" in str(caught.value)
+    assert caught.value.plan is not None
+    assert caught.value.plan.engine.detail["draft_embedding"] == "missing"
+
+
+def test_a_tied_target_lends_the_head_its_embedding_at_pp_2() -> None:
+    base = load_model(LLAMA)
+    tied = replace(base, config=MappingProxyType({**base.config, "tie_word_embeddings": True}))
+    p = _vllm(tied, EAGLE3, "eagle3", pp=2)
+    assert p.engine.detail["draft_embedding"] == "shared"
+    assert not p.engine.refusals
+
+
+def test_a_head_that_stores_its_embedding_keeps_it(tmp_path: Path) -> None:
+    cfg = dict(load_model(EAGLE3).raw_config)
+    hidden, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    folder = tmp_path / "eagle3-with-embed"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    (folder / "model.safetensors").write_bytes(
+        safetensors_bytes({"embed_tokens.weight": ("F16", (vocab, hidden))})
+    )
+    p = _vllm(LLAMA, str(folder), "eagle3", pp=2)
+    assert p.engine.detail["draft_embedding"] == "kept"
+    assert not p.engine.refusals
+
+
+def test_an_mtp_drafter_keeps_its_embedding_at_pp_2_and_the_plan_warns() -> None:
+    one = _vllm(DEEPSEEK, None, "mtp", tp=8)
+    assert one.engine.detail["draft_embedding"] == "shared"
+    assert not [w for w in one.warnings if "embed_tokens" in w]
+    two = _vllm(DEEPSEEK, None, "mtp", tp=8, pp=2)
+    assert two.engine.detail["draft_embedding"] == "kept"
+    # vocab 129,280 (a multiple of 64: no padding) / TP 8 = 16,160 rows x 7,168 x 2 B (bf16)
+    kept = 16_160 * 7_168 * 2
+    assert kept == 231_669_760
+    (warning,) = [w for w in two.warnings if "MTP drafter's own embed_tokens" in w]
+    assert f"({kept:,} B) more weights per last-stage rank" in warning
+
+
+def test_the_kept_embedding_is_not_warned_for_given_weights() -> None:
+    p = _vllm(DEEPSEEK, None, "mtp", tp=8, pp=2, weights_bytes="80GiB")
+    assert not [w for w in p.warnings if "embed_tokens" in w]
+
+
+def _tiny_deepseek(tmp_path: Path, extra: dict[str, tuple[str, tuple[int, ...]]]) -> Path:
+    """A two-layer DeepSeek-V3 with one MTP layer whose safetensors headers list exactly
+    the inventory's tensors (experts by index), plus ``extra``."""
+    from kvbudget.architectures import model_inventory
+
+    cfg = {
+        **load_model(DEEPSEEK).raw_config,
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "first_k_dense_replace": 1,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "n_group": 1,
+        "topk_group": 1,
+        "vocab_size": 256,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "num_attention_heads": 4,
+        "q_lora_rank": 32,
+        "kv_lora_rank": 16,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+        "num_nextn_predict_layers": 1,
+        "torch_dtype": "bfloat16",
+    }
+    cfg.pop("quantization_config", None)
+    folder = tmp_path / "tiny-deepseek"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for w in model_inventory(load_model(folder)):
+        dtype = "F32" if w.fixed == "fp32" else "BF16"
+        shape = (w.rows,) if w.cols == 1 else (w.rows, w.cols)
+        names = (
+            [w.name.replace(".experts.", f".experts.{e}.") for e in range(w.copies)]
+            if w.copies > 1
+            else [w.name]
+        )
+        for name in names:
+            tensors[f"{name}.weight"] = (dtype, shape)
+    tensors.update(extra)
+    (folder / "model.safetensors").write_bytes(safetensors_bytes(tensors))
+    return folder
+
+
+def test_an_mtp_layers_copies_of_the_embedding_and_head_are_not_held(tmp_path: Path) -> None:
+    plain = load_model(_tiny_deepseek(tmp_path / "a", {}))
+    copies = {
+        # DeepSeek-V3's checkpoint stores both for its MTP layer 61 (1.85 GB each)
+        "model.layers.2.embed_tokens.weight": ("BF16", (256, 64)),
+        "model.layers.2.shared_head.head.weight": ("BF16", (256, 64)),
+    }
+    stored = load_model(_tiny_deepseek(tmp_path / "b", copies))
+    assert stored.checkpoint is not None and plain.checkpoint is not None
+    # the headers differ by the two copies: 2 x 256 x 64 x 2 B
+    assert stored.checkpoint.total_bytes - plain.checkpoint.total_bytes == 65_536
+    for tp in (1, 2):
+        got = weights_bytes(stored, tp=tp, include_mtp=True)
+        assert got.source == "safetensors headers" and got.other_bytes == 0
+        assert got.total_bytes == weights_bytes(plain, tp=tp, include_mtp=True).total_bytes
+        counted = weights_bytes(stored, tp=tp, include_mtp=True, source="inventory")
+        assert got.total_bytes == counted.total_bytes  # every tensor matched, BF16 as counted
