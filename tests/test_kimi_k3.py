@@ -212,8 +212,8 @@ def test_what_vllm_or_kvbudget_do_not_cover_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match=r"or --engine vllm@0\.33\.0$"):
         plan(target, engine="vllm@0.29.0", state_dtype="bf16", **args)
     assert plan(target, engine="vllm@0.29.0", **args).engine.version == "0.29.0"
+    # SGLang's pools: tests/test_sglang_kimi.py
     for engine, why in (
-        ("sglang", "srt/models/kimi_k3.py"),
         ("trtllm", "Kimi K3 \\(KDA\\) cache manager"),
         ("kvbudget", "no model of KDA state"),
     ):

@@ -16,8 +16,9 @@ real pool classes, their buffers on torch's ``meta`` device. A sidecar draft (EA
 EAGLE3, draft model) gets its draft worker's configurator (``is_draft_worker=True``, the
 target's ``MemoryPoolConfig``, request pool and allocator), as
 ``ModelRunner.alloc_memory_pool`` builds it. No SGLang code is copied; the model configs
-are kvbudget's shipped presets (``src/kvbudget/data/models``) and the DeepSeek-V4 family
-configs of tests/family_configs.py in the form SGLang reads (``FAMILY_SGLANG``).
+are kvbudget's shipped presets (``src/kvbudget/data/models``) and the DeepSeek-V4,
+Step-3.5 and Kimi family configs of tests/family_configs.py in the form SGLang reads
+(``FAMILY_SGLANG``).
 
 Stubs (``_sglang_stubs.py``): triton and torchvision stand-ins, the platform of an H200,
 the meta device's streams, the Triton copy-kernel warm-ups, gpt-oss's ``mxfp4``
@@ -185,6 +186,25 @@ STEP3P5_FAMILIES = (
     "family/step3p5-uniform",
 )
 FAMILY_SGLANG.update({name: FAMILY_CONFIGS[name] for name in STEP3P5_FAMILIES})
+# Kimi-Linear and Kimi K3 family configs as written: SGLang 0.5.23 reads them with its own
+# KimiLinearConfig / KimiK3Config (configs/kimi_linear.py, configs/kimi_k3.py)
+KIMI_FAMILIES = (
+    "family/kimi-linear-defaults",
+    "family/kimi-k3",
+    "family/kimi-k3-unbounded-gate",
+)
+FAMILY_SGLANG.update({name: FAMILY_CONFIGS[name] for name in KIMI_FAMILIES})
+# Kimi K3 naming a bf16 mamba_ssm_dtype: SGLang's KDA state stays float32
+# (KimiLinearCacheParams is built without a dtype: mamba2_state_dtype(None))
+KIMI_SSM_BF16 = "family/kimi-k3-ssm-bf16"
+FAMILY_SGLANG[KIMI_SSM_BF16] = {
+    **FAMILY_CONFIGS["family/kimi-k3"],
+    "text_config": {
+        **FAMILY_CONFIGS["family/kimi-k3"]["text_config"],
+        "mamba_ssm_dtype": "bfloat16",
+    },
+}
+KIMI_FAMILIES += (KIMI_SSM_BF16,)
 
 
 def _is_family(name: str | None) -> bool:
@@ -195,15 +215,37 @@ def family_cases() -> list[Case]:
     """The DeepSeek-V4 family configs x {none, mtp} x {8, 40} GiB x {bf16, fp8} x {TP1,
     TP8, DP attention}, no host pool (kvbudget does not model SGLang's DeepSeek-V4
     HiCache); mtp runs EAGLE with the checkpoint's MTP layer (NextN) as the draft."""
+    return (
+        [
+            Case(name, spec, None, budget, dtype, 0, layout)
+            for name in FAMILY_SGLANG
+            if name not in STEP3P5_FAMILIES + KIMI_FAMILIES
+            for spec in ("none", "mtp")
+            for budget in BUDGETS_GIB
+            for dtype in KV_DTYPES
+            for layout in ("tp1", "tp8", "dpa8")
+        ]
+        + step3p5_cases()
+        + kimi_cases()
+    )
+
+
+def kimi_cases() -> list[Case]:
+    """The Kimi-Linear and Kimi K3 family configs (and Kimi K3 naming a bf16
+    ``mamba_ssm_dtype``) x {none, ngram; mtp for ``family/kimi-k3``, which ships an MTP
+    layer} x {8, 40} GiB x {bf16, fp8} x {no host, 64 GB} x {TP1, TP8, DP attention} (no
+    ngram with DP attention: SGLang refuses it); kvbudget refuses mtp for SGLang
+    (kvbudget.engines.sglang_kimi), which the summary counts."""
     return [
-        Case(name, spec, None, budget, dtype, 0, layout)
-        for name in FAMILY_SGLANG
-        if name not in STEP3P5_FAMILIES
-        for spec in ("none", "mtp")
+        Case(name, spec, None, budget, dtype, host, layout)
+        for name in KIMI_FAMILIES
+        for spec in ("none", "ngram") + (("mtp",) if name == "family/kimi-k3" else ())
         for budget in BUDGETS_GIB
         for dtype in KV_DTYPES
+        for host in HOST_GB
         for layout in ("tp1", "tp8", "dpa8")
-    ] + step3p5_cases()
+        if not (spec == "ngram" and layout == "dpa8")
+    ]
 
 
 def step3p5_cases() -> list[Case]:

@@ -272,14 +272,10 @@ KIMI_K3 = Architecture(
     text_only_note=True,
     # vLLM's ``auto`` for the KDA recurrent state (kda_state_dtype): float32
     ssm_state_dtype="float32",
-    unmodelled_engines=frozenset({"sglang", "trtllm", "kvbudget"}),
+    # SGLang's pools: engines/sglang_kimi.py
+    unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
     unmodelled_reasons=MappingProxyType(
         {
-            "sglang": "SGLang 0.5.23 serves Kimi K3 (srt/models/kimi_k3.py "
-            "KimiK3LinearForCausalLM; its KimiLinearConfig text model keeps KDA conv and "
-            "recurrent states beside the MLA pool: srt/configs/hybrid_arch.py "
-            "kimi_linear_config, srt/mem_cache/kv_cache_builder.py uses_ssm_state), which "
-            "kvbudget's SGLang model does not build for KDA (as for Kimi-Linear)",
             "trtllm": "kvbudget's TensorRT-LLM models have not read a Kimi K3 (KDA) cache manager",
             "kvbudget": "kvbudget's own cache has no model of KDA state beside MLA",
         }

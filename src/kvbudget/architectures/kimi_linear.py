@@ -235,9 +235,9 @@ KIMI_LINEAR = Architecture(
     weights=weights,
     # the KDA recurrent state is float32 whatever the config says (KimiDeltaLayer)
     ssm_state_dtype="float32",
-    # vLLM's pools only: SGLang, TensorRT-LLM and kvbudget's own cache have no model of
-    # KDA beside MLA here (the README's families section)
-    unmodelled_engines=frozenset({"sglang", "trtllm", "kvbudget"}),
+    # TensorRT-LLM and kvbudget's own cache have no model of KDA beside MLA here (the
+    # README's families section); SGLang's: engines/sglang_kimi.py
+    unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
 )
 
 ARCHITECTURES = (KIMI_LINEAR,)

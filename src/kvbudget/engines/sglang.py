@@ -45,7 +45,8 @@ another commit is named (files under ``python/sglang/srt/``); each holds in 0.5.
   top-k (``arg_groups/speculative_hook.py`` ``_handle_ngram``), refused above 1 with
   ``--page-size`` > 1 outside flashinfer, and refuses DP attention: breadth 1 is emitted
   and NGRAM with DP attention refused in SGLang's words.
-* **Hybrid state** (Qwen3-Next, Qwen3.5, Nemotron-H; 0.5.23 wheel,
+* **Hybrid state** (Qwen3-Next, Qwen3.5, Nemotron-H, Kimi-Linear and Kimi K3's KDA
+  layers beside MLA: :mod:`kvbudget.engines.sglang_kimi`; 0.5.23 wheel,
   :mod:`kvbudget.engines.sglang_state`): the Mamba pool's slots (``--max-mamba-cache-size``,
   emitted with ``--mamba-radix-cache-strategy``) come out of the budget first, the KV pool
   of the full-attention layers takes the rest (``_handle_max_mamba_cache``, then
@@ -73,7 +74,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.cost import pp_stage_layers
-from kvbudget.engines import sglang_dsv4, sglang_step3p5
+from kvbudget.engines import sglang_dsv4, sglang_kimi, sglang_step3p5
 from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import (
     GB,
@@ -1188,6 +1189,7 @@ def engine_model(release: SglangRelease) -> EngineModel:
     def check_release(d: Deployment) -> None:
         check(d)
         sglang_step3p5.check(d, release.version)
+        sglang_kimi.check(d)
         state = any(
             x.state_bytes(d.state_dtype_value, d.parallel.attention_tp) for x in d.target.layers
         )

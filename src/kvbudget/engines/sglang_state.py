@@ -25,6 +25,16 @@ harness (``benchmarks/fidelity/sglang/sglang_fidelity.py``):
   ``conv_window_dedup_enabled`` for a linear chain on CUDA); ``_handle_max_mamba_cache``
   reserves ``mamba_cache_per_req x (running + 1) x D`` for them, more than is allocated
   (the reservation prices ``D x (conv_kernel - 1)`` conv columns).
+* **Kimi Delta Attention** (Kimi-Linear, Kimi K3: ``configs/kimi_linear.py``
+  ``KimiLinearConfig.mamba2_cache_params``, ``configs/mamba_utils.py``
+  ``KimiLinearStateShape.create``): per KDA layer a conv state of ``(conv_kernel - 1) x
+  3 x heads x head_dim / tp`` (q, k and v packed; ``divide(heads x head_dim, tp)``) in
+  bfloat16 and a temporal state of ``heads / tp x head_dim x head_dim`` (``divide(heads,
+  tp)``) in float32: ``KimiLinearCacheParams`` is built without a dtype, so its
+  ``mamba2_state_dtype(None)`` never reads the config's ``mamba_ssm_dtype``. Its shape
+  sets ``disable_conv_window_dedup`` (and ``conv_window_dedup_enabled`` is false for
+  KDA), so the speculative conv buffer is dense: ``D x (conv_kernel - 1)`` columns per
+  slot, what ``_handle_max_mamba_cache`` reserves.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.layers import GatedDeltaNetLayer, Layer, Mamba2Layer
+from kvbudget.layers import GatedDeltaNetLayer, KimiDeltaLayer, Layer, Mamba2Layer
 
 if TYPE_CHECKING:
     from kvbudget.deployment import Deployment
@@ -69,7 +79,9 @@ class StateLayout:
 
     ``conv_dim``: conv channels per layer on this rank; ``ssm_elems``: temporal-state
     elements per layer; ``conv_kernel``: the conv's kernel width (``conv_kernel - 1``
-    columns kept); ``ssm_bytes``: bytes per temporal element.
+    columns kept); ``ssm_bytes``: bytes per temporal element; ``dedup_conv_window``:
+    the speculative conv buffer is one shared window per slot (``D + conv_kernel - 2``
+    columns), else dense (``D x (conv_kernel - 1)``: KDA).
     """
 
     layers: int
@@ -78,6 +90,7 @@ class StateLayout:
     conv_kernel: int
     ssm_bytes: int
     ssm_dtype: str
+    dedup_conv_window: bool = True
 
     @property
     def per_request_bytes(self) -> int:
@@ -94,18 +107,23 @@ class StateLayout:
         return self.per_request_bytes * (running + 1) * draft_tokens
 
     def spec_pool_bytes(self, running: int, draft_tokens: int) -> int:
-        """What ``MambaPool`` allocates for them: ``intermediate_ssm`` and the shared
-        conv windows, ``running + 1`` slots each."""
+        """What ``MambaPool`` allocates for them: ``intermediate_ssm`` and the conv
+        windows (shared, or dense: ``dedup_conv_window``), ``running + 1`` slots each."""
         ssm = draft_tokens * self.ssm_elems * self.ssm_bytes
-        conv = self.conv_dim * (draft_tokens + self.conv_kernel - 2) * CONV_BYTES
+        columns = (
+            draft_tokens + self.conv_kernel - 2
+            if self.dedup_conv_window
+            else draft_tokens * (self.conv_kernel - 1)
+        )
+        conv = self.conv_dim * columns * CONV_BYTES
         return (running + 1) * self.layers * (ssm + conv)
 
 
-def _divide(n: int, tp: int, what: str, name: str) -> int:
+def _divide(n: int, tp: int, what: str, name: str, where: str = "Mamba2StateShape") -> int:
     if n % tp:
         raise InvalidArgumentError(
             f"SGLang shards {name}'s {what} ({n}) evenly over the attention TP size {tp} "
-            "(configs/mamba_utils.py Mamba2StateShape.create); plan a --tp that divides it"
+            f"(configs/mamba_utils.py {where}.create); plan a --tp that divides it"
         )
     return n // tp
 
@@ -122,6 +140,13 @@ def _shape(layer: Layer, tp: int, name: str) -> tuple[int, int, int]:
         g = _divide(layer.n_groups, tp, "groups", name)
         conv = h * layer.head_dim + 2 * g * layer.ssm_state_size
         return conv, h * layer.head_dim * layer.ssm_state_size, layer.conv_kernel
+    if isinstance(layer, KimiDeltaLayer):
+        # KimiLinearStateShape.create: q, k and v convs of heads x head_dim each, the
+        # recurrent state head_dim x head_dim per head (k heads and dims are v's)
+        kda = "KimiLinearStateShape"
+        proj = _divide(layer.num_heads * layer.head_dim, tp, "KDA projection", name, kda)
+        h = _divide(layer.num_heads, tp, "KDA heads", name, kda)
+        return 3 * proj, h * layer.head_dim * layer.head_dim, layer.conv_kernel
     raise InvalidArgumentError(
         f"--engine sglang does not model {layer.kind} state layers; plan {name} with "
         "--engine kvbudget or vllm"
@@ -131,12 +156,13 @@ def _shape(layer: Layer, tp: int, name: str) -> tuple[int, int, int]:
 def state_layout(d: Deployment, layers: list[Layer]) -> StateLayout | None:
     """The state layers among ``layers`` (one rank's), None when there are none.
 
-    SGLang's temporal dtype is the config's ``mamba_ssm_dtype`` or float32; the conv
-    state is bfloat16 (``mamba2_state_dtype``), whatever kvbudget's ``--state-dtype``.
+    SGLang's temporal dtype is the config's ``mamba_ssm_dtype`` or float32 (KDA: float32
+    always); the conv state is bfloat16 (``mamba2_state_dtype``), whatever kvbudget's
+    ``--state-dtype``.
     """
     tp = d.parallel.attention_tp
     name = d.target.name
-    state = [x for x in layers if isinstance(x, (GatedDeltaNetLayer, Mamba2Layer))]
+    state = [x for x in layers if isinstance(x, (GatedDeltaNetLayer, Mamba2Layer, KimiDeltaLayer))]
     others = [x for x in layers if x.state_bytes(d.state_dtype_value, tp) and x not in state]
     if others:
         _shape(others[0], tp, name)  # raises for the unmodelled kind
@@ -145,13 +171,17 @@ def state_layout(d: Deployment, layers: list[Layer]) -> StateLayout | None:
     if d.state_dtype.strip().lower() != "auto":
         raise InvalidArgumentError(
             "--engine sglang keeps the SSM state in the config's mamba_ssm_dtype (else "
-            "float32) and the conv state in bfloat16; plan with --state-dtype auto"
+            "float32; KDA's always float32) and the conv state in bfloat16; plan with "
+            "--state-dtype auto"
         )
     shapes = {_shape(x, tp, name) for x in state}
     if len(shapes) != 1:
         raise InvalidArgumentError(f"{name}'s state layers differ in shape; SGLang's pool is one")
     conv_dim, ssm_elems, kernel = shapes.pop()
-    ssm_dtype = (d.target.ssm_state_dtype or DEFAULT_SSM_DTYPE).lower()
+    kda = isinstance(state[0], KimiDeltaLayer)
+    # KimiLinearCacheParams' dtype is mamba2_state_dtype(None): no config field read
+    ssm_dtype = DEFAULT_SSM_DTYPE if kda else (d.target.ssm_state_dtype or DEFAULT_SSM_DTYPE)
+    ssm_dtype = ssm_dtype.lower()
     if ssm_dtype not in SSM_DTYPE_BYTES:
         raise InvalidArgumentError(f"SGLang has no mamba_ssm_dtype {ssm_dtype!r}")
     return StateLayout(
@@ -161,6 +191,7 @@ def state_layout(d: Deployment, layers: list[Layer]) -> StateLayout | None:
         conv_kernel=kernel,
         ssm_bytes=SSM_DTYPE_BYTES[ssm_dtype],
         ssm_dtype=ssm_dtype,
+        dedup_conv_window=not kda,
     )
 
 
