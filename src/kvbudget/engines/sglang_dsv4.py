@@ -221,10 +221,10 @@ def check(d: Deployment, *, host_bytes: int = 0) -> None:
     if not isinstance(text.get("compress_ratios"), list):
         raise InvalidArgumentError(
             f"SGLang 0.5.23 reads DeepSeek-V4's per-layer compress_ratios list, which "
-            f"{d.target.name}'s config lacks (it has layer_types / compress_rates, the "
-            "transformers form); SGLang fails on it (configs/model_config.py "
-            "_derive_model_shapes); pass a config with compress_ratios, or plan it with "
-            "--engine vllm"
+            f"{d.target.name}'s config lacks"
+            + ("" if is_v41(d) else " (it has layer_types / compress_rates, the transformers form)")
+            + "; SGLang fails on it (configs/model_config.py _derive_model_shapes); pass "
+            "a config with compress_ratios, or plan it with --engine vllm"
         )
     if is_v41(d) and d.spec.name != "none":
         raise InvalidArgumentError(
