@@ -258,7 +258,6 @@ def test_engram_weights_are_refused() -> None:
 def test_engines_and_modes_that_do_not_model_it_refuse(tmp_path: Path) -> None:
     target = folder(tmp_path, DEEPSEEK_V41)
     for engine, why in (
-        ("sglang", "SGLang 0.5.23 runs it through DeepseekV4ForCausalLM"),
         ("trtllm", "TensorRT-LLM"),
         ("kvbudget", "no shared compressed pool"),
     ):

@@ -669,11 +669,15 @@ def _resolve_draft(
         )
     if mode.draft == "mtp" and target.model_type == "deepseek_v41":
         # config/speculative.py (vLLM 0.33.0): "DeepSeek V4.1 has no classic-MTP draft: its
-        # checkpoints ship DSpark stages under mtp.*"; method mtp is refused for it
+        # checkpoints ship DSpark stages under mtp.*"; method mtp is refused for it. SGLang
+        # 0.5.23 (arg_groups/deepseek_v4_hook.py validate_deepseek_v41_features): "DeepSeek-
+        # V4.1 does not support speculative decoding other than DSpark yet"
         raise InvalidArgumentError(
             f"{target.name} (DeepSeek-V4.1) has no MTP layers: its num_nextn_predict_layers "
             "are DSpark stages, which vLLM runs only as --speculative-config method dspark "
-            "and kvbudget does not model; choose another --spec"
+            'and SGLang only as --speculative-algorithm DSPARK ("DeepSeek-V4.1 does not '
+            'support speculative decoding other than DSpark yet"), and kvbudget does not '
+            "model; choose another --spec"
         )
     if mode.draft == "mtp" and not target.mtp_layers:
         raise InvalidArgumentError(

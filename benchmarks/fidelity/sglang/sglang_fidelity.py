@@ -16,7 +16,7 @@ real pool classes, their buffers on torch's ``meta`` device. A sidecar draft (EA
 EAGLE3, draft model) gets its draft worker's configurator (``is_draft_worker=True``, the
 target's ``MemoryPoolConfig``, request pool and allocator), as
 ``ModelRunner.alloc_memory_pool`` builds it. No SGLang code is copied; the model configs
-are kvbudget's shipped presets (``src/kvbudget/data/models``) and the DeepSeek-V4,
+are kvbudget's shipped presets (``src/kvbudget/data/models``) and the DeepSeek-V4, V4.1,
 Step-3.5 and Kimi family configs of tests/family_configs.py in the form SGLang reads
 (``FAMILY_SGLANG``).
 
@@ -176,6 +176,11 @@ FAMILY_SGLANG = {
     name: _sglang_form(FAMILY_CONFIGS[name])
     for name in ("family/deepseek-v4-defaults", "family/deepseek-v4-sliding")
 }
+# DeepSeek-V4.1 family configs as written: a text_config with DeepSeek's own
+# compress_ratios list (0, 1, 2), which SGLang 0.5.23's DeepseekV41Config flattens
+# (configs/deepseek_v41.py normalize_deepseek_v41_config)
+DSV41_FAMILIES = ("family/deepseek-v41-defaults", "family/deepseek-v41-rings")
+FAMILY_SGLANG.update({name: FAMILY_CONFIGS[name] for name in DSV41_FAMILIES})
 # Step-3.5 family configs as written: SGLang 0.5.23 reads them with its own Step3p5Config
 # (configs/step3p5.py: the legacy num_attention_groups / moe_num_experts fields, other
 # fields as attributes); -defaults has no layer_types, which kvbudget refuses for SGLang
@@ -212,15 +217,18 @@ def _is_family(name: str | None) -> bool:
 
 
 def family_cases() -> list[Case]:
-    """The DeepSeek-V4 family configs x {none, mtp} x {8, 40} GiB x {bf16, fp8} x {TP1,
-    TP8, DP attention}, no host pool (kvbudget does not model SGLang's DeepSeek-V4
-    HiCache); mtp runs EAGLE with the checkpoint's MTP layer (NextN) as the draft."""
+    """The DeepSeek-V4 and V4.1 family configs x {none, mtp} x {8, 40} GiB x {bf16, fp8}
+    x {TP1, TP8, DP attention}, no host pool (kvbudget does not model SGLang's
+    DeepSeek-V4 HiCache); mtp runs EAGLE with the checkpoint's MTP layer (NextN) as the
+    draft. V4.1 runs none only: its mtp.* are DSpark stages, and SGLang takes no other
+    speculative decoding for it (validate_deepseek_v41_features), which kvbudget refuses.
+    Then the Step-3.5 and Kimi cases."""
     return (
         [
             Case(name, spec, None, budget, dtype, 0, layout)
             for name in FAMILY_SGLANG
             if name not in STEP3P5_FAMILIES + KIMI_FAMILIES
-            for spec in ("none", "mtp")
+            for spec in (("none",) if name in DSV41_FAMILIES else ("none", "mtp"))
             for budget in BUDGETS_GIB
             for dtype in KV_DTYPES
             for layout in ("tp1", "tp8", "dpa8")

@@ -190,14 +190,10 @@ DEEPSEEK_V41 = Architecture(
     weights=weights,
     nested_types=frozenset({"deepseek_v41"}),
     text_only_note=True,
-    # vLLM's engine model builds these caches (engines/vllm_dsv41.py); kvbudget's own
-    # cache has no compressed pool
-    unmodelled_engines=frozenset({"sglang", "trtllm", "kvbudget"}),
+    # vLLM's (engines/vllm_dsv41.py) and SGLang's (engines/sglang_dsv4.py) engine models
+    # build these caches; kvbudget's own cache has no compressed pool
+    unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
     unmodelled_reasons={
-        "sglang": "SGLang 0.5.23 runs it through DeepseekV4ForCausalLM (models/deepseek_v4.py "
-        "is_dsv41: DeepseekV41Compressor and DeepseekV41Indexer, "
-        "layers/attention/dsv4/dsv41_sparse.py), whose V4.1 pools kvbudget's SGLang model "
-        "has not read",
         "trtllm": "kvbudget's TensorRT-LLM models have not read a DeepSeek-V4.1 cache manager",
         "kvbudget": "kvbudget's own cache has no shared compressed pool",
     },

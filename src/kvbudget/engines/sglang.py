@@ -676,7 +676,7 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
 
 
 def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EnginePlan:
-    """DeepSeek-V4's plan (:mod:`kvbudget.engines.sglang_dsv4`): the most full tokens
+    """DeepSeek-V4's (and V4.1's) plan (:mod:`kvbudget.engines.sglang_dsv4`): the most full tokens
     whose pools fit the rank's KV budget, pinned by ``--max-total-tokens``."""
     sglang_dsv4.check(d, host_bytes=ledger.host_bytes)
     facts = ENGINES["sglang"]
@@ -730,9 +730,16 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
         ),
         notes=(
             f"# {facts.token_knob} is the full pool's tokens; the sliding pool holds "
-            f"{p.swa} (--swa-full-tokens-ratio), the ratio-4 and ratio-128 pools 1/4 and "
-            "1/128 of them, with the indexer keys and the compressors' float32 states",
-            "# SGLang sets --page-size 256 and --kv-cache-dtype fp8_e4m3 for DeepSeek-V4",
+            f"{p.swa} (--swa-full-tokens-ratio), "
+            + (
+                "each ratio-1 / ratio-2 KV source all of them / half of them, with fp4 "
+                "indexer keys and (ratio 2) a float32 pair state per request"
+                if sglang_dsv4.is_v41(d)
+                else "the ratio-4 and ratio-128 pools 1/4 and 1/128 of them, with the "
+                "indexer keys and the compressors' float32 states"
+            ),
+            "# SGLang sets --page-size 256 and --kv-cache-dtype fp8_e4m3 for DeepSeek-V4"
+            + (" and V4.1" if sglang_dsv4.is_v41(d) else ""),
             *_dsv4_draft_notes(lay, p),
         ),
         warnings=tuple(warnings),
@@ -748,7 +755,7 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
             "draft_bytes": p.draft_swa_bytes or None,
             "profiled_budget_bytes": budget,
             "mem_fraction_static": fraction,
-            "indexer_bytes": p.indexer_bytes or None,
+            "indexer_bytes": p.all_indexer_bytes or None,
             "c4_tokens": p.c4,
             "c128_tokens": p.c128,
             "c4_state_rows": p.c4_state,
@@ -838,6 +845,18 @@ def _dsv4_pools(lay: sglang_dsv4.Dsv4Layout, p: sglang_dsv4.Dsv4Pools) -> tuple[
     if lay.c128_layers:
         out.append(pool("kv", p.c128, page // 128, p.c128_bytes, "c128"))
         out.append(pool("state", p.c128_state, 1, p.c128_state_bytes, "c128 state"))
+    # V4.1's ratio-1 / ratio-2 KV sources: latents, then the indexer's (full + the
+    # reserved page) // ratio keys
+    low = ((1, lay.c1_layers, p.c1_bytes, p.c1_indexer_bytes),
+           (2, lay.c2_layers, p.c2_bytes, p.c2_indexer_bytes))  # fmt: skip
+    for ratio, sources, kv, keys in low:
+        if sources:
+            out.append(pool("kv", p.full // ratio, page // ratio, kv, f"c{ratio}"))
+            out.append(pool("kv", (p.full + page) // ratio, sglang_dsv4.LOW_RATIO_INDEX_PAGE,
+                            keys, f"c{ratio} indexer"))  # fmt: skip
+    if lay.c2_layers:
+        slots = (p.running + 1) * sglang_dsv4.LOW_RATIO_PAIR_RING
+        out.append(pool("state", slots, 1, p.c2_state_bytes, "c2 state"))
     if lay.draft_layers:  # the NextN draft's own pool: its window rows only
         out.append(pool("window", p.swa, page, p.draft_swa_bytes, "draft swa", "draft"))
     return tuple(out)

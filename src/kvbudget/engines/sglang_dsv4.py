@@ -1,4 +1,5 @@
-"""SGLang 0.5.23's DeepSeek-V4 pools (``DeepSeekV4TokenToKVPool``), as it sizes them.
+"""SGLang 0.5.23's DeepSeek-V4 and V4.1 pools (``DeepSeekV4TokenToKVPool``), as it sizes
+them.
 
 Facts from the SGLang 0.5.23 wheel (``python/sglang/srt/``; the PyPI wheel records no
 commit), each run by the fidelity harness (``benchmarks/fidelity/sglang``) on the path
@@ -59,6 +60,37 @@ an EAGLE draft (below), no HiCache, one PP stage, the paged (not ``unified_kv``)
   over the target's ``L`` layers (``DSV4PoolConfigurator.__init__``), which admits fewer
   tokens than the exact pools would: :func:`estimated_full` is that estimate, and the
   plan pins the smaller of it and the exact fit.
+
+**DeepSeek-V4.1** (``configs/deepseek_v41.py`` ``normalize_deepseek_v41_config``: the
+``text_config`` flattened, the architecture renamed ``DeepseekV4ForCausalLM``) runs in
+the same pool; what differs is data (:class:`Dsv4Layout` ``c1_layers``, ``c2_layers``):
+
+* **Owners** (``collect_sources_by_ratio``): a ratio-1 or ratio-2 layer owns compressed
+  storage only when it is in ``kv_source_layer_ids``; the other layers of those ratios
+  keep their window rows only (every layer has them, as in V4).
+* **Latents** (``_init_compressed_pools``): per ratio ``r`` in (1, 2), ``full // r`` rows
+  in pages of ``256 // r`` rows per KV source, the same 584-byte row off SM100
+  (``resolve_compressed_kv_layout``: a ``KVLayout.V4`` main cache keeps V4 rows).
+* **Indexer keys** (same function, ``force_fp4=True``): on *every* KV source of ratio
+  ``r``, index source or not, ``(full + 256) // r`` fp4 keys of ``index_head_dim // 2 +
+  index_head_dim // 32`` B (``get_dsv4_indexer_bytes_per_token``) in pages of
+  ``DSV41_INDEX_PAGE_SIZE`` = 64 keys (128 only with DeepGEMM's paged sparse MQA logits,
+  Blackwell), plus its reserved page.
+* **States** (``_init_paged_compress_states``): ratio 1 keeps none; a ratio-2 source a
+  float32 pair ring per request slot (``_make_pair_state_pool``: ``slots x 2 + 2 + 1``
+  rows padded to 2, ``2 x head_dim`` values a row, ``slots = running + 1``).
+* **Server arguments** (``arg_groups/deepseek_v4_hook.py``
+  ``validate_deepseek_v41_features``): "DeepSeek-V4.1 does not support speculative
+  decoding other than DSpark yet", nor pipeline parallelism; ``--swa-full-tokens-ratio``
+  is not defaulted for V4.1 (``model_overrides/deepseek_v4.py``), so left unset SGLang
+  sizes the sliding pool from the request cap (``_resolve_swa_cap_tokens``): the plan
+  emits 0.1, SGLang's ratio default, and sizes the sliding pool by it as for V4.
+* **Estimate** (``_compressed_bytes_per_full_token``, ``_get_low_ratio_kv_padding_bytes``,
+  ``_get_c2_state_fixed_bytes``): the same latents, keys, reserved pages and pair states,
+  priced per token; the sliding pool is priced at ``0.1 x full`` rows without its floor
+  to the page or its reserved page, never more than it takes, so the estimate admits no
+  fewer tokens than these exact bytes and ``--max-total-tokens`` binds (the harness's
+  ``family/deepseek-v41-*`` cases).
 """
 
 from __future__ import annotations
@@ -68,7 +100,7 @@ from typing import TYPE_CHECKING
 
 from kvbudget.engines.common import cdiv
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.layers import CompressedMLALayer
+from kvbudget.layers import CompressedMLALayer, SharedCompressedMLALayer
 
 if TYPE_CHECKING:
     from kvbudget.deployment import Deployment
@@ -85,8 +117,10 @@ STATE_BYTES = 4  # SGLANG_DSV4_COMPRESS_STATE_DTYPE float32 (its default)
 # the compressors' ring states: PoolPlan kind "state" (per-request state, not KV rows), but
 # SGLang keeps them inside its token-to-KV pool (deepseek_v4_memory_pool.py), not beside it
 # as a Mamba pool: the harness counts them with the target's pool bytes
-COMPRESSOR_STATE_POOLS = ("c4 state", "c128 state")
+COMPRESSOR_STATE_POOLS = ("c4 state", "c128 state", "c2 state")
 KV_DTYPES = ("auto", "fp8_e4m3")  # auto resolves to fp8_e4m3; both give the same rows
+LOW_RATIO_INDEX_PAGE = 64  # DSV41_INDEX_PAGE_SIZE off Blackwell (dsv41_index_page_size)
+LOW_RATIO_PAIR_RING = 2  # get_compress_state_ring_size(2) without speculative decoding
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +134,13 @@ class Dsv4Layout:
     index_head_dim: int
     window: int
     draft_layers: int = 0  # the EAGLE draft's window-only NextN layers (0 or 1)
+    c1_layers: int = 0  # DeepSeek-V4.1's ratio-1 KV sources
+    c2_layers: int = 0  # ... and ratio-2 KV sources
+
+    @property
+    def low_index_row_bytes(self) -> int:
+        """One fp4 low-ratio indexer key with its scales (``force_fp4``)."""
+        return self.index_head_dim // 2 + self.index_head_dim // 32
 
     @property
     def rings(self) -> tuple[int, int]:
@@ -130,6 +171,16 @@ class Dsv4Pools:
     c4_state_bytes: int
     c128_state_bytes: int
     draft_swa_bytes: int = 0
+    c1_bytes: int = 0
+    c2_bytes: int = 0
+    c1_indexer_bytes: int = 0
+    c2_indexer_bytes: int = 0
+    c2_state_bytes: int = 0
+
+    @property
+    def all_indexer_bytes(self) -> int:
+        """Every ``DeepSeekV4IndexerPool``: the ratio-4 keys and V4.1's low-ratio keys."""
+        return self.indexer_bytes + self.c1_indexer_bytes + self.c2_indexer_bytes
 
     @property
     def target_bytes(self) -> int:
@@ -138,9 +189,12 @@ class Dsv4Pools:
             self.swa_bytes
             + self.c4_bytes
             + self.c128_bytes
-            + self.indexer_bytes
+            + self.all_indexer_bytes
             + self.c4_state_bytes
             + self.c128_state_bytes
+            + self.c1_bytes
+            + self.c2_bytes
+            + self.c2_state_bytes
         )
 
     @property
@@ -150,21 +204,34 @@ class Dsv4Pools:
 
 
 def is_dsv4(d: Deployment) -> bool:
-    """The target is DeepSeek-V4 (compressed-latent layers)."""
+    """The target is DeepSeek-V4 or V4.1 (compressed-latent layers)."""
     return any(isinstance(x, CompressedMLALayer) for x in d.target.layers)
 
 
+def is_v41(d: Deployment) -> bool:
+    """The target is DeepSeek-V4.1 (latents shared from KV sources)."""
+    return any(isinstance(x, SharedCompressedMLALayer) for x in d.target.layers)
+
+
 def check(d: Deployment, *, host_bytes: int = 0) -> None:
-    """InvalidArgumentError for a DeepSeek-V4 deployment outside the modelled path."""
+    """InvalidArgumentError for a DeepSeek-V4 or V4.1 deployment outside the modelled
+    path (V4.1: no speculative decoding, which SGLang refuses but for DSpark)."""
     cfg = d.target.raw_config
     text = cfg.get("text_config", cfg)
     if not isinstance(text.get("compress_ratios"), list):
         raise InvalidArgumentError(
             f"SGLang 0.5.23 reads DeepSeek-V4's per-layer compress_ratios list, which "
-            f"{d.target.name}'s config lacks (it has layer_types / compress_rates, the "
-            "transformers form); SGLang fails on it (configs/model_config.py "
-            "_derive_model_shapes); pass a config with compress_ratios, or plan it with "
-            "--engine vllm"
+            f"{d.target.name}'s config lacks"
+            + ("" if is_v41(d) else " (it has layer_types / compress_rates, the transformers form)")
+            + "; SGLang fails on it (configs/model_config.py _derive_model_shapes); pass "
+            "a config with compress_ratios, or plan it with --engine vllm"
+        )
+    if is_v41(d) and d.spec.name != "none":
+        raise InvalidArgumentError(
+            f'SGLang 0.5.23 refuses DeepSeek-V4.1 with --spec {d.spec.name}: "DeepSeek-V4.1 '
+            'does not support speculative decoding other than DSpark yet" '
+            "(arg_groups/deepseek_v4_hook.py validate_deepseek_v41_features), and "
+            "kvbudget does not model DSpark; plan --spec none"
         )
     if d.spec.name not in ("none", "mtp"):
         raise InvalidArgumentError(
@@ -180,10 +247,16 @@ def check(d: Deployment, *, host_bytes: int = 0) -> None:
             f"--max-draft-len {d.lookahead_tokens} needs {d.lookahead_tokens + 1}; pick "
             f"--max-draft-len {MAX_DRAFT_TOKENS - 1} or less"
         )
+    if d.parallel.pp > 1 and is_v41(d):
+        raise InvalidArgumentError(
+            'SGLang 0.5.23 refuses DeepSeek-V4.1 with pipeline parallelism ("DeepSeek-V4.1 '
+            'does not support pipeline parallelism yet": validate_deepseek_v41_features); '
+            "drop --pp or plan --engine vllm"
+        )
     if d.parallel.pp > 1 or host_bytes:
         raise InvalidArgumentError(
-            "--engine sglang is modelled for DeepSeek-V4 on one pipeline stage without "
-            "HiCache; drop --pp / --host-budget or plan --engine vllm"
+            "--engine sglang is modelled for DeepSeek-V4 and V4.1 on one pipeline stage "
+            "without HiCache; drop --pp / --host-budget or plan --engine vllm"
         )
     for x in d.target.layers:
         if not isinstance(x, CompressedMLALayer) or (x.head_dim, x.rope_head_dim) != (512, 64):
@@ -198,6 +271,8 @@ def layout_of(d: Deployment) -> Dsv4Layout:
     layers = [x for x in d.target.layers if isinstance(x, CompressedMLALayer)]
     first = layers[0]
     index = next((x.index_head_dim for x in layers if x.index_head_dim), 0)
+    # collect_sources_by_ratio: V4.1's ratio-1/2 storage lives on its KV sources only
+    sources = [x for x in layers if isinstance(x, SharedCompressedMLALayer) and x.kv_source]
     return Dsv4Layout(
         layers=len(layers),
         c4_layers=sum(x.compress_ratio == 4 for x in layers),
@@ -207,6 +282,8 @@ def layout_of(d: Deployment) -> Dsv4Layout:
         window=first.window,
         # DeepseekV4ForCausalLMNextN: one draft layer whatever the checkpoint ships
         draft_layers=1 if d.spec.name == "mtp" else 0,
+        c1_layers=sum(x.compress_ratio == 1 for x in sources),
+        c2_layers=sum(x.compress_ratio == 2 for x in sources),
     )
 
 
@@ -242,7 +319,8 @@ def pools(lay: Dsv4Layout, full: int, running: int) -> Dsv4Pools:
     swa = swa_tokens(full)
     c4, c128 = full // 4, full // 128
     c4_ring, c128_ring = lay.rings
-    c4_state = swa // PAGE_TOKENS * c4_ring
+    # ring_sizes.get(4, 0): no ratio-4 owner (V4.1, an all-128 V4), no c4 state rows
+    c4_state = swa // PAGE_TOKENS * c4_ring if lay.c4_layers else 0
     c128_state = (running + 1) * c128_ring
     c4_page, c128_page = PAGE_TOKENS // 4, PAGE_TOKENS // 128
     c4_state_bytes = _state_bytes(c4_state, c4_ring, 4, 4 * lay.head_dim) + _state_bytes(
@@ -265,7 +343,27 @@ def pools(lay: Dsv4Layout, full: int, running: int) -> Dsv4Pools:
         c128_state_bytes=_state_bytes(c128_state, c128_ring, 128, 2 * lay.head_dim)
         * lay.c128_layers,
         draft_swa_bytes=swa_layer_bytes * lay.draft_layers,
+        **_low_ratio_bytes(lay, full, running),
     )
+
+
+def _low_ratio_bytes(lay: Dsv4Layout, full: int, running: int) -> dict[str, int]:
+    """DeepSeek-V4.1's buffers on its ratio-1 and ratio-2 KV sources
+    (``_init_compressed_pools``, ``_make_pair_state_pool``); zeros for V4."""
+    out: dict[str, int] = {}
+    for ratio, sources in ((1, lay.c1_layers), (2, lay.c2_layers)):
+        page = PAGE_TOKENS // ratio
+        out[f"c{ratio}_bytes"] = _pages(full // ratio, page) * page_bytes(page) * sources
+        # the indexer's size counts the reserved full page; its own pool reserves one more
+        keys = cdiv((full + PAGE_TOKENS) // ratio + LOW_RATIO_INDEX_PAGE, LOW_RATIO_INDEX_PAGE)
+        out[f"c{ratio}_indexer_bytes"] = (
+            keys * LOW_RATIO_INDEX_PAGE * lay.low_index_row_bytes * sources
+        )
+    ring = LOW_RATIO_PAIR_RING
+    out["c2_state_bytes"] = (
+        _state_bytes((running + 1) * ring, ring, 2, 2 * lay.head_dim) * lay.c2_layers
+    )
+    return out
 
 
 def estimated_full(lay: Dsv4Layout, budget_bytes: int, running: int) -> int:
@@ -322,12 +420,15 @@ def largest_pools(d: Deployment, lay: Dsv4Layout, budget_bytes: int) -> Dsv4Pool
 
 __all__ = [
     "COMPRESSOR_STATE_POOLS",
+    "LOW_RATIO_INDEX_PAGE",
+    "LOW_RATIO_PAIR_RING",
     "PAGE_TOKENS",
     "Dsv4Layout",
     "Dsv4Pools",
     "check",
     "estimated_full",
     "is_dsv4",
+    "is_v41",
     "largest_pools",
     "layout_of",
     "page_bytes",
