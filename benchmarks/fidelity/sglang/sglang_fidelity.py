@@ -42,6 +42,7 @@ buffers instead of pinning them). Exit 1 on any difference.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shlex
@@ -185,6 +186,23 @@ STEP3P5_FAMILIES = (
     "family/step3p5-uniform",
 )
 FAMILY_SGLANG.update({name: FAMILY_CONFIGS[name] for name in STEP3P5_FAMILIES})
+# MiniMax-M3 family configs as written (architectures MiniMaxM3SparseForConditionalGeneration,
+# which is_minimax_sparse keys on; SGLang reads the text config's sparse_attention_config
+# as written): kvbudget.engines.sglang_minimax
+MINIMAX_M3_FAMILIES = (
+    "family/minimax-m3-defaults",
+    "family/minimax-m3-pattern",
+    "family/minimax-m3-mtp2",
+)
+FAMILY_SGLANG.update({name: FAMILY_CONFIGS[name] for name in MINIMAX_M3_FAMILIES})
+# SGLang only: the pattern config with index V on every sparse layer (no
+# sparse_disable_index_value): MiniMaxSparseKVPool's index_kv_pool (index K and V), and
+# HiCache refused (build_minimax_sparse_hicache_stack); vLLM keeps index K only whatever
+# the field says, so its harness has no such case
+_M3_INDEX_VALUE = copy.deepcopy(FAMILY_CONFIGS["family/minimax-m3-pattern"])
+del _M3_INDEX_VALUE["text_config"]["sparse_attention_config"]["sparse_disable_index_value"]
+FAMILY_SGLANG["family/minimax-m3-index-value"] = _M3_INDEX_VALUE
+MINIMAX_M3_FAMILIES += ("family/minimax-m3-index-value",)
 
 
 def _is_family(name: str | None) -> bool:
@@ -195,15 +213,37 @@ def family_cases() -> list[Case]:
     """The DeepSeek-V4 family configs x {none, mtp} x {8, 40} GiB x {bf16, fp8} x {TP1,
     TP8, DP attention}, no host pool (kvbudget does not model SGLang's DeepSeek-V4
     HiCache); mtp runs EAGLE with the checkpoint's MTP layer (NextN) as the draft."""
+    return (
+        [
+            Case(name, spec, None, budget, dtype, 0, layout)
+            for name in FAMILY_SGLANG
+            if name not in STEP3P5_FAMILIES + MINIMAX_M3_FAMILIES
+            for spec in ("none", "mtp")
+            for budget in BUDGETS_GIB
+            for dtype in KV_DTYPES
+            for layout in ("tp1", "tp8", "dpa8")
+        ]
+        + step3p5_cases()
+        + minimax_m3_cases()
+    )
+
+
+def minimax_m3_cases() -> list[Case]:
+    """The MiniMax-M3 family configs x {none, ngram, mtp} x {8, 40} GiB x {bf16, fp8} x
+    {no host, 64 GB} x {TP 8, DP attention} (the weights do not fit one H200; ngram with
+    DP attention is refused by SGLang, so not run); kvbudget refuses mtp for SGLang
+    (SGLang 0.5.23 has no MiniMax-M3 MTP model: kvbudget.engines.sglang_minimax), which
+    the summary counts."""
     return [
-        Case(name, spec, None, budget, dtype, 0, layout)
-        for name in FAMILY_SGLANG
-        if name not in STEP3P5_FAMILIES
-        for spec in ("none", "mtp")
+        Case(name, spec, None, budget, dtype, host, layout)
+        for name in MINIMAX_M3_FAMILIES
+        for spec in ("none", "ngram", "mtp")
         for budget in BUDGETS_GIB
         for dtype in KV_DTYPES
-        for layout in ("tp1", "tp8", "dpa8")
-    ] + step3p5_cases()
+        for host in HOST_GB
+        for layout in ("tp8", "dpa8")
+        if not (spec == "ngram" and layout == "dpa8")
+    ]
 
 
 def step3p5_cases() -> list[Case]:
@@ -531,7 +571,7 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
     for NEXTN), or ``_split_hicache_size`` + ``build_hybrid_swa_group`` for a sliding
     hybrid, then ``build_full_draft_pools`` for a sidecar draft."""
     from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as asm
-    from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
+    from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool, MiniMaxSparseKVPool
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
     from sglang.srt.runtime_context import get_memory, get_schedule
 
@@ -615,6 +655,8 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
             "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS)
             + indexer,
         }
+    if isinstance(pool, MiniMaxSparseKVPool):
+        return _minimax_host_side(pool, page)
     if isinstance(pool, SWAKVPool):
         full_map, swa_map = asm._swa_layer_mappings(pool)
         kv_size, swa_size = asm._split_hicache_size(
@@ -656,6 +698,40 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
         "host_swa_tokens": booked.get("swa"),
         "host_draft_tokens": booked.get("draft"),
         "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS),
+    }
+
+
+def _minimax_host_side(pool: Any, page: int) -> dict[str, Any]:
+    """``build_minimax_sparse_hicache_stack``'s host pools (the non-NVFP4 path, PP 1):
+    its check of value-bearing index layers, ``build_kv_host_pool`` over the main pool
+    with the whole ``--hicache-size``, then ``MHATokenToKOnlyPoolHost`` over the index-K
+    pool with the main host pool's tokens (which allocates its buffer itself)."""
+    from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as asm
+    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKOnlyPoolHost
+    from sglang.srt.runtime_context import get_memory
+
+    if pool.index_kv_pool is not None:
+        raise ValueError(
+            "MiniMax sparse HiCache currently supports index-k-only sparse layers; "
+            "index_kv_pool (value-bearing) layers are not cached/restored yet."
+        )
+    kv_host = asm.build_kv_host_pool(
+        kv_pool=pool.main_pool, page_size=page, use_mla=False, host_size=get_memory().hicache_size
+    )
+    indexer = 0
+    if pool.index_k_pool is not None:
+        index_host = MHATokenToKOnlyPoolHost(
+            pool.index_k_pool,
+            kv_host,
+            get_memory().hicache_mem_layout,
+            allocator_type=asm._get_allocator_type(),
+        )
+        indexer = index_host.size * index_host.size_per_token
+    booked = {label: tokens for label, tokens, _ in HOST_BOOKINGS}
+    return {
+        "host_tokens": booked.get("kv"),
+        "host_indexer_bytes": indexer or None,
+        "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS) + indexer,
     }
 
 
@@ -742,9 +818,11 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
 
 def _indexer_bytes(pool: Any) -> int:
     """The indexer key buffers: DSA's ``index_k_with_scale_buffer``, DeepSeek-V4's
-    ``index_pools`` (``DeepSeekV4IndexerPool`` per compress ratio)."""
+    ``index_pools`` (``DeepSeekV4IndexerPool`` per compress ratio), MiniMax-M3's index
+    pools (``MiniMaxSparseKVPool.index_kv_pool`` and ``index_k_pool``)."""
     buffers = [getattr(pool, "index_k_with_scale_buffer", None)]
     buffers += [x.index_k_with_scale_buffer for x in getattr(pool, "index_pools", {}).values()]
+    buffers += [getattr(pool, "index_kv_pool", None), getattr(pool, "index_k_pool", None)]
     return _tensor_bytes(buffers, set())
 
 

@@ -342,14 +342,11 @@ MINIMAX_M3 = Architecture(
     nested_types=frozenset({"minimax_m3_vl"}),
     text_defaults=TEXT_DEFAULTS,
     text_only_note=True,
-    # vLLM's pools only: SGLang and TensorRT-LLM have no model of the index cache here
-    unmodelled_engines=frozenset({"sglang", "trtllm"}),
+    # vLLM's pools and SGLang 0.5.23's MiniMaxSparseKVPool (kvbudget.engines.sglang_minimax);
+    # TensorRT-LLM has no model of the index cache here
+    unmodelled_engines=frozenset({"trtllm"}),
     unmodelled_reasons=MappingProxyType(
         {
-            "sglang": "SGLang 0.5.23 keeps MiniMax-M3's cache in a MiniMaxSparseKVPool of "
-            "its own, K/V beside index keys whose dtype follows its fp8 attention-GEMM "
-            "setting (srt/mem_cache/memory_pool.py, kv_cache_configurator.py), which "
-            "kvbudget's SGLang model does not build",
             "trtllm": "kvbudget's TensorRT-LLM models have not read a MiniMax-M3 cache manager",
         }
     ),
