@@ -16,8 +16,9 @@ real pool classes, their buffers on torch's ``meta`` device. A sidecar draft (EA
 EAGLE3, draft model) gets its draft worker's configurator (``is_draft_worker=True``, the
 target's ``MemoryPoolConfig``, request pool and allocator), as
 ``ModelRunner.alloc_memory_pool`` builds it. No SGLang code is copied; the model configs
-are kvbudget's shipped presets (``src/kvbudget/data/models``) and the DeepSeek-V4 family
-configs of tests/family_configs.py in the form SGLang reads (``FAMILY_SGLANG``).
+are kvbudget's shipped presets (``src/kvbudget/data/models``) and the DeepSeek-V4,
+Step-3.5 and MiniMax-M3 family configs of tests/family_configs.py in the form SGLang
+reads (``FAMILY_SGLANG``).
 
 Stubs (``_sglang_stubs.py``): triton and torchvision stand-ins, the platform of an H200,
 the meta device's streams, the Triton copy-kernel warm-ups, gpt-oss's ``mxfp4``

@@ -15,7 +15,9 @@ of the same geometry); a sparse layer also keeps its lightning indexer's key, on
 ``sparse_index_dim`` vector a token (``common/indexer.py`` ``MiniMaxM3IndexerCache``:
 an ``MLAAttentionSpec`` of one head, bf16 whatever ``--kv-cache-dtype`` says,
 replicated on every TP rank): an :class:`~kvbudget.layers.AttentionLayer` with
-``index_head_dim``. No window.
+``index_head_dim``. No window. SGLang 0.5.23 keeps the same layers in its own
+``MiniMaxSparseKVPool``, whose index rows and dtype differ
+(:mod:`kvbudget.engines.sglang_minimax`).
 
 MTP (vLLM 0.33.0): with ``--speculative-config method mtp`` ``SpeculativeConfig``
 promotes a ``minimax_m3_vl`` checkpoint's ``text_config`` to ``minimax_m3_mtp``
