@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from family_configs import MINIMAX_M3, MINIMAX_M3_PATTERN, folder
+from family_configs import MINIMAX_M3, MINIMAX_M3_EAGLE3_HEAD, MINIMAX_M3_PATTERN, folder
 
 from kvbudget import plan
 from kvbudget.errors import InvalidArgumentError
@@ -126,8 +126,8 @@ def test_hicache_puts_the_index_host_pool_on_top(tmp_path: Path) -> None:
     ("kw", "cfg", "match"),
     [
         ({"spec": "mtp"}, MINIMAX_M3, r"no MiniMax-M3 MTP model"),
+        ({"spec": "ngram", "pp": 2, "host_budget": 64 * 10**9}, MINIMAX_M3, r"PP > 1"),
         ({"host_budget": 64 * 10**9}, index_value(MINIMAX_M3_PATTERN), r"index-K-only"),
-        ({"host_budget": 64 * 10**9, "pp": 2}, MINIMAX_M3, r"PP > 1"),
         ({"kv_dtype": "fp8", "gpu": None, "gpu_memory": 80 * GIB}, MINIMAX_M3, r"--gpu"),
         ({"gpu": "MI300X"}, MINIMAX_M3, r"ROCm"),
         ({"engine": "sglang@main@003fca80"}, MINIMAX_M3, r"checked against SGLang 0.5.23"),
@@ -155,3 +155,35 @@ def test_config_refusals(tmp_path: Path) -> None:
     }
     with pytest.raises(InvalidArgumentError, match=r"minimax_m3_nvfp4"):
         sglang(tmp_path / "nvfp4", nvfp4)
+
+
+def test_eagle3_head_is_a_sidecar_draft(tmp_path: Path) -> None:
+    # family/minimax-m3-eagle3-head: one Llama layer of 8 KV heads of 128, 1 a rank at
+    # TP 8, fp8: 2 x 128 = 256 B a token in the draft worker's MHATokenToKVPool; the
+    # target's cell with fp8 index keys (H200) is 60 x 256 + 57 x 128 = 22,656 B, so
+    # T = (budget // (22,656 + 256) - 32) // 32 x 32; SGLang's own estimate prices the
+    # head at int(22,656 x (1 + 1 / 60)) = 23,033 B, which the emitted
+    # --mem-fraction-static covers ("SGLang 0.5.23 --match 'minimax-m3-defaults eagle3'")
+    head = folder(tmp_path / "head", MINIMAX_M3_EAGLE3_HEAD)
+    p = plan(folder(tmp_path / "t", MINIMAX_M3), head, spec="eagle3", engine="sglang",
+             kv_budget=BUDGET, host_budget=64 * 10**9, gpu="H200", tp=8,
+             kv_dtype="fp8")  # fmt: skip
+    d = p.engine.detail
+    assert d["max_total_num_tokens"] == tokens(22_656 + 256) == 1_874_496
+    draft = [x for x in p.engine.pools if x.role == "draft" and x.tier == "gpu"]
+    assert [x.bytes for x in draft] == [(1_874_496 + PAGE) * 256] == [479_879_168]
+    # HiCache: 42 GB for the main host pool, (int(42e9 // 15,360) // 32 + 1) x 32 =
+    # 2,734,400 tokens, with the index-K and the head's host pools of as many on top:
+    # 2,734,400 x (15,360 + 7,296 + 256) = 62,650,572,800 B of the 64 GB
+    assert d["hicache_size_gb"] == 42
+    assert d["host_tokens"] == d["host_draft_tokens"] == 2_734_400
+    assert d["host_indexer_bytes"] == 2_734_400 * 7_296
+    assert d["host_bytes"] == 2_734_400 * 22_912 == 62_650_572_800
+
+
+def test_draft_models_are_refused(tmp_path: Path) -> None:
+    # a whole draft model's pool beside the MiniMax pool is not checked against SGLang
+    with pytest.raises(InvalidArgumentError, match=r"--spec draft-target: its draft pools"):
+        plan(folder(tmp_path, MINIMAX_M3), "meta-llama/Llama-3.2-1B-Instruct",
+             spec="draft-target", engine="sglang", kv_budget=BUDGET, host_budget=0,
+             gpu="H200", tp=8)  # fmt: skip

@@ -196,6 +196,9 @@ MINIMAX_M3_FAMILIES = (
     "family/minimax-m3-mtp2",
 )
 FAMILY_SGLANG.update({name: FAMILY_CONFIGS[name] for name in MINIMAX_M3_FAMILIES})
+# the EAGLE3 head of the MiniMax-M3 family (one Llama layer, 8 KV heads of 128)
+M3_EAGLE3_HEAD = "family/minimax-m3-eagle3-head"
+FAMILY_SGLANG[M3_EAGLE3_HEAD] = FAMILY_CONFIGS[M3_EAGLE3_HEAD]
 # SGLang only: the pattern config with index V on every sparse layer (no
 # sparse_disable_index_value): MiniMaxSparseKVPool's index_kv_pool (index K and V), and
 # HiCache refused (build_minimax_sparse_hicache_stack); vLLM keeps index K only whatever
@@ -218,7 +221,7 @@ def family_cases() -> list[Case]:
         [
             Case(name, spec, None, budget, dtype, 0, layout)
             for name in FAMILY_SGLANG
-            if name not in STEP3P5_FAMILIES + MINIMAX_M3_FAMILIES
+            if name not in (*STEP3P5_FAMILIES, *MINIMAX_M3_FAMILIES, M3_EAGLE3_HEAD)
             for spec in ("none", "mtp")
             for budget in BUDGETS_GIB
             for dtype in KV_DTYPES
@@ -236,9 +239,9 @@ def minimax_m3_cases() -> list[Case]:
     (SGLang 0.5.23 has no MiniMax-M3 MTP model: kvbudget.engines.sglang_minimax), which
     the summary counts."""
     return [
-        Case(name, spec, None, budget, dtype, host, layout)
+        Case(name, spec, M3_EAGLE3_HEAD if spec == "eagle3" else None, budget, dtype, host, layout)
         for name in MINIMAX_M3_FAMILIES
-        for spec in ("none", "ngram", "mtp")
+        for spec in ("none", "ngram", "mtp", "eagle3")
         for budget in BUDGETS_GIB
         for dtype in KV_DTYPES
         for host in HOST_GB
@@ -363,7 +366,7 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
     try:
         p = kb.plan(
             _model_dir(case.target) if _is_family(case.target) else case.target,
-            case.draft,
+            _model_dir(case.draft) if _is_family(case.draft) else case.draft,
             spec=case.spec,
             kv_budget=case.budget_gib * GiB,
             host_budget=case.host_gb * 10**9,
@@ -657,7 +660,7 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
             + indexer,
         }
     if isinstance(pool, MiniMaxSparseKVPool):
-        return _minimax_host_side(pool, page)
+        return _minimax_host_side(pool, page, None if packed else draft)
     if isinstance(pool, SWAKVPool):
         full_map, swa_map = asm._swa_layer_mappings(pool)
         kv_size, swa_size = asm._split_hicache_size(
@@ -702,11 +705,13 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
     }
 
 
-def _minimax_host_side(pool: Any, page: int) -> dict[str, Any]:
+def _minimax_host_side(pool: Any, page: int, draft: Any) -> dict[str, Any]:
     """``build_minimax_sparse_hicache_stack``'s host pools (the non-NVFP4 path, PP 1):
     its check of value-bearing index layers, ``build_kv_host_pool`` over the main pool
-    with the whole ``--hicache-size``, then ``MHATokenToKOnlyPoolHost`` over the index-K
-    pool with the main host pool's tokens (which allocates its buffer itself)."""
+    with the whole ``--hicache-size``, ``MHATokenToKOnlyPoolHost`` over the index-K pool
+    with the main host pool's tokens (it allocates its buffer itself), their
+    ``HostPoolGroup``; then, for a sidecar draft, ``build_full_draft_pools`` on that group
+    (``kv_cache_builder.py`` ``maybe_register_hicache_draft``)."""
     from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as asm
     from sglang.srt.mem_cache.pool_host.mha import MHATokenToKOnlyPoolHost
     from sglang.srt.runtime_context import get_memory
@@ -716,9 +721,21 @@ def _minimax_host_side(pool: Any, page: int) -> dict[str, Any]:
             "MiniMax sparse HiCache currently supports index-k-only sparse layers; "
             "index_kv_pool (value-bearing) layers are not cached/restored yet."
         )
+    main = pool.main_pool
+    layers = main.layer_num
     kv_host = asm.build_kv_host_pool(
-        kv_pool=pool.main_pool, page_size=page, use_mla=False, host_size=get_memory().hicache_size
+        kv_pool=main, page_size=page, use_mla=False, host_size=get_memory().hicache_size
     )
+    entries = [
+        asm.build_pool_entry(
+            name=asm.PoolName.KV,
+            host_pool=kv_host,
+            device_pool=main,
+            layer_mapping={i: i for i in range(layers)},
+            transfer_layer_id_max=layers,
+            is_anchor=True,
+        )
+    ]
     indexer = 0
     if pool.index_k_pool is not None:
         index_host = MHATokenToKOnlyPoolHost(
@@ -728,9 +745,28 @@ def _minimax_host_side(pool: Any, page: int) -> dict[str, Any]:
             allocator_type=asm._get_allocator_type(),
         )
         indexer = index_host.size * index_host.size_per_token
+        entries.append(
+            asm.build_pool_entry(
+                name=asm.PoolName.INDEXER,
+                host_pool=index_host,
+                device_pool=pool.index_k_pool,
+                layer_mapping=dict(pool.index_k_layer_id_mapping),
+                transfer_layer_id_max=layers,
+            )
+        )
+    if draft is not None:
+        tree = types.SimpleNamespace(
+            cache_controller=types.SimpleNamespace(
+                mem_pool_host=asm.HostPoolGroup(entries),
+                transfer_layer_id_max=layers,
+                page_size=page,
+            )
+        )
+        asm.build_full_draft_pools(draft_kv_pool=draft.token_to_kv_pool, tree_cache=tree)
     booked = {label: tokens for label, tokens, _ in HOST_BOOKINGS}
     return {
         "host_tokens": booked.get("kv"),
+        "host_draft_tokens": booked.get("draft"),
         "host_indexer_bytes": indexer or None,
         "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS) + indexer,
     }

@@ -62,7 +62,8 @@ another commit is named (files under ``python/sglang/srt/``); each holds in 0.5.
   ``MiniMaxSparseKVPool`` keeps K/V of every layer and one replicated index head per
   sparse layer (index K and V unless ``sparse_disable_index_value``), ``T + page`` rows
   each, priced per token by the same ``_compute_cell_size``; the index host pool has the
-  main host pool's tokens, on top of ``--hicache-size``; no MTP draft.
+  main host pool's tokens, on top of ``--hicache-size``; EAGLE3 heads as for any target;
+  no MTP draft.
 * **Memory in use before weights** (``_profile_available_bytes``): the fraction multiplies
   what is free when SGLang measures before loading (``measure_pre_model_load_memory``),
   i.e. the GPU's memory less what the CUDA context and NCCL hold then. kvbudget allows

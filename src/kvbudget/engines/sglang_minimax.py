@@ -2,7 +2,7 @@
 
 Facts from the SGLang 0.5.23 PyPI wheel (``python/sglang/srt/``; it records no commit),
 run by the fidelity harness (``benchmarks/fidelity/sglang``, ``--match minimax-m3``) on
-an H200's platform:
+an H200's platform, without speculation, with NGRAM and with an EAGLE3 head:
 
 * **Which models** (``configs/model_config.py`` ``is_minimax_sparse``): the checkpoint's
   ``architectures[0]`` is ``MiniMaxM3SparseForCausalLM`` or
@@ -30,10 +30,17 @@ an H200's platform:
   same sum per token, ``(dense + sparse) x 2 x kv_heads x head_dim x kv_size +
   (kv-index x 2 + k-only) x index_dim x index_size``, so the ordinary
   ``T = budget // cell`` solver of :mod:`kvbudget.engines.sglang` holds.
+* **EAGLE3** (``models/minimax_m3.py`` / ``minimax_m3_vl.py``
+  ``set_eagle3_layers_to_capture``): an EAGLE3 head is a sidecar draft as for any target
+  (:mod:`kvbudget.engines.sglang`): the configurator prices it at ``int(cell x (1 + D /
+  L))`` with the MiniMax cell, and the draft worker's own ``MHATokenToKVPool`` holds the
+  target's tokens.
 * **HiCache** (``mem_cache/hybrid_cache/hybrid_pool_assembler.py``
   ``build_minimax_sparse_hicache_stack``): ``--hicache-size`` sizes the main pool's host
   pool alone (``build_kv_host_pool``); the index-K host pool
-  (``pool_host/mha.py`` ``MHATokenToKOnlyPoolHost``) has its tokens and comes on top. It
+  (``pool_host/mha.py`` ``MHATokenToKOnlyPoolHost``) has its tokens and comes on top; an
+  EAGLE3 head's host pool has them too (``build_full_draft_pools``, registered by
+  ``mem_cache/kv_cache_builder.py`` ``maybe_register_hicache_draft``), on top as well. It
   raises for value-bearing index layers ("supports index-k-only sparse layers") and at
   PP > 1: refused here (:func:`check`).
 
@@ -42,7 +49,8 @@ Refused (:func:`check`), each in what SGLang does:
 * ``--spec mtp``: SGLang 0.5.23 has no MiniMax-M3 MTP model: ``MiniMaxM3SparseForCausalLM``
   skips the checkpoint's ``model.mtp.layers`` weights (``models/minimax_m3.py``), and
   ``ModelConfig._config_draft_model`` maps no MiniMax-M3 architecture to a NextN draft;
-  EAGLE / EAGLE3 heads and draft models are not checked against SGLang for this family;
+  EAGLE heads and draft models are not checked against SGLang for this family (EAGLE3
+  heads are);
 * the NVFP4 checkpoints SGLang serves as ``minimax_m3_nvfp4`` (``_resolve_quant_method``),
   whose packed pool on Blackwell (``mem_cache/minimax_m3_nvfp4_pool.py``) is not read;
 * an fp8 KV cache on a GPU kvbudget cannot place (the index dtype follows the platform),
@@ -68,7 +76,7 @@ CHECKED_VERSION = "0.5.23"
 MODEL_TYPES = frozenset({"minimax_m3_text", "minimax_m3_vl"})
 # configs/model_config.py is_minimax_sparse
 ARCHITECTURES = ("MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration")
-NO_DRAFT_SPECS = frozenset({"none", "ngram"})
+PLANNED_SPECS = frozenset({"none", "ngram", "eagle3"})
 # GPU presets (data/gpus.csv rows) by compute capability major, the parts whose fp8_e4m3
 # KV keeps an fp8 index key: 9 (SGLang utils/common.py is_sm90_supported) and 10
 # (is_sm100_supported)
@@ -230,7 +238,7 @@ def check(d: Deployment, version: str, host_bytes: int) -> None:
             f"against SGLang {CHECKED_VERSION} only); plan it with --engine "
             f"sglang@{CHECKED_VERSION} or --engine vllm"
         )
-    if d.spec.name not in NO_DRAFT_SPECS:
+    if d.spec.name not in PLANNED_SPECS:
         why = (
             "SGLang 0.5.23 has no MiniMax-M3 MTP model (MiniMaxM3SparseForCausalLM skips "
             "the model.mtp.layers weights: models/minimax_m3.py)"
