@@ -17,6 +17,7 @@ not have, or a package the sizing code only imports:
   resolves; ``torch.cuda.get_device_name`` / ``get_device_capability`` answer "NVIDIA
   H200" / (9, 0) (the DSA hook asks torch directly), and so does SGLang's own
   ``get_device_capability`` (which asks ``torch.cuda.is_available()`` first).
+* **memory_pool's CUDA flag** (``_is_cuda``, read once at import), yes as on the H200.
 * **the meta device module**: SGLang's pools ask ``torch.get_device_module(device)`` for
   streams; pools are built on ``meta`` (shapes, no memory), whose module is no-op streams.
 * the free-GPU-memory query, the WORLD group: per case in ``sglang_fidelity.py``.
@@ -150,7 +151,19 @@ def install() -> Any:
     register_mxfp4()
     skip_warmups()
     h200_device_capability()
+    cuda_memory_pool()
     return plat
+
+
+def cuda_memory_pool() -> None:
+    """``mem_cache/memory_pool.py`` reads ``_is_cuda = is_cuda()`` (``torch.cuda.is_available()``)
+    once at import, before any case: it answers yes, as on the H200 above. Sizing reads it
+    in ``get_minimax_sparse_index_dtype`` (an fp8_e4m3 KV cache keeps MiniMax-M3's index
+    keys in fp8 on CUDA SM90); elsewhere it picks CUDA store kernels, which no case runs
+    (the pools are built, never written)."""
+    from sglang.srt.mem_cache import memory_pool
+
+    memory_pool._is_cuda = True  # type: ignore[attr-defined]
 
 
 def register_mxfp4() -> None:
@@ -221,6 +234,10 @@ def record_host_pools() -> list[tuple[str, int, int]]:
     from sglang.srt.mem_cache.pool_host import dsa as host_dsa
 
     host_dsa.host_memory_budget_bytes = lambda requested: requested  # DSAIndexerPoolHost
+    from sglang.srt.mem_cache.pool_host import mha as host_mha
+
+    # MHATokenToKOnlyPoolHost (MiniMax-M3's index-K host pool) checks it too
+    host_mha.host_memory_budget_bytes = lambda requested: requested
     host_common.ALLOC_MEMORY_FUNCS.clear()
     host_common.ALLOC_MEMORY_FUNCS.default_factory = lambda: meta_alloc
     booked: list[tuple[str, int, int]] = []

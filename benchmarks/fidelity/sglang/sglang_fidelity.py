@@ -17,8 +17,8 @@ EAGLE3, draft model) gets its draft worker's configurator (``is_draft_worker=Tru
 target's ``MemoryPoolConfig``, request pool and allocator), as
 ``ModelRunner.alloc_memory_pool`` builds it. No SGLang code is copied; the model configs
 are kvbudget's shipped presets (``src/kvbudget/data/models``) and the DeepSeek-V4, V4.1,
-Step-3.5 and Kimi family configs of tests/family_configs.py in the form SGLang reads
-(``FAMILY_SGLANG``).
+Step-3.5, Kimi and MiniMax-M3 family configs of tests/family_configs.py in the form SGLang
+reads (``FAMILY_SGLANG``).
 
 Stubs (``_sglang_stubs.py``): triton and torchvision stand-ins, the platform of an H200,
 the meta device's streams, the Triton copy-kernel warm-ups, gpt-oss's ``mxfp4``
@@ -43,6 +43,7 @@ buffers instead of pinning them). Exit 1 on any difference.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shlex
@@ -210,6 +211,26 @@ FAMILY_SGLANG[KIMI_SSM_BF16] = {
     },
 }
 KIMI_FAMILIES += (KIMI_SSM_BF16,)
+# MiniMax-M3 family configs as written (architectures MiniMaxM3SparseForConditionalGeneration,
+# which is_minimax_sparse keys on; SGLang reads the text config's sparse_attention_config
+# as written): kvbudget.engines.sglang_minimax
+MINIMAX_M3_FAMILIES = (
+    "family/minimax-m3-defaults",
+    "family/minimax-m3-pattern",
+    "family/minimax-m3-mtp2",
+)
+FAMILY_SGLANG.update({name: FAMILY_CONFIGS[name] for name in MINIMAX_M3_FAMILIES})
+# the EAGLE3 head of the MiniMax-M3 family (one Llama layer, 8 KV heads of 128)
+M3_EAGLE3_HEAD = "family/minimax-m3-eagle3-head"
+FAMILY_SGLANG[M3_EAGLE3_HEAD] = FAMILY_CONFIGS[M3_EAGLE3_HEAD]
+# SGLang only: the pattern config with index V on every sparse layer (no
+# sparse_disable_index_value): MiniMaxSparseKVPool's index_kv_pool (index K and V), and
+# HiCache refused (build_minimax_sparse_hicache_stack); vLLM keeps index K only whatever
+# the field says, so its harness has no such case
+_M3_INDEX_VALUE = copy.deepcopy(FAMILY_CONFIGS["family/minimax-m3-pattern"])
+del _M3_INDEX_VALUE["text_config"]["sparse_attention_config"]["sparse_disable_index_value"]
+FAMILY_SGLANG["family/minimax-m3-index-value"] = _M3_INDEX_VALUE
+MINIMAX_M3_FAMILIES += ("family/minimax-m3-index-value",)
 
 
 def _is_family(name: str | None) -> bool:
@@ -222,12 +243,12 @@ def family_cases() -> list[Case]:
     DeepSeek-V4 HiCache); mtp runs EAGLE with the checkpoint's MTP layer (NextN) as the
     draft. V4.1 runs none only: its mtp.* are DSpark stages, and SGLang takes no other
     speculative decoding for it (validate_deepseek_v41_features), which kvbudget refuses.
-    Then the Step-3.5 and Kimi cases."""
+    Then the Step-3.5, Kimi and MiniMax-M3 cases."""
     return (
         [
             Case(name, spec, None, budget, dtype, 0, layout)
             for name in FAMILY_SGLANG
-            if name not in STEP3P5_FAMILIES + KIMI_FAMILIES
+            if name not in (*STEP3P5_FAMILIES, *KIMI_FAMILIES, *MINIMAX_M3_FAMILIES, M3_EAGLE3_HEAD)
             for spec in (("none",) if name in DSV41_FAMILIES else ("none", "mtp"))
             for budget in BUDGETS_GIB
             for dtype in KV_DTYPES
@@ -235,6 +256,7 @@ def family_cases() -> list[Case]:
         ]
         + step3p5_cases()
         + kimi_cases()
+        + minimax_m3_cases()
     )
 
 
@@ -252,6 +274,24 @@ def kimi_cases() -> list[Case]:
         for dtype in KV_DTYPES
         for host in HOST_GB
         for layout in ("tp1", "tp8", "dpa8")
+        if not (spec == "ngram" and layout == "dpa8")
+    ]
+
+
+def minimax_m3_cases() -> list[Case]:
+    """The MiniMax-M3 family configs x {none, ngram, mtp} x {8, 40} GiB x {bf16, fp8} x
+    {no host, 64 GB} x {TP 8, DP attention} (the weights do not fit one H200; ngram with
+    DP attention is refused by SGLang, so not run); kvbudget refuses mtp for SGLang
+    (SGLang 0.5.23 has no MiniMax-M3 MTP model: kvbudget.engines.sglang_minimax), which
+    the summary counts."""
+    return [
+        Case(name, spec, M3_EAGLE3_HEAD if spec == "eagle3" else None, budget, dtype, host, layout)
+        for name in MINIMAX_M3_FAMILIES
+        for spec in ("none", "ngram", "mtp", "eagle3")
+        for budget in BUDGETS_GIB
+        for dtype in KV_DTYPES
+        for host in HOST_GB
+        for layout in ("tp8", "dpa8")
         if not (spec == "ngram" and layout == "dpa8")
     ]
 
@@ -372,7 +412,7 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
     try:
         p = kb.plan(
             _model_dir(case.target) if _is_family(case.target) else case.target,
-            case.draft,
+            _model_dir(case.draft) if _is_family(case.draft) else case.draft,
             spec=case.spec,
             kv_budget=case.budget_gib * GiB,
             host_budget=case.host_gb * 10**9,
@@ -581,7 +621,7 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
     for NEXTN), or ``_split_hicache_size`` + ``build_hybrid_swa_group`` for a sliding
     hybrid, then ``build_full_draft_pools`` for a sidecar draft."""
     from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as asm
-    from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
+    from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool, MiniMaxSparseKVPool
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
     from sglang.srt.runtime_context import get_memory, get_schedule
 
@@ -665,6 +705,8 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
             "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS)
             + indexer,
         }
+    if isinstance(pool, MiniMaxSparseKVPool):
+        return _minimax_host_side(pool, page, None if packed else draft)
     if isinstance(pool, SWAKVPool):
         full_map, swa_map = asm._swa_layer_mappings(pool)
         kv_size, swa_size = asm._split_hicache_size(
@@ -706,6 +748,73 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
         "host_swa_tokens": booked.get("swa"),
         "host_draft_tokens": booked.get("draft"),
         "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS),
+    }
+
+
+def _minimax_host_side(pool: Any, page: int, draft: Any) -> dict[str, Any]:
+    """``build_minimax_sparse_hicache_stack``'s host pools (the non-NVFP4 path, PP 1):
+    its check of value-bearing index layers, ``build_kv_host_pool`` over the main pool
+    with the whole ``--hicache-size``, ``MHATokenToKOnlyPoolHost`` over the index-K pool
+    with the main host pool's tokens (it allocates its buffer itself), their
+    ``HostPoolGroup``; then, for a sidecar draft, ``build_full_draft_pools`` on that group
+    (``kv_cache_builder.py`` ``maybe_register_hicache_draft``)."""
+    from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as asm
+    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKOnlyPoolHost
+    from sglang.srt.runtime_context import get_memory
+
+    if pool.index_kv_pool is not None:
+        raise ValueError(
+            "MiniMax sparse HiCache currently supports index-k-only sparse layers; "
+            "index_kv_pool (value-bearing) layers are not cached/restored yet."
+        )
+    main = pool.main_pool
+    layers = main.layer_num
+    kv_host = asm.build_kv_host_pool(
+        kv_pool=main, page_size=page, use_mla=False, host_size=get_memory().hicache_size
+    )
+    entries = [
+        asm.build_pool_entry(
+            name=asm.PoolName.KV,
+            host_pool=kv_host,
+            device_pool=main,
+            layer_mapping={i: i for i in range(layers)},
+            transfer_layer_id_max=layers,
+            is_anchor=True,
+        )
+    ]
+    indexer = 0
+    if pool.index_k_pool is not None:
+        index_host = MHATokenToKOnlyPoolHost(
+            pool.index_k_pool,
+            kv_host,
+            get_memory().hicache_mem_layout,
+            allocator_type=asm._get_allocator_type(),
+        )
+        indexer = index_host.size * index_host.size_per_token
+        entries.append(
+            asm.build_pool_entry(
+                name=asm.PoolName.INDEXER,
+                host_pool=index_host,
+                device_pool=pool.index_k_pool,
+                layer_mapping=dict(pool.index_k_layer_id_mapping),
+                transfer_layer_id_max=layers,
+            )
+        )
+    if draft is not None:
+        tree = types.SimpleNamespace(
+            cache_controller=types.SimpleNamespace(
+                mem_pool_host=asm.HostPoolGroup(entries),
+                transfer_layer_id_max=layers,
+                page_size=page,
+            )
+        )
+        asm.build_full_draft_pools(draft_kv_pool=draft.token_to_kv_pool, tree_cache=tree)
+    booked = {label: tokens for label, tokens, _ in HOST_BOOKINGS}
+    return {
+        "host_tokens": booked.get("kv"),
+        "host_draft_tokens": booked.get("draft"),
+        "host_indexer_bytes": indexer or None,
+        "host_bytes": sum(tokens * per_token for _, tokens, per_token in HOST_BOOKINGS) + indexer,
     }
 
 
@@ -792,9 +901,11 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
 
 def _indexer_bytes(pool: Any) -> int:
     """The indexer key buffers: DSA's ``index_k_with_scale_buffer``, DeepSeek-V4's
-    ``index_pools`` (``DeepSeekV4IndexerPool`` per compress ratio)."""
+    ``index_pools`` (``DeepSeekV4IndexerPool`` per compress ratio), MiniMax-M3's index
+    pools (``MiniMaxSparseKVPool.index_kv_pool`` and ``index_k_pool``)."""
     buffers = [getattr(pool, "index_k_with_scale_buffer", None)]
     buffers += [x.index_k_with_scale_buffer for x in getattr(pool, "index_pools", {}).values()]
+    buffers += [getattr(pool, "index_kv_pool", None), getattr(pool, "index_k_pool", None)]
     return _tensor_bytes(buffers, set())
 
 

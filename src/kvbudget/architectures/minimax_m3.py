@@ -15,7 +15,9 @@ of the same geometry); a sparse layer also keeps its lightning indexer's key, on
 ``sparse_index_dim`` vector a token (``common/indexer.py`` ``MiniMaxM3IndexerCache``:
 an ``MLAAttentionSpec`` of one head, bf16 whatever ``--kv-cache-dtype`` says,
 replicated on every TP rank): an :class:`~kvbudget.layers.AttentionLayer` with
-``index_head_dim``. No window.
+``index_head_dim``. No window. SGLang 0.5.23 keeps the same layers in its own
+``MiniMaxSparseKVPool``, whose index rows and dtype differ
+(:mod:`kvbudget.engines.sglang_minimax`).
 
 MTP (vLLM 0.33.0): with ``--speculative-config method mtp`` ``SpeculativeConfig``
 promotes a ``minimax_m3_vl`` checkpoint's ``text_config`` to ``minimax_m3_mtp``
@@ -342,14 +344,11 @@ MINIMAX_M3 = Architecture(
     nested_types=frozenset({"minimax_m3_vl"}),
     text_defaults=TEXT_DEFAULTS,
     text_only_note=True,
-    # vLLM's pools only: SGLang and TensorRT-LLM have no model of the index cache here
-    unmodelled_engines=frozenset({"sglang", "trtllm"}),
+    # vLLM's pools and SGLang 0.5.23's MiniMaxSparseKVPool (kvbudget.engines.sglang_minimax);
+    # TensorRT-LLM has no model of the index cache here
+    unmodelled_engines=frozenset({"trtllm"}),
     unmodelled_reasons=MappingProxyType(
         {
-            "sglang": "SGLang 0.5.23 keeps MiniMax-M3's cache in a MiniMaxSparseKVPool of "
-            "its own, K/V beside index keys whose dtype follows its fp8 attention-GEMM "
-            "setting (srt/mem_cache/memory_pool.py, kv_cache_configurator.py), which "
-            "kvbudget's SGLang model does not build",
             "trtllm": "kvbudget's TensorRT-LLM models have not read a MiniMax-M3 cache manager",
         }
     ),

@@ -59,6 +59,12 @@ another commit is named (files under ``python/sglang/srt/``); each holds in 0.5.
   cache the latent takes SGLang's scaled layout (656 B); the MTP draft has its own latent
   and indexer; the indexer host pool (``DSAIndexerPoolHost``) has the MLA host pool's
   tokens, on top of ``--hicache-size``.
+* **MiniMax-M3** (0.5.23 wheel, :mod:`kvbudget.engines.sglang_minimax`):
+  ``MiniMaxSparseKVPool`` keeps K/V of every layer and one replicated index head per
+  sparse layer (index K and V unless ``sparse_disable_index_value``), ``T + page`` rows
+  each, priced per token by the same ``_compute_cell_size``; the index host pool has the
+  main host pool's tokens, on top of ``--hicache-size``; EAGLE3 heads as for any target;
+  no MTP draft.
 * **Memory in use before weights** (``_profile_available_bytes``): the fraction multiplies
   what is free when SGLang measures before loading (``measure_pre_model_load_memory``),
   i.e. the GPU's memory less what the CUDA context and NCCL hold then. kvbudget allows
@@ -74,7 +80,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.cost import pp_stage_layers
-from kvbudget.engines import sglang_dsv4, sglang_kimi, sglang_step3p5
+from kvbudget.engines import sglang_dsv4, sglang_kimi, sglang_minimax, sglang_step3p5
 from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import (
     GB,
@@ -217,7 +223,11 @@ def layer_bytes_per_token(layer: Layer, d: Deployment, tp: int) -> int:
     one fp32 scale per 128, uint8 storage, ``_compute_dsa_indexer_cell_size``); with an
     fp8 KV cache its latent takes SGLang's scaled layout (``calculate_mla_kv_cache_dim``):
     ``kv_lora_rank`` fp8 values, their scales (4 B per 128) and the rope part in bf16.
+    A MiniMax-M3 layer's bytes are its ``MiniMaxSparseKVPool``'s
+    (:func:`kvbudget.engines.sglang_minimax.layer_bytes`).
     """
+    if sglang_minimax.is_minimax_m3(d):
+        return sglang_minimax.layer_bytes(layer, d, tp)
     if isinstance(layer, MLALayer) and layer.index_head_dim and d.kv_dtype_value.bits == 8:
         rank = layer.kv_lora_rank
         latent = rank + rank // 128 * 4 + layer.qk_rope_head_dim * 2
@@ -269,13 +279,16 @@ def layout(d: Deployment, stage: int) -> Layout:
         packed_draft=packed,
         per_layer_full=layer_bytes_per_token(full[0], d, d.parallel.attention_tp) if full else 0,
         state=state,
-        indexer=sum(_indexer_bytes(x) for x in full),
-        draft_indexer=sum(_indexer_bytes(x) for x in draft),
+        indexer=sum(_indexer_bytes(x, d) for x in full),
+        draft_indexer=sum(_indexer_bytes(x, d) for x in draft),
     )
 
 
-def _indexer_bytes(layer: Layer) -> int:
-    """A DSA layer's indexer key per token: fp8 values plus a 4-byte scale per 128."""
+def _indexer_bytes(layer: Layer, d: Deployment) -> int:
+    """A DSA layer's indexer key per token: fp8 values plus a 4-byte scale per 128; a
+    MiniMax-M3 sparse layer's index pool row (:func:`sglang_minimax.index_bytes`)."""
+    if sglang_minimax.is_minimax_m3(d):
+        return sglang_minimax.index_bytes(layer, d)
     if isinstance(layer, MLALayer) and layer.index_head_dim:
         return layer.index_head_dim + layer.index_head_dim // 128 * 4
     return 0
@@ -1070,7 +1083,13 @@ def _notes(
                 f"tokens, {st.spec_bytes} B (SGLang reserves {st.reserved_bytes} B for the "
                 "state pool and them; --mem-fraction-static covers the reservation)"
             )
-    if lay.indexer:
+    if lay.indexer and sglang_minimax.is_minimax_m3(d):
+        notes.append(
+            "# MiniMax-M3: MiniMaxSparseKVPool keeps K/V of every layer and one replicated "
+            "index head per sparse layer"
+            + ("; the index host pool comes on top of --hicache-size" if host is not None else "")
+        )
+    elif lay.indexer:
         notes.append(
             f"# DSA: --page-size {DSA_PAGE_TOKENS} (SGLang raises any other to it); each layer "
             "keeps its indexer key beside the latent"
@@ -1209,6 +1228,7 @@ def engine_model(release: SglangRelease) -> EngineModel:
         check(d)
         sglang_step3p5.check(d, release.version)
         sglang_kimi.check(d)
+        sglang_minimax.check(d, release.version, d.host_bytes)
         state = any(
             x.state_bytes(d.state_dtype_value, d.parallel.attention_tp) for x in d.target.layers
         )
