@@ -26,10 +26,11 @@ from family_configs import DEEPSEEK_V41, DEEPSEEK_V41_DSPARK, folder, vllm_plan
 
 from kvbudget import count_params, plan, weights_bytes
 from kvbudget.dtypes import parse_dtype
-from kvbudget.errors import InvalidArgumentError
+from kvbudget.errors import ConfigError, InvalidArgumentError
 from kvbudget.layers import SharedCompressedMLALayer
 from kvbudget.model import parse_config
 from kvbudget.spec_modes import SPEC_MODE_TABLE
+from kvbudget.weights.headers import unmatched_place
 from kvbudget.weights.placement import model_inventory
 
 GIB = 1024**3
@@ -98,6 +99,11 @@ def test_stage_count_follows_vllm() -> None:
     # without the fields DSparkDeepseekV4Model reads unguarded there is no drafter
     assert parse(DEEPSEEK_V41).mtp_layers == ()
     assert parse(with_text(dspark_markov_rank=None)).mtp_layers == ()
+    # a compressed stage without the model's sources: vLLM raises in DeepseekV4Attention
+    plain = {**DSPARK_TEXT, "compress_ratios": [0] * 43 + [0, 2, 1]}
+    plain.update(kv_source_layer_ids=[], index_source_layer_ids=[])
+    with pytest.raises(ConfigError, match=r"DSpark stage 1 \(layer 44\) has compress ratio 2"):
+        parse({**DEEPSEEK_V41, "text_config": plain})
 
 
 def test_spec_mode_reads_no_next_token() -> None:
@@ -229,3 +235,13 @@ def test_refusals(tmp_path: Path) -> None:
     bare = folder(tmp_path / "bare", DEEPSEEK_V41)
     with pytest.raises(InvalidArgumentError, match="no DSpark stages"):
         plan(bare, spec="dspark", engine="vllm", **budget)
+
+
+def test_checkpoint_stage_tensors_are_mtp_weights() -> None:
+    # a stored tensor no inventory name matches (the checkpoint's w1 / w2 / w3 experts):
+    # mtp.{j}.* is an MTP layer's (a DSpark stage's), loaded only with the draft
+    assert unmatched_place("mtp.1.ffn.experts.5.w1.weight", 43) == "mtp"
+    assert unmatched_place("model.mtp.0.enorm.weight", 43) == "mtp"
+    assert unmatched_place("layers.44.attn.wq_a.weight", 43) == "mtp"
+    assert unmatched_place("layers.3.ffn.experts.5.w1.weight", 43) == 3
+    assert unmatched_place("embed.weight", 43) == "first"

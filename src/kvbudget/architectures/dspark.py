@@ -74,11 +74,15 @@ def stage_layers(
     for j in range(n):
         i = start + j
         ratio = int(ratios[i]) if i < len(ratios) else 0
-        if ratio and not f.get("kv_source_layer_ids"):
+        if ratio and not (f.get("kv_source_layer_ids") and f.get("index_source_layer_ids")):
+            # DeepseekV4Attention.__init__: "DeepSeek V4.1 requires kv_source_layer_ids /
+            # index_source_layer_ids in the config for compressed layers"
             raise f.error(
                 "kv_source_layer_ids",
                 f"DSpark stage {j} (layer {i}) has compress ratio {ratio} but the model has "
-                "no KV source whose compressed cache it would read",
+                "no KV and index sources (vLLM needs kv_source_layer_ids and "
+                "index_source_layer_ids for compressed layers); set its compress_ratios "
+                "entry to 0",
             )
         out.append(
             SharedCompressedMLALayer(
