@@ -29,6 +29,7 @@ from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import ConfigError, InvalidArgumentError
 from kvbudget.layers import SharedCompressedMLALayer
 from kvbudget.model import parse_config
+from kvbudget.sim.roofline import gpu_rates, roofline_for
 from kvbudget.spec_modes import SPEC_MODE_TABLE
 from kvbudget.weights.headers import unmatched_place
 from kvbudget.weights.placement import model_inventory
@@ -214,6 +215,13 @@ def test_plan_counts_the_stages_weights(tmp_path: Path) -> None:
     )
     assert extra > 0
     assert dspark.stages[-1].weights_bytes - none.stages[-1].weights_bytes == extra
+    # the simulator's roofline reads them with the target's weights, once a pass
+    rates = gpu_rates("H200")
+    assert (
+        roofline_for(dspark, rates).target_weights_bytes
+        - roofline_for(none, rates).target_weights_bytes
+        == extra
+    )
 
 
 def test_refusals(tmp_path: Path) -> None:
