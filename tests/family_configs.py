@@ -252,6 +252,22 @@ FAMILY_CONFIGS["family/deepseek-v41-rings"] = {
         "candidate_source_layer_id": -1,
     },
 }
+# The defaults with DSpark stages (vLLM DSparkV41DraftModel, models/deepseek_v41/nvidia/
+# dspark.py ``DSparkDeepseekV4Model``: the fields it reads, values chosen): three stages
+# (num_nextn_predict_layers, as the V4.1 checkpoints' mtp.{0,1,2}), three fused target
+# layers, a Markov rank of 256 and 64 routed experts a stage; compress_ratios runs on over
+# the stages ([0, 2, 1]: a window-only stage and two that read layer 42's compressed cache)
+FAMILY_CONFIGS["family/deepseek-v41-dspark"] = {
+    **_DEEPSEEK_V41,
+    "text_config": {
+        **_DEEPSEEK_V41_TEXT,
+        "compress_ratios": [*_DSV41_RATIOS, 0, 2, 1],
+        "num_nextn_predict_layers": 3,
+        "dspark_target_layer_ids": [1, 21, 41],
+        "dspark_markov_rank": 256,
+        "dspark_n_routed_experts": 64,
+    },
+}
 # Kimi-Linear (vLLM KimiLinearForCausalLM, vllm/models/kimi_k3): no verbatim Hub config
 # is reachable here, and vLLM's own ``KimiLinearConfig`` defaults
 # (vllm/transformers_utils/configs/kimi_linear.py) describe no KDA, MLA or MoE at all, so
@@ -559,6 +575,7 @@ DEEPSEEK_V4 = _DEEPSEEK_V4
 DEEPSEEK_V4_SLIDING = FAMILY_CONFIGS["family/deepseek-v4-sliding"]
 DEEPSEEK_V41 = _DEEPSEEK_V41
 DEEPSEEK_V41_RINGS = FAMILY_CONFIGS["family/deepseek-v41-rings"]
+DEEPSEEK_V41_DSPARK = FAMILY_CONFIGS["family/deepseek-v41-dspark"]
 GEMMA4_TEXT = _GEMMA4_TEXT
 GEMMA4_KV_SHARED = FAMILY_CONFIGS["family/gemma4-kv-shared"]
 GEMMA4_EAGLE3_HEAD = FAMILY_CONFIGS["family/gemma4-eagle3-head"]

@@ -136,6 +136,7 @@ VLLM_METHOD = {
     "mtp": "mtp",
     "draft-target": "draft_model",
     "dflash": "dflash",
+    "dspark": "dspark",
 }
 # EAGLE-1 head cases: the head preset, next to a Llama-3 target and (to exercise vLLM's
 # hybrid manager turned off for chunked local attention + eagle) Llama-4 Scout
@@ -335,7 +336,8 @@ def _specs_for(name: str, model: Any, drafts: dict[str, str]) -> list[str]:
     if name in EAGLE_TARGETS:
         specs.append("eagle")
     if model.mtp_layers or name in FAMILY_MTP_DRAFTS:
-        specs.append("mtp")
+        # DeepSeek-V4.1's mtp.* layers are DSpark stages (vLLM refuses method mtp for it)
+        specs.append("dspark" if model.model_type == "deepseek_v41" else "mtp")
     if model.model_type == "llama" and name != DRAFT_TARGET_DRAFT:
         specs.append("draft-target")
     return specs
@@ -443,21 +445,32 @@ _MTP_K = (
 # DeepSeek-V4.1's compressor rings hold max(8, a power of two >= K + 2) rows
 # (compressor.py CompressorStateCache): ngram at K = 6 (8 rows, as K = 3) and K = 7 (16)
 _DSV41_NGRAM_K = (6, 7)
+# its DSpark stages beside the sweep's K = 3: K = 1, 7, 16 (rings of 8, 16 and 32 rows)
+_DSV41_DSPARK_K = (1, 7, 16)
 
 
 def dsv41_cases(presets: dict[str, Any]) -> list[Case]:
     """DeepSeek-V4.1 ngram at the K of ``_DSV41_NGRAM_K`` (40 GiB, TP 1 and 8), and without
     prefix caching or async scheduling (the bounded-replay windows stay out of prefix
-    caching either way: ``swa_bounded_replay`` needs Model Runner V2 only)."""
+    caching either way: ``swa_bounded_replay`` needs Model Runner V2 only); its DSpark
+    stages (``family/deepseek-v41-dspark``; the sweep and the PP cases run them at the
+    default K = 3) at the K of ``_DSV41_DSPARK_K`` (budgets x TP) and without prefix
+    caching."""
     name = "family/deepseek-v41-defaults"
     length, block = _max_model_len(presets[name]), _block_size(presets[name])
     at_40 = functools.partial(Case, name, kv_budget=40 * GiB, kv_dtype="bf16",
                               max_model_len=length, block_size=block)  # fmt: skip
+    dspark = functools.partial(Case, "family/deepseek-v41-dspark", "dspark", None,
+                               kv_dtype="bf16", max_model_len=length,
+                               block_size=block)  # fmt: skip
     return [
         *(at_40(spec="ngram", draft=None, tp=tp, num_speculative_tokens=k)
           for k in _DSV41_NGRAM_K for tp in TPS),
         at_40(spec="none", draft=None, tp=1, enable_prefix_caching=False),
         at_40(spec="none", draft=None, tp=1, async_scheduling=False),
+        *(dspark(kv_budget=budget, tp=tp, num_speculative_tokens=k)
+          for k in _DSV41_DSPARK_K for budget in BUDGETS for tp in TPS),
+        dspark(kv_budget=40 * GiB, tp=1, enable_prefix_caching=False),
     ]  # fmt: skip
 
 
@@ -1810,6 +1823,21 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
                     vc, dmc, f"drafter.model.layers.{i}", dhf, j, window, attn_backend, True
                 ),
             )
+    elif case.spec == "dspark":
+        # models/deepseek_v41/nvidia/dspark.py DSparkDeepseekV4Model.__init__: the stages
+        # are DeepseekV4DecoderLayer blocks named layers.{n + j}, n_mtp_layers or
+        # num_nextn_predict_layers or 3 of them, built from the draft config (the target's,
+        # DSparkV41DraftModel); past num_hidden_layers none is a KV or index source, so each
+        # keeps its window cache (is_draft: the speculator marks the layers it added)
+        dhf = spec.draft_model_config.hf_config
+        stages = (
+            getattr(dhf, "n_mtp_layers", None) or getattr(dhf, "num_nextn_predict_layers", None)
+            or 3
+        )  # fmt: skip
+        for j in range(stages):
+            prefix = f"drafter.model.layers.{n + j}"
+            for name, layer in _dsv41_cache_layers(vc, dhf, n + j, prefix, True):
+                add(name, layer)
     elif case.spec == "mtp":
         if arch == "DeepseekV4ForCausalLM":
             # deepseek_v4/nvidia/mtp.py: num_nextn_predict_layers DeepseekV4DecoderLayer

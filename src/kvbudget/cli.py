@@ -461,8 +461,9 @@ def models_command(
             default, draft = None, None
         elif name in EAGLE3_DRAFTS:
             default, draft = "eagle3", EAGLE3_DRAFTS[name]
-        elif spec.mtp_layers:
-            default, draft = "mtp", None
+        elif spec.mtp_layers:  # DeepSeek-V4.1's are DSpark stages
+            default = "dspark" if spec.model_type == "deepseek_v41" else "mtp"
+            draft = None
         else:
             default, draft = "none", None
         rows.append(

@@ -41,6 +41,8 @@ EAGLE3_DRAFTS: dict[str, str] = {
     "openai/gpt-oss-120b": "nvidia/gpt-oss-120b-Eagle3-long-context",
 }
 
+# the one family whose own drafter --spec dspark runs (vLLM 0.33.0 DSparkV41DraftModel)
+_DSPARK_TARGET = "deepseek_v41"
 # an EAGLE head given by the user's word (--spec eagle) has at most this many layers
 _MAX_HEAD_LAYERS = 4
 _eagle3_marks = "an Eagle3 architecture name, draft_vocab_size or an eagle_config mark one"
@@ -444,6 +446,13 @@ def for_engine(
             "itself: drop --cached-states or use --engine kvbudget"
         )
     mode, speculation = deployment.spec, model.spec_names
+    if mode.name == "dspark" and (speculation is None or mode.name not in speculation):
+        raise InvalidArgumentError(
+            f"{model.summary} is not modelled for --spec dspark: kvbudget models "
+            "DeepSeek-V4.1's DSpark stages as vLLM 0.33.0 runs them only (its SGLang and "
+            "TensorRT-LLM models have not read their DSPARK drafters' pools, and kvbudget's "
+            "own cache has no V4.1 compressed pool); plan --spec dspark with --engine vllm"
+        )
     if speculation is not None and mode.lookahead and mode.name not in speculation:
         raise InvalidArgumentError(
             f"{model.summary} has no speculation mode for --spec {mode.name} "
@@ -496,7 +505,7 @@ def _models(
         spec, why = _auto_spec(target_model, None if draft is None else resolve(draft))
         spec_reason = f"spec auto chose {spec}: {why}"
     mode = SPEC_MODE_TABLE[spec]
-    if separate and mode.draft != "mtp":
+    if separate and mode.name != "mtp":
         raise InvalidArgumentError(
             f"--separate-draft-cache applies to --spec mtp only (got --spec {spec}); drop it"
         )
@@ -584,6 +593,8 @@ def _auto_spec(target: ModelSpec, draft: ModelSpec | None) -> tuple[str, str]:
         return "draft-target", f"--draft {model.name} is a model, not a head"
     if target.name in EAGLE3_DRAFTS:
         return "eagle3", f"{EAGLE3_DRAFTS[target.name]} is the EAGLE3 head preset for it"
+    if target.mtp_layers and target.model_type == _DSPARK_TARGET:
+        return "dspark", f"{target.name} ships {len(target.mtp_layers)} DSpark stage(s)"
     if target.mtp_layers:
         return "mtp", f"{target.name} ships {len(target.mtp_layers)} MTP layer(s)"
     return "none", (
@@ -657,6 +668,9 @@ def _resolve_draft(
                 f"(gemma4_assistant) as --draft; {model.name} is {model.model_type!r}"
             )
         return model
+    if mode.name == "dspark":
+        _check_dspark(target, draft)
+        return None
     if draft is not None:
         raise InvalidArgumentError(f"spec {mode.name} uses no draft model; drop --draft")
     modules = target.config.get("num_mtp_modules")
@@ -667,7 +681,7 @@ def _resolve_draft(
             f"{target.name}'s {modules} MTP module(s) (num_mtp_modules) are not modelled "
             f"(vLLM builds no MTP draft for {target.model_type!r}); choose another --spec"
         )
-    if mode.draft == "mtp" and target.model_type == "deepseek_v41":
+    if mode.draft == "mtp" and target.model_type == _DSPARK_TARGET:
         # config/speculative.py (vLLM 0.33.0): "DeepSeek V4.1 has no classic-MTP draft: its
         # checkpoints ship DSpark stages under mtp.*"; method mtp is refused for it. SGLang
         # 0.5.23 (arg_groups/deepseek_v4_hook.py validate_deepseek_v41_features): "DeepSeek-
@@ -676,14 +690,38 @@ def _resolve_draft(
             f"{target.name} (DeepSeek-V4.1) has no MTP layers: its num_nextn_predict_layers "
             "are DSpark stages, which vLLM runs only as --speculative-config method dspark "
             'and SGLang only as --speculative-algorithm DSPARK ("DeepSeek-V4.1 does not '
-            'support speculative decoding other than DSpark yet"), and kvbudget does not '
-            "model; choose another --spec"
+            'support speculative decoding other than DSpark yet"); plan --spec dspark '
+            "with --engine vllm"
         )
     if mode.draft == "mtp" and not target.mtp_layers:
         raise InvalidArgumentError(
             f"{target.name} has no MTP layers (num_nextn_predict_layers); choose another --spec"
         )
     return None
+
+
+def _check_dspark(target: ModelSpec, draft: str | ModelSpec | None) -> None:
+    """InvalidArgumentError unless ``--spec dspark`` runs ``target``'s own DSpark stages:
+    vLLM 0.33.0 builds them from the target checkpoint (config/speculative.py: the draft
+    is the target's ``mtp.*``, ``DSparkV41DraftModel``); the standalone DSpark drafts it
+    also runs (Qwen3, Gemma-4, Kimi K3, Muse Spark checkpoints) are not modelled."""
+    if draft is not None:
+        raise InvalidArgumentError(
+            "spec dspark runs the DSpark stages inside the DeepSeek-V4.1 target checkpoint "
+            "(vLLM loads them from the target's mtp.*); standalone DSpark drafts are not "
+            "modelled: drop --draft"
+        )
+    if target.model_type != _DSPARK_TARGET:
+        raise InvalidArgumentError(
+            f"spec dspark is modelled for DeepSeek-V4.1 targets (their own DSpark stages) "
+            f"only; {target.name} is {target.model_type!r}: choose another --spec"
+        )
+    if not target.mtp_layers:
+        raise InvalidArgumentError(
+            f"{target.name} has no DSpark stages: vLLM's DSparkDeepseekV4Model reads "
+            "dspark_target_layer_ids and dspark_markov_rank from the config, which lacks "
+            "them; choose another --spec"
+        )
 
 
 def _checked_eagle3(model: ModelSpec) -> ModelSpec:

@@ -32,7 +32,7 @@ Component = Literal[
     "mtp",
     "vision",
 ]
-Shard = Literal["replicated", "column", "row", "vocab"]
+Shard = Literal["replicated", "column", "row", "vocab", "padded_vocab"]
 # Where a tensor lives under pipeline parallelism: the first stage, the last stage, the
 # MTP layers (last stage, only when asked for), or the stage of decoder layer ``int``.
 Place = Literal["first", "last", "mtp"] | int
@@ -83,9 +83,10 @@ class Weight:
             return sum(per_rank(n, tp) * size for n, size in self.out_parts), self.cols
         if self.shard == "row":
             return self.rows, sum(per_rank(n, tp) * size for n, size in self.in_parts)
-        if self.shard == "vocab":
+        if self.shard in ("vocab", "padded_vocab"):
             padded = -(-self.rows // VOCAB_PADDING) * VOCAB_PADDING
-            return -(-padded // tp), self.cols
+            # padded_vocab: a vocab-parallel head built with disable_tp, whole on every rank
+            return (padded if self.shard == "padded_vocab" else -(-padded // tp)), self.cols
         return self.rows, self.cols
 
 

@@ -216,6 +216,8 @@ def _draft(plan: Plan) -> str:
     if plan.spec == "mtp":
         own = plan.manager("draft") is not None
         return f"the target's MTP layers (mtp, {'own cache' if own else 'in the target cache'})"
+    if plan.spec == "dspark":
+        return "the target's DSpark stages (dspark, in the target cache)"
     if plan.spec == "ngram":
         return "none (ngram: lookahead slots, no draft cache)"
     if plan.draft is None:

@@ -21,8 +21,9 @@ class SpecModeInfo:
 
     ``draft``: what proposes tokens: an EAGLE or EAGLE3 ``head`` (a separate draft manager), a
     small ``model`` (a separate draft manager with its own geometry), the target's own
-    ``mtp`` layers (costed with the target, or as a draft manager with
-    ``separate_draft_cache``), or ``none`` (n-gram lookup or no speculation).
+    ``mtp`` layers (MTP layers or, for ``dspark``, DeepSeek-V4.1's DSpark stages; costed
+    with the target, or as a draft manager with ``separate_draft_cache``), or ``none``
+    (n-gram lookup or no speculation).
     ``lookahead``: every sequence reserves room for ``max_draft_len`` unverified tokens.
     ``draft_prefix``: how a prefix hit treats the draft's KV (:mod:`kvbudget.cache.ids`):
     drafts that read the next token (EAGLE heads, MTP) hit a block only where the token
@@ -71,6 +72,16 @@ SPEC_MODE_TABLE: MappingProxyType[str, SpecModeInfo] = MappingProxyType(
                 draft_prefix="drop_last_block",
                 managers="one target manager whose cost includes the MTP layers (default), "
                 "or target + draft(MTP layers) with separate_draft_cache",
+            ),
+            SpecModeInfo(
+                name="dspark",
+                draft="mtp",
+                lookahead=True,
+                # DSpark's draft KV comes from the target's hidden states alone: no
+                # trailing-block drop (vLLM 0.33.0 SpeculativeConfig.needs_eagle_block_drop)
+                draft_prefix="same_tokens",
+                managers="one target manager whose cost includes the DSpark stages "
+                "(DeepSeek-V4.1's mtp.* layers: one window cache each)",
             ),
             SpecModeInfo(
                 name="draft-target",

@@ -170,10 +170,13 @@ def hyper_connections(at: At, c: ModelFields, name: str, *, head: bool = False) 
     at.tensor(f"{name}_scale", scales, fixed="fp32")
 
 
-def moe(layer: At, c: ModelFields, i: int, hash_layers: int) -> None:
+def moe(layer: At, c: ModelFields, i: int, hash_layers: int, *, experts: int | None = None) -> None:
     """``DeepseekV4MoE``: the router (its ``tid2eid`` table, int32, on hash layers; the
-    score correction bias under ``noaux_tc`` off them), routed and shared experts."""
-    hidden, experts = c.int("hidden_size"), c.int("n_routed_experts")
+    score correction bias under ``noaux_tc`` off them), routed and shared experts;
+    ``experts`` (a DSpark stage's ``dspark_n_routed_experts``) overrides
+    ``n_routed_experts``."""
+    hidden = c.int("hidden_size")
+    experts = experts or c.int("n_routed_experts")
     inter = c.int("moe_intermediate_size")
     gate = layer.sub("ffn.gate", "routers")
     gate.tensor("weight", experts, hidden)

@@ -22,13 +22,15 @@ a :class:`~kvbudget.layers.SharedCompressedMLALayer`:
   be an index source too, else vLLM finds no key cache to read).
 
 V4.1 has no classic MTP layers: ``num_nextn_predict_layers`` counts DSpark stages
-(``config/speculative.py``: "DeepSeek V4.1 has no classic-MTP draft"), so ``mtp_layers``
-is empty and ``--spec mtp`` is refused (:mod:`kvbudget.deployment`).
+(``config/speculative.py``: "DeepSeek V4.1 has no classic-MTP draft"), so ``--spec mtp`` is
+refused (:mod:`kvbudget.deployment`) and ``mtp_layers`` are the DSpark stages that
+``--spec dspark`` runs (:mod:`kvbudget.architectures.dspark`: one window cache each).
 
 Weights: vLLM's text backbone (``nvidia/model.py`` ``DeepseekV4DecoderLayer``,
 ``DeepseekV4Model``, ``DeepseekV41LLMForCausalLM``; ``attention.py``; ``compressor.py``
-``DeepseekCompressor``), which drops the checkpoint's ``mtp.*`` (DSpark) and vision
-weights (``_make_deepseek_v4_weights_mapper``): DeepSeek-V4's attention projections,
+``DeepseekCompressor``), which drops the checkpoint's ``mtp.*`` (DSpark: the draft
+loads them, filed as MTP weights by :func:`kvbudget.architectures.dspark.weights`) and
+vision weights (``_make_deepseek_v4_weights_mapper``): DeepSeek-V4's attention projections,
 MoE (no hash-routed layers: ``num_hash_layers=0``) and mHC mappings, no ``hc_head``;
 the compressor (no ``ape``) only on KV sources, the indexer only on index sources.
 Engram layers (``engram_layer_ids``: n-gram embedding tables vLLM keeps in pinned host
@@ -38,6 +40,7 @@ memory by default, ``config/engram.py``) are not modelled: their weights are ref
 from __future__ import annotations
 
 from kvbudget.architectures import deepseek_v4 as v4
+from kvbudget.architectures import dspark
 from kvbudget.architectures.base import Architecture
 from kvbudget.config_fields import ConfigFields
 from kvbudget.inventory import At, Inventory, ModelFields
@@ -113,8 +116,15 @@ def layers(f: ConfigFields) -> list[Layer]:
 
 
 def mtp_layers(f: ConfigFields, start: int) -> tuple[Layer, ...]:
-    """None: ``num_nextn_predict_layers`` counts DSpark stages, not MTP layers."""
-    return ()
+    """The DSpark stages (:mod:`kvbudget.architectures.dspark`): V4.1 has no classic MTP
+    layers, its ``num_nextn_predict_layers`` counts DSpark stages."""
+    return dspark.stage_layers(
+        f,
+        start,
+        head_dim=f.int("head_dim"),
+        rope_head_dim=v4.rope_head_dim(f),
+        window=f.int("sliding_window"),
+    )
 
 
 # --------------------------------------------------------------------------- weights
@@ -140,8 +150,16 @@ def indexer(at: At, c: ModelFields, owns_k: bool) -> None:
         at.norm("k_norm", dim)
 
 
-def decoder_layer(layer: At, c: ModelFields, x: SharedCompressedMLALayer, index: bool) -> None:
-    """``DeepseekV4DecoderLayer`` (V4.1): attention, MoE, two norms, two mHC mappings."""
+def decoder_layer(
+    layer: At,
+    c: ModelFields,
+    x: SharedCompressedMLALayer,
+    index: bool,
+    *,
+    experts: int | None = None,
+) -> None:
+    """``DeepseekV4DecoderLayer`` (V4.1): attention, MoE (of ``experts`` routed experts
+    where given: a DSpark stage's), two norms, two mHC mappings."""
     hidden = c.int("hidden_size")
     attn = layer.sub("attn", "attention")
     v4.attention(attn, c, 1)  # DeepSeek-V4's projections, sinks and norms
@@ -149,13 +167,14 @@ def decoder_layer(layer: At, c: ModelFields, x: SharedCompressedMLALayer, index:
         compressor(attn.sub("compressor"), c, x.compress_ratio)
     if index:
         indexer(attn.sub("indexer"), c, x.kv_source)
-    v4.moe(layer, c, x.index, 0)
+    experts = experts or c.int("n_routed_experts")
+    v4.moe(layer, c, x.index, 0, experts=experts)
     vision = c.model.raw_config.get("vision_config") or {}
     if isinstance(vision, dict) and vision.get("num_hidden_layers", 0):
         # vision checkpoints route image tokens with a gate bias of their own, fp32, on
         # every MoE layer (deepseek_v4/nvidia/model.py DeepseekV4MoE: ``bias_vl``)
         gate = layer.sub("ffn.gate", "routers")
-        gate.tensor("bias_vl", c.int("n_routed_experts"), fixed="fp32")
+        gate.tensor("bias_vl", experts, fixed="fp32")
     layer.norm("attn_norm", hidden)
     layer.norm("ffn_norm", hidden)
     for name in ("hc_attn", "hc_ffn"):
@@ -163,7 +182,8 @@ def decoder_layer(layer: At, c: ModelFields, x: SharedCompressedMLALayer, index:
 
 
 def weights(inv: Inventory, c: ModelFields) -> None:
-    """Embeddings, decoder layers, final norm, lm_head (no mHC head, no MTP)."""
+    """Embeddings, decoder layers, final norm, lm_head (no mHC head); the DSpark stages
+    as MTP weights."""
     if c.get("engram_layer_ids"):
         raise c.error(
             "engram_layer_ids",
@@ -180,6 +200,7 @@ def weights(inv: Inventory, c: ModelFields) -> None:
     inv.at("model", "last", "norms").norm("norm", hidden)
     if not c.flag("tie_word_embeddings", False):
         inv.at("lm_head", "last", "lm_head").vocab("", vocab, hidden)
+    dspark.weights(inv, c)
 
 
 DEEPSEEK_V41 = Architecture(

@@ -60,8 +60,11 @@ copy showed one):
     include "auto" (the model dtype), "fp8", "nvfp4" but no plain int8 (only
     "int8_per_token_head", which adds scales).
   - ``--speculative-config`` ``method`` names (``vllm/config/speculative.py`` @ 002e77c1):
-    "eagle3", "mtp", "draft_model", "ngram"; ngram's ``prompt_lookup_max`` is documented
-    as required and both window fields default to 5 when neither is given.
+    "eagle3", "mtp", "draft_model", "ngram"; vLLM 0.33.0 (the PyPI wheel) adds "eagle",
+    "dflash" and "dspark" (DeepSeek-V4.1's DSpark stages: the draft model is the target's
+    own checkpoint, set by ``SpeculativeConfig.__post_init__``); ngram's
+    ``prompt_lookup_max`` is documented as required and both window fields default to 5
+    when neither is given.
 
 * SGLang, ``python/sglang/srt/server_args.py`` @ 001067fffe33427bee0ed2f007fb7551a1d76b44:
 
@@ -153,6 +156,7 @@ ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
                     "eagle3": "eagle3",
                     "eagle": "eagle",
                     "dflash": "dflash",
+                    "dspark": "dspark",
                     "mtp": "mtp",
                     "draft-target": "draft_model",
                     "ngram": "ngram",

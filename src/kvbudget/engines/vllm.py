@@ -192,10 +192,10 @@ GroupKind = SpecKind | Literal["full_attention+mla"]
 
 # speculative methods that make vLLM turn its hybrid KV cache manager off for chunked
 # local attention (VllmConfig: "not yet supported with chunked local attention + eagle";
-# SpeculativeConfig.use_eagle: eagle, eagle3, mtp, dflash): every layer is then full
-# attention
-# (dflash too: use_eagle() includes it in 0.33.0, config/speculative.py)
-_NO_HYBRID_WITH_CHUNKS = frozenset({"eagle", "eagle3", "mtp", "dflash"})
+# SpeculativeConfig.use_eagle: eagle, eagle3, mtp, dflash, dspark): every layer is then
+# full attention
+# (dflash and dspark too: use_eagle() includes them in 0.33.0, config/speculative.py)
+_NO_HYBRID_WITH_CHUNKS = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -393,7 +393,7 @@ def layer_specs(d: Deployment, release: VllmRelease) -> list[LayerSpec]:
     ]
     last = d.parallel.pp - 1
     draft_layers: tuple[Layer, ...] = ()
-    if d.spec.name == "mtp":
+    if d.spec.name in ("mtp", "dspark"):  # MTP layers, DeepSeek-V4.1's DSpark stages
         draft_layers = target.mtp_layers
     elif d.draft is not None:
         draft_layers = d.draft.layers
@@ -1065,7 +1065,7 @@ def _pp_refusal(d: Deployment, release: VllmRelease) -> str | None:
     """A drafter under PP in a release that gives it the target's PP size."""
     # a DFlash draft too: 0.29.0's DFlashQwen3Model has no SupportsPP either (its PP 2
     # cases refused in the 0.29.0 harness with vLLM's own message)
-    drafter = d.spec.name in ("eagle", "eagle3", "mtp", "dflash")
+    drafter = d.spec.name in ("eagle", "eagle3", "mtp", "dflash", "dspark")
     if not (drafter and d.parallel.pp > 1 and not release.speculation_with_pp):
         return None
     return (

@@ -34,7 +34,13 @@ in prefix caching (``SlidingWindowMLASpec.prefix_cacheable``,
 groups'. The grouping is :func:`kvbudget.engines.vllm.packed_groups`.
 
 V4.1 ships no classic MTP layers (its ``mtp.*`` weights are DSpark stages; vLLM refuses
-``method="mtp"`` for it, config/speculative.py); kvbudget does not model DSpark.
+``method="mtp"`` for it, config/speculative.py). ``--spec dspark`` runs those stages
+(:mod:`kvbudget.architectures.dspark`): ``DSparkDeepseekV4ForCausalLM``
+(``models/deepseek_v41/nvidia/dspark.py``) builds each as a ``DeepseekV4DecoderLayer``
+past ``num_hidden_layers``, never a KV or index source, so each registers its window
+cache alone, after the target's layers, in the same pool and packed groups (marked
+``is_draft``, ``v1/worker/gpu/attn_utils.py`` ``get_kv_cache_spec``). The rings follow K
+as for every drafter (``CompressorStateCache`` reads ``num_speculative_tokens``).
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ DSV41_BLOCK = 64  # the SM90 sparse-MLA and indexer kernel blocks: [64]
 DSV41_SWA_BLOCK = 32  # DeepseekV4SWACache(block_size=32) (attention.py)
 RING_MIN_ROWS = 8  # CompressorStateCache: max(8, a power of two >= K + 2)
 FP32_BYTES = 4
-MODELLED_SPECS = frozenset({"none", "ngram"})  # the harness's DeepSeek-V4.1 cases
+MODELLED_SPECS = frozenset({"none", "ngram", "dspark"})  # the harness's DeepSeek-V4.1 cases
 
 
 def ring_rows(lookahead_tokens: int) -> int:
@@ -124,8 +130,8 @@ def is_v41(d: Deployment) -> bool:
 def check(d: Deployment) -> None:
     """InvalidArgumentError where this model of vLLM 0.33.0 does not follow ``d``:
 
-    * a drafter other than ngram (``MODELLED_SPECS``; ``--spec mtp`` is refused earlier,
-      by :mod:`kvbudget.deployment`);
+    * a drafter other than ngram or its own DSpark stages (``MODELLED_SPECS``; ``--spec
+      mtp`` is refused earlier, by :mod:`kvbudget.deployment`);
     * no layer owns indexer keys: the indexer backend is the only one that supports the
       block-outermost layouts alone (``DeepseekV41IndexerBackend``; the sparse-MLA, window
       and compressor backends take every layout), so without it vLLM resolves another
@@ -141,8 +147,7 @@ def check(d: Deployment) -> None:
         raise InvalidArgumentError(
             f"--engine vllm is not modelled for {d.target.name} with --spec {d.spec.name}: "
             "a draft's caches beside DeepSeek-V4.1's packed groups have not been checked "
-            "against vLLM's (its own drafter is DSpark, which kvbudget does not model); plan "
-            "--spec none or ngram"
+            "against vLLM's; plan --spec dspark (its own drafter), ngram or none"
         )
     layers = [x for x in d.target.layers if isinstance(x, SharedCompressedMLALayer)]
     if not any(x.index_head_dim for x in layers):

@@ -9,8 +9,9 @@ scheduled with them. Its time on one rank is::
     host_s    = host_bytes / host_link
     step_s    = max(memory_s, compute_s, host_s)
 
-* ``W_t``, ``W_d``: weight bytes of the target (MTP layers included with ``spec mtp``)
-  and the draft on the rank (:func:`kvbudget.weights.weights_bytes`), read once per
+* ``W_t``, ``W_d``: weight bytes of the target (MTP layers included with ``spec mtp``,
+  DSpark stages with ``spec dspark``) and the draft on the rank
+  (:func:`kvbudget.weights.weights_bytes`), read once per
   target pass and once per draft pass;
 * ``KV_read``: every decoding request reads its context's KV once per target pass and once
   per draft pass: ``context x (S_t + K x S_d)`` bytes, ``S`` the plan's bytes per token
@@ -49,6 +50,7 @@ from kvbudget.gpus import get_gpu
 from kvbudget.layers import AttentionLayer, Layer, MLALayer
 from kvbudget.model import ModelSpec, load_model
 from kvbudget.plan_types import Plan
+from kvbudget.spec_modes import SPEC_MODE_TABLE
 from kvbudget.weights import count_params, weights_bytes
 
 
@@ -225,7 +227,9 @@ def roofline_for(plan: Plan, rates: GpuRates) -> Roofline:
     Raises ConfigError when a model's weights cannot be counted (an unknown family).
     """
     target = load_model(plan.target_source)
-    mtp = plan.spec == "mtp"
+    # MTP layers, or DeepSeek-V4.1's DSpark stages (one parallel pass of K queries a
+    # request, near the target's K + 1): counted with the target
+    mtp = SPEC_MODE_TABLE[plan.spec].draft == "mtp"
     tw = weights_bytes(target, tp=plan.tp, pp=plan.pp, include_mtp=mtp).total_bytes
     params = count_params(target)
     active = _active(target, params.language_model, params.routed_experts)

@@ -10,8 +10,8 @@ vocabulary padded to 64 rows; ``ceil(experts / ep)`` of the experts under expert
 parallelism). A quantized weight's scales, zero points and packed values share the
 weight's fraction. A stored tensor matching no inventory tensor (a rotary buffer, a
 vision tower the family module does not list) is held whole, on the stage of the layer
-its name gives (``layers.N``; past the last decoder layer: an MTP layer), else (and for
-a vision tower's layers) the first.
+its name gives (``layers.N``; past the last decoder layer, or ``mtp.N``: an MTP layer),
+else (and for a vision tower's layers) the first.
 
 An MTP layer's stored copies of the main model's embedding and head (DeepSeek-V3's
 ``model.layers.61.embed_tokens.weight`` and ``model.layers.61.shared_head.head.weight``,
@@ -33,6 +33,7 @@ from kvbudget.inventory import Place, Weight
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _MAIN_MODEL_COPY = re.compile(r"(?:^|\.)layers\.(\d+)\.(?:embed_tokens|shared_head\.head)\.")
+_MTP = re.compile(r"^(?:model\.)?mtp\.\d+\.")
 _VISION = re.compile(r"(?:^|\.)(?:vision|visual|multi_modal_projector|mm_projector)")
 _EXPERT_INDEX = re.compile(r"(?<=\.experts)\.\d+(?=\.)")
 # a multimodal checkpoint's text model nested one level down: transformers' newer
@@ -87,6 +88,8 @@ def share(w: Weight, *, tp: int, attention_tp: int, ep: int) -> Fraction:
 
 def unmatched_place(name: str, num_layers: int) -> Place:
     """Where a stored tensor no inventory tensor names is held (module docstring)."""
+    if _MTP.match(name):  # DeepSeek-V4's MTP layers, V4.1's DSpark stages: mtp.{j}.*
+        return "mtp"
     found = _LAYER.search(name)
     if found is None or _VISION.search(name):  # a vision tower is on the first stage
         return "first"
