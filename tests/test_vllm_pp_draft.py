@@ -159,3 +159,15 @@ def test_an_mtp_layers_copies_of_the_embedding_and_head_are_not_held(tmp_path: P
         assert got.total_bytes == weights_bytes(plain, tp=tp, include_mtp=True).total_bytes
         counted = weights_bytes(stored, tp=tp, include_mtp=True, source="inventory")
         assert got.total_bytes == counted.total_bytes  # every tensor matched, BF16 as counted
+
+
+def test_the_dspark_drafter_finds_no_embedding_at_pp_2(tmp_path: Path) -> None:
+    # DSparkDeepseekV4ForCausalLM declares has_own_embed_tokens = False and never loads
+    # the embedding ("aliased from the target"); DeepSeek-V4.1 does not tie its own
+    from family_configs import DEEPSEEK_V41_DSPARK, folder
+
+    target = folder(tmp_path, DEEPSEEK_V41_DSPARK)
+    one = plan(target, spec="dspark", engine="vllm", kv_budget="8GiB", host_budget=0)
+    assert one.engine.detail["draft_embedding"] == "shared"
+    with pytest.raises(EngineRefusedError, match="the DSpark drafter needs the target input"):
+        plan(target, spec="dspark", engine="vllm", kv_budget="8GiB", host_budget=0, pp=2)

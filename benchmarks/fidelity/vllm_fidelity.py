@@ -2059,7 +2059,7 @@ def _configured(case: Case) -> tuple[Any, bool]:
 
 def _draft_embedding(vc: Any, case: Case) -> str | None:
     """What vLLM's ``maybe_share_target_embed`` (v1/worker/gpu/spec_decode/eagle/utils.py,
-    which load_eagle_model and the DFlash loader call) makes of the drafter's embedding
+    which load_eagle_model and the DFlash and DSpark loaders call) makes of the drafter's embedding
     on the last of PP > 1 stages: "shared", "kept" or "missing" (it raised RuntimeError);
     None for PP 1, no such drafter, or a vLLM without the function.
 
@@ -2073,7 +2073,8 @@ def _draft_embedding(vc: Any, case: Case) -> str | None:
     (tie_word_embeddings and is_last_rank)``, as every target class here), else a
     ``PPMissingLayer``."""
     spec = vc.speculative_config
-    if case.pp == 1 or spec is None or spec.method not in ("eagle", "eagle3", "mtp", "dflash"):
+    drafters = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+    if case.pp == 1 or spec is None or spec.method not in drafters:
         return None
     try:
         from vllm.v1.worker.gpu.spec_decode.eagle import utils as eagle_utils

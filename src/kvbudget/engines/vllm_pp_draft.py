@@ -20,11 +20,13 @@ and mtp, ``dflash/utils.py`` for dflash), which decides what the drafter's
   :func:`kept_embedding_warnings` says how much.
 * At PP > 1 an EAGLE, EAGLE3 or DFlash head (``SupportsEagleBase``:
   ``has_own_embed_tokens`` False unless its checkpoint stores an ``embed_tokens``
-  tensor, ``model_executor/models/utils.py`` ``process_eagle_weight``) looks for the
-  target's embedding on the last stage, which a target has there only when it ties it
-  (its ``embed_tokens`` is built on the last rank to tie the lm_head, else a
-  ``PPMissingLayer``). Without it and without its own, vLLM raises ``RuntimeError``:
-  :func:`missing_embedding_refusal`.
+  tensor, ``model_executor/models/utils.py`` ``process_eagle_weight``), and
+  DeepSeek-V4.1's DSpark drafter (``models/deepseek_v41/nvidia/dspark.py``:
+  ``has_own_embed_tokens = False``, its embedding "aliased from the target"; loaded
+  through ``dspark/utils.py``), look for the target's embedding on the last stage, which
+  a target has there only when it ties it (its ``embed_tokens`` is built on the last
+  rank to tie the lm_head, else a ``PPMissingLayer``). Without it and without its own,
+  vLLM raises ``RuntimeError``: :func:`missing_embedding_refusal`.
 
 A draft-target model is loaded whole by its own speculator (``standalone_ar``) and
 counted whole; a release that refuses drafters under PP (0.29.0) never gets here.
@@ -57,12 +59,14 @@ def stores_embedding(model: ModelSpec) -> bool:
 
 def draft_embedding(d: Deployment) -> DraftEmbedding | None:
     """What ``maybe_share_target_embed`` makes of the drafter's embedding (module
-    docstring); None without an EAGLE, EAGLE3, DFlash or MTP drafter. A head that stores
+    docstring); None without an EAGLE, EAGLE3, DFlash, DSpark or MTP drafter. A head that stores
     its own is ``kept`` (vLLM shares it only when its values equal the target's, which
     a plan cannot see)."""
     spec = d.spec.name
     if spec == "mtp":
         return "shared" if d.parallel.pp == 1 else "kept"
+    if spec == "dspark":  # the target's own checkpoint, whose embedding it never loads
+        return "shared" if d.parallel.pp == 1 or ties_embeddings(d.target) else "missing"
     if spec not in HEAD_SPECS or d.draft is None:
         return None
     if stores_embedding(d.draft):
@@ -75,14 +79,15 @@ def draft_embedding(d: Deployment) -> DraftEmbedding | None:
 def missing_embedding_refusal(d: Deployment, version: str) -> str | None:
     """vLLM's start-up refusal of a head under PP > 1 with no embedding on the last stage
     (module docstring); None when the head finds one."""
-    if draft_embedding(d) != "missing" or d.draft is None:
+    if draft_embedding(d) != "missing":
         return None
+    drafter = f"{d.draft.name}'s model class" if d.draft is not None else "the DSpark drafter"
     return (
-        f"vLLM {version} would refuse to start: RuntimeError: {d.draft.name}'s model class "
-        "needs the target input embedding, but it is unavailable on this PP stage (the last of "
+        f"vLLM {version} would refuse to start: RuntimeError: {drafter} needs the target "
+        "input embedding, but it is unavailable on this PP stage (the last of "
         f"--pipeline-parallel-size {d.parallel.pp}, where {d.target.name} keeps no "
-        "embed_tokens: it does not tie them; the head's checkpoint stores none): use --pp 1, "
-        "or a draft checkpoint that stores its own embed_tokens"
+        "embed_tokens: it does not tie them; the drafter stores none of its own): use --pp 1"
+        + (", or a draft checkpoint that stores its own embed_tokens" if d.draft else "")
     )
 
 
