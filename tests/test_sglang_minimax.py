@@ -187,3 +187,14 @@ def test_draft_models_are_refused(tmp_path: Path) -> None:
         plan(folder(tmp_path, MINIMAX_M3), "meta-llama/Llama-3.2-1B-Instruct",
              spec="draft-target", engine="sglang", kv_budget=BUDGET, host_budget=0,
              gpu="H200", tp=8)  # fmt: skip
+
+
+def test_the_index_dtype_tables_name_gpu_presets() -> None:
+    # SM90_GPUS / SM100_GPUS are matched against GpuSpec.name: a renamed preset would
+    # silently fall to the model-dtype branch
+    from kvbudget.engines.sglang_minimax import SM90_GPUS, SM100_GPUS
+    from kvbudget.gpus import get_gpu, list_gpus
+
+    names = {get_gpu(gpu).name for gpu in list_gpus()}
+    assert names >= SM90_GPUS | SM100_GPUS
+    assert not SM90_GPUS & SM100_GPUS
