@@ -549,3 +549,13 @@ def test_mtp_with_two_layers() -> None:
     p = plan(model, spec="mtp", kv_budget="40GiB", max_seq_len=8192)
     # (61 + 2 MTP) MLA layers x (512 + 64) x 2 B = 72,576 B/token in the target's cache
     assert p.managers[0].slope_bytes_per_token == 72576 and p.managers[0].num_layers == 63
+
+
+def test_a_tp_that_cannot_shard_the_heads_suggests_only_sizes_that_pass() -> None:
+    # query heads split evenly (32 % tp == 0): 64 would fail too, so it is not offered
+    with pytest.raises(InvalidArgumentError) as caught:
+        plan("meta-llama/Llama-3.1-8B-Instruct", tp=64, kv_budget="8GiB", max_seq_len=4096)
+    assert str(caught.value).endswith(
+        "num_attention_heads=32 of meta-llama/Llama-3.1-8B-Instruct; use a tp that divides "
+        "it, e.g. 1, 2, 4, 8, 16, 32"
+    )

@@ -130,14 +130,21 @@ def pp_stage_layers(num_layers: int, pp: int) -> list[range]:
 
 
 def _check_tp(model: ModelSpec, layers: tuple[Layer, ...], tp: int) -> None:
+    """InvalidArgumentError naming the first head count ``tp`` cannot shard. Query heads,
+    Mamba2 heads, Gated DeltaNet value heads and KDA heads must split evenly (``count %
+    tp == 0``); KV heads, Mamba2 groups and Gated DeltaNet key heads may also be
+    replicated (``tp % count == 0``). The message suggests only sizes that would pass."""
+
     def fits(count: int) -> bool:
         return count % tp == 0 or tp % count == 0
 
-    def fail(what: str, count: int) -> InvalidArgumentError:
-        ok = [d for d in (1, 2, 4, 8, 16, 32, 64) if count % d == 0 or d % count == 0]
+    def fail(what: str, count: int, *, replicates: bool = False) -> InvalidArgumentError:
+        sizes = (1, 2, 4, 8, 16, 32, 64)
+        ok = [d for d in sizes if count % d == 0 or (replicates and d % count == 0)]
+        rule = "divides it or a multiple of it" if replicates else "divides it"
         return InvalidArgumentError(
             f"tp={tp} cannot shard {what}={count} of {model.name}; "
-            f"use a tp that divides it or a multiple of it, e.g. {', '.join(map(str, ok))}"
+            f"use a tp that {rule}, e.g. {', '.join(map(str, ok))}"
         )
 
     has_attention = any(isinstance(x, AttentionLayer) or x.kind == "mla" for x in layers)
@@ -145,15 +152,15 @@ def _check_tp(model: ModelSpec, layers: tuple[Layer, ...], tp: int) -> None:
         raise fail("num_attention_heads", model.num_attention_heads)
     for layer in layers:
         if isinstance(layer, AttentionLayer) and not fits(layer.num_kv_heads):
-            raise fail("num_key_value_heads", layer.num_kv_heads)
+            raise fail("num_key_value_heads", layer.num_kv_heads, replicates=True)
         if isinstance(layer, Mamba2Layer):
             if layer.num_heads % tp:
                 raise fail("mamba_num_heads", layer.num_heads)
             if not fits(layer.n_groups):
-                raise fail("n_groups", layer.n_groups)
+                raise fail("n_groups", layer.n_groups, replicates=True)
         if isinstance(layer, GatedDeltaNetLayer):
             if not fits(layer.num_k_heads):
-                raise fail("linear_num_key_heads", layer.num_k_heads)
+                raise fail("linear_num_key_heads", layer.num_k_heads, replicates=True)
             if layer.num_v_heads % tp:
                 raise fail("linear_num_value_heads", layer.num_v_heads)
         if isinstance(layer, KimiDeltaLayer) and layer.num_heads % tp:
