@@ -233,8 +233,15 @@ def test_default_weights_match_transformers() -> None:
 
 def test_engines_that_do_not_model_it_refuse(tmp_path: Path) -> None:
     target = folder(tmp_path, DEEPSEEK_V4)
-    for engine in ("sglang", "trtllm", "kvbudget"):
-        with pytest.raises(InvalidArgumentError, match=r"plan it with --engine vllm$"):
+    # SGLang reads only the per-layer compress_ratios form (tests/test_sglang_dsv4.py)
+    with pytest.raises(
+        InvalidArgumentError, match=r"compress_ratios, or plan it with --engine vllm$"
+    ):
+        plan(target, spec="none", engine="sglang", kv_budget="8GiB", host_budget=0)
+    for engine in ("trtllm", "kvbudget"):
+        with pytest.raises(
+            InvalidArgumentError, match=r"plan it with --engine vllm or --engine sglang$"
+        ):
             plan(target, spec="none", engine=engine, kv_budget="8GiB", host_budget=0)
     # o_groups 8 does not split over 16 ranks (the grouped output projection)
     with pytest.raises(InvalidArgumentError, match="output groups"):

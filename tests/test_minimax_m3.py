@@ -353,7 +353,7 @@ def test_engines_that_do_not_model_it_refuse(tmp_path: Path) -> None:
     target = folder(tmp_path, MINIMAX_M3)
     with pytest.raises(
         InvalidArgumentError,
-        match=r"manager\); plan it with --engine vllm or --engine kvbudget$",
+        match=r"manager\); plan it with --engine vllm or --engine sglang or --engine kvbudget$",
     ):
         plan(target, spec="none", engine="trtllm", kv_budget="8GiB", host_budget=0)
     for engine in ("sglang", "trtllm"):  # and so with the MTP module

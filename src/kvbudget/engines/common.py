@@ -43,7 +43,8 @@ def refuse_unmodelled_family(d: Deployment, engine: str) -> None:
     for model in (d.target, d.draft):
         arch = None if model is None else architecture_for(model.model_type)
         if model is not None and arch is not None and engine in arch.unmodelled_engines:
-            others = [e for e in ("vllm", "kvbudget") if e not in arch.unmodelled_engines]
+            engines = ("vllm", "sglang", "trtllm", "kvbudget")
+            others = [e for e in engines if e not in arch.unmodelled_engines | {engine}]
             reason = arch.unmodelled_reasons.get(engine)
             raise InvalidArgumentError(
                 f"--engine {engine} is not modelled for {model.name} (model_type "
