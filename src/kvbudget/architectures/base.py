@@ -36,7 +36,12 @@ class Architecture:
     * ``text_only_note``: a note for nested types whose vision weights are not counted;
     * ``unmodelled_engines``: engine models (``sglang``, ``trtllm``, ...) that do not
       model this family's pools and refuse it (:func:`kvbudget.engines.common.refuse_unmodelled`);
-      ``unmodelled_reasons``: what each of them would have to model, said in the refusal.
+      ``unmodelled_reasons``: what each of them would have to model, said in the refusal;
+    * ``checkpoint_names``: ``(pattern, replacement)`` regex rules, applied in order, that
+      turn the names a checkpoint stores into the inventory's (DeepSeek-V4's own
+      ``layers.N.ffn.experts.E.w1`` for ``model.layers.N.ffn.experts.E.gate_proj``), as
+      the engines' weight mappers rename them on loading; empty when the checkpoint
+      already uses the inventory's names (:mod:`kvbudget.weights.headers`).
     """
 
     family: str
@@ -53,6 +58,7 @@ class Architecture:
     text_only_note: bool = False
     unmodelled_engines: frozenset[str] = frozenset()
     unmodelled_reasons: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    checkpoint_names: tuple[tuple[str, str], ...] = ()
 
 
 __all__ = ["Architecture", "LayersReader", "MtpReader", "WeightsBuilder"]

@@ -249,6 +249,25 @@ def weights(inv: Inventory, c: ModelFields) -> None:
     mtp_weights(inv, c, hash_layers)
 
 
+# DeepSeek's own checkpoint names (embed, head, norm, hc_head at the top; layers.N and
+# mtp.N below; experts' w1/w3/w2) as vLLM 0.33.0's mapper renames them
+# (models/deepseek_v4/nvidia/model.py ``_make_deepseek_v4_weights_mapper``: the
+# ``layers.``, ``embed.``, ``norm.``, ``hc_head``, ``mtp.`` prefixes under ``model.``,
+# ``head.weight`` to ``lm_head.weight``, ``embed.weight`` to ``embed_tokens.weight``;
+# FusedMoE's and the shared experts' w1/w3/w2 are the gate, up and down projections).
+# A ``.scale`` tensor is its weight's block scale and shares its weight's placement.
+TOP_LEVEL_NAMES: tuple[tuple[str, str], ...] = (
+    (r"^embed\.", "model.embed_tokens."),
+    (r"^head\.", "lm_head."),
+    (r"^(norm\.|hc_head_)", r"model.\1"),
+)
+EXPERT_NAMES: tuple[tuple[str, str], ...] = (
+    (r"\.(experts\.\d+|shared_experts)\.w1\.", r".\1.gate_proj."),
+    (r"\.(experts\.\d+|shared_experts)\.w3\.", r".\1.up_proj."),
+    (r"\.(experts\.\d+|shared_experts)\.w2\.", r".\1.down_proj."),
+)
+V4_CHECKPOINT_NAMES = (*TOP_LEVEL_NAMES, (r"^(layers|mtp)\.", r"model.\1."), *EXPERT_NAMES)
+
 DEEPSEEK_V4 = Architecture(
     family="deepseek_v4",
     model_types=frozenset({"deepseek_v4"}),
@@ -259,6 +278,7 @@ DEEPSEEK_V4 = Architecture(
     # engines/sglang_dsv4.py); TensorRT-LLM's transcription raises for the family, and
     # kvbudget's own cache has no compressed pool (see the README's families section)
     unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
+    checkpoint_names=V4_CHECKPOINT_NAMES,
 )
 
 ARCHITECTURES = (DEEPSEEK_V4,)

@@ -203,6 +203,15 @@ def weights(inv: Inventory, c: ModelFields) -> None:
     dspark.weights(inv, c)
 
 
+# V4's checkpoint names (deepseek_v4.V4_CHECKPOINT_NAMES; the same prefixes and suffixes
+# in vLLM 0.33.0's models/deepseek_v41/nvidia/model.py mapper) but for the DSpark stages,
+# which the inventory keeps under the checkpoint's own ``mtp.N`` names (dspark.py)
+V41_CHECKPOINT_NAMES = (
+    *v4.TOP_LEVEL_NAMES,
+    (r"^layers\.", "model.layers."),
+    *v4.EXPERT_NAMES,
+)
+
 DEEPSEEK_V41 = Architecture(
     family="deepseek_v41",
     model_types=frozenset({"deepseek_v41"}),
@@ -218,6 +227,7 @@ DEEPSEEK_V41 = Architecture(
         "trtllm": "kvbudget's TensorRT-LLM models have not read a DeepSeek-V4.1 cache manager",
         "kvbudget": "kvbudget's own cache has no shared compressed pool",
     },
+    checkpoint_names=V41_CHECKPOINT_NAMES,
 )
 
 ARCHITECTURES = (DEEPSEEK_V41,)

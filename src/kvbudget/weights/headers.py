@@ -45,6 +45,14 @@ _NESTED_TEXT_MODEL = re.compile(r"^model\.language_model\.")
 _PACKED_SUFFIXES = ("_blocks", "_scales", "_scale", "_bias", "_zeros", "_packed", "_shape")
 
 
+def renamed(name: str, rules: tuple[tuple[str, str], ...]) -> str:
+    """``name`` as the inventory names it: a family's checkpoint naming rules
+    (``Architecture.checkpoint_names``: regex pattern and replacement, in order)."""
+    for pattern, replacement in rules:
+        name = re.sub(pattern, replacement, name)
+    return name
+
+
 def match(names: list[str], inventory: tuple[Weight, ...]) -> list[Weight | None]:
     """The inventory tensor each stored tensor name belongs to (None: none).
 
@@ -104,4 +112,4 @@ def main_model_copy(name: str, num_layers: int) -> bool:
     return found is not None and int(found[1]) >= num_layers
 
 
-__all__ = ["main_model_copy", "match", "share", "unmatched_place"]
+__all__ = ["main_model_copy", "match", "renamed", "share", "unmatched_place"]

@@ -9,13 +9,13 @@ from fractions import Fraction
 from typing import Literal
 
 from kvbudget._validate import require_int, require_model
-from kvbudget.architectures import model_inventory, ties_embeddings
+from kvbudget.architectures import architecture_for, model_inventory, ties_embeddings
 from kvbudget.cost import pp_stage_layers
 from kvbudget.dtypes import parse_dtype
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.inventory import Place, Weight
 from kvbudget.model_spec import ModelSpec
-from kvbudget.weights.headers import main_model_copy, match, share, unmatched_place
+from kvbudget.weights.headers import main_model_copy, match, renamed, share, unmatched_place
 from kvbudget.weights.quantization import Quant, quantization
 
 FIXED_BYTES = {"fp32": 4, "int32": 4, "int64": 8}
@@ -262,7 +262,10 @@ def _header_items(
     MTP layer's copy of the main model's embedding or head not at all."""
     assert model.checkpoint is not None
     tensors = model.checkpoint.tensors
-    for t, w in zip(tensors, match([t.name for t in tensors], inventory), strict=True):
+    arch = architecture_for(model.model_type)
+    rules = arch.checkpoint_names if arch is not None else ()
+    names = [renamed(t.name, rules) for t in tensors]
+    for t, w in zip(tensors, match(names, inventory), strict=True):
         if w is None and main_model_copy(t.name, model.num_layers):
             continue
         if w is None:
