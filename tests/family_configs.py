@@ -579,6 +579,26 @@ DEEPSEEK_V41_DSPARK = FAMILY_CONFIGS["family/deepseek-v41-dspark"]
 GEMMA4_TEXT = _GEMMA4_TEXT
 GEMMA4_KV_SHARED = FAMILY_CONFIGS["family/gemma4-kv-shared"]
 GEMMA4_EAGLE3_HEAD = FAMILY_CONFIGS["family/gemma4-eagle3-head"]
+GEMMA4_ASSISTANT = FAMILY_CONFIGS["family/gemma4-assistant"]
+
+
+def gemma4_multimodal(text: dict[str, Any]) -> dict[str, Any]:
+    """A Gemma-4 text config inside the multimodal checkpoint's wrapper (``gemma4``,
+    ``Gemma4ForConditionalGeneration``, the text fields as its ``text_config``): the
+    form SGLang 0.5.23 reads (its HF parser fails on a ``gemma4_text`` config). Not in
+    ``FAMILY_CONFIGS``: the vLLM harness plans the text configs themselves."""
+    return {
+        "model_type": "gemma4",
+        "architectures": ["Gemma4ForConditionalGeneration"],
+        "torch_dtype": "bfloat16",
+        "text_config": {k: v for k, v in text.items() if k != "architectures"},
+    }
+
+
+GEMMA4_MULTIMODAL = {
+    "family/gemma4-kv-shared-mm": gemma4_multimodal(FAMILY_CONFIGS["family/gemma4-kv-shared"]),
+    "family/gemma4-moe-mm": gemma4_multimodal(FAMILY_CONFIGS["family/gemma4-moe"]),
+}
 DFLASH_FULL = FAMILY_CONFIGS["family/dflash-full"]
 DFLASH_SWA = FAMILY_CONFIGS["family/dflash-swa"]
 

@@ -17,8 +17,9 @@ EAGLE3, draft model) gets its draft worker's configurator (``is_draft_worker=Tru
 target's ``MemoryPoolConfig``, request pool and allocator), as
 ``ModelRunner.alloc_memory_pool`` builds it. No SGLang code is copied; the model configs
 are kvbudget's shipped presets (``src/kvbudget/data/models``) and the DeepSeek-V4, V4.1,
-Step-3.5, Kimi and MiniMax-M3 family configs of tests/family_configs.py in the form SGLang
-reads (``FAMILY_SGLANG``).
+Step-3.5, Kimi, MiniMax-M3 and Gemma-4 family configs of tests/family_configs.py in
+the form SGLang reads (``FAMILY_SGLANG``). A Gemma-4 assistant draft (FROZEN_KV_MTP)
+gets its worker's 64-token pool config (``_frozen_config``) and no HiCache sidecar.
 
 Stubs (``_sglang_stubs.py``): triton and torchvision stand-ins, the platform of an H200,
 the meta device's streams, the Triton copy-kernel warm-ups, gpt-oss's ``mxfp4``
@@ -157,7 +158,7 @@ def _is_moe(model: Any) -> bool:
 # transformers' ``layer_types`` / ``compress_rates``, which SGLang's ModelConfig does not
 # read (``_derive_model_shapes``: AttributeError on ``compress_ratios``)
 sys.path.insert(0, str(REPO / "tests"))
-from family_configs import FAMILY_CONFIGS  # noqa: E402
+from family_configs import FAMILY_CONFIGS, GEMMA4_MULTIMODAL  # noqa: E402
 
 _DSV4_RATIO = {
     "sliding_attention": 0,
@@ -231,6 +232,18 @@ _M3_INDEX_VALUE = copy.deepcopy(FAMILY_CONFIGS["family/minimax-m3-pattern"])
 del _M3_INDEX_VALUE["text_config"]["sparse_attention_config"]["sparse_disable_index_value"]
 FAMILY_SGLANG["family/minimax-m3-index-value"] = _M3_INDEX_VALUE
 MINIMAX_M3_FAMILIES += ("family/minimax-m3-index-value",)
+# Gemma-4 family configs: the multimodal checkpoint (gemma4, its text_config), and the
+# text configs (gemma4_text) as written, which SGLang 0.5.23's HF parser fails on
+# (AmbiguousGlobalPerLayerAttributeError) and kvbudget refuses, and inside the multimodal
+# wrapper (``-mm``, tests/family_configs.py gemma4_multimodal), the form SGLang reads
+GEMMA4_TEXT_FAMILIES = ("family/gemma4-kv-shared", "family/gemma4-moe")
+GEMMA4_ASSISTANT = "family/gemma4-assistant"
+FAMILY_SGLANG.update(
+    {name: FAMILY_CONFIGS[name] for name in ("family/gemma4-defaults", *GEMMA4_TEXT_FAMILIES)}
+)
+GEMMA4_DRAFTS = {"mtp": GEMMA4_ASSISTANT, "eagle3": "family/gemma4-eagle3-head"}
+FAMILY_SGLANG.update({name: FAMILY_CONFIGS[name] for name in GEMMA4_DRAFTS.values()})
+FAMILY_SGLANG.update(GEMMA4_MULTIMODAL)
 
 
 def _is_family(name: str | None) -> bool:
@@ -249,6 +262,7 @@ def family_cases() -> list[Case]:
             Case(name, spec, None, budget, dtype, 0, layout)
             for name in FAMILY_SGLANG
             if name not in (*STEP3P5_FAMILIES, *KIMI_FAMILIES, *MINIMAX_M3_FAMILIES, M3_EAGLE3_HEAD)
+            and not name.startswith("family/gemma4")
             for spec in (("none",) if name in DSV41_FAMILIES else ("none", "mtp"))
             for budget in BUDGETS_GIB
             for dtype in KV_DTYPES
@@ -257,7 +271,29 @@ def family_cases() -> list[Case]:
         + step3p5_cases()
         + kimi_cases()
         + minimax_m3_cases()
+        + gemma4_cases()
     )
+
+
+def gemma4_cases() -> list[Case]:
+    """The Gemma-4 multimodal configs (``family/gemma4-defaults`` and the ``-mm`` forms
+    of ``-kv-shared`` and ``-moe``) x {none, ngram; for ``-defaults`` mtp with the
+    assistant and eagle3 with the head} x {8, 40} GiB x {bf16, fp8} x {no host, 64 GB} x
+    {TP1, TP8, DP attention for ``-moe``} (no ngram with DP attention); then the text
+    configs as written (gemma4_text), which SGLang fails to parse and kvbudget refuses."""
+    multimodal = ("family/gemma4-defaults", *GEMMA4_MULTIMODAL)
+    cases = [
+        Case(name, spec, GEMMA4_DRAFTS.get(spec), budget, dtype, host, layout)
+        for name in multimodal
+        for spec in ("none", "ngram") + (tuple(GEMMA4_DRAFTS) if name == multimodal[0] else ())
+        for budget in BUDGETS_GIB
+        for dtype in KV_DTYPES
+        for host in HOST_GB
+        for layout in ("tp1", "tp8") + (("dpa8",) if "moe" in name else ())
+        if not (spec == "ngram" and layout == "dpa8")
+    ]
+    text = [Case(name, "none", None, 8, "bf16", 0, "tp1") for name in GEMMA4_TEXT_FAMILIES]
+    return cases + text
 
 
 def kimi_cases() -> list[Case]:
@@ -551,7 +587,9 @@ def _state_bytes(pool: Any) -> int:
     return total
 
 
-def _configurator(sa: Any, mc: Any, *, draft: bool, target: Any = None) -> Any:
+def _configurator(
+    sa: Any, mc: Any, *, draft: bool, target: Any = None, pool_config: Any = None
+) -> Any:
     from sglang.srt import runtime_context as rc
     from sglang.srt.configs.model_config import AttentionArch
     from sglang.srt.mem_cache import kv_cache_dtype as kvd
@@ -610,7 +648,13 @@ def _configurator(sa: Any, mc: Any, *, draft: bool, target: Any = None) -> Any:
         token_to_kv_pool_allocator=(
             target.token_to_kv_pool_allocator if target is not None else None
         ),
-        memory_pool_config=target.memory_pool_config if target is not None else None,
+        memory_pool_config=(
+            pool_config
+            if pool_config is not None
+            else target.memory_pool_config
+            if target is not None
+            else None
+        ),
         draft_model_idx=None,
     )
 
@@ -860,16 +904,19 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
                 draft_path = sa.model_path
             if draft_path:
                 dmc = ModelConfig.from_server_args(sa, model_path=draft_path, is_draft_model=True)
-                draft = _configurator(sa, dmc, draft=True, target=result).configure(
-                    pre_model_load_memory=pre_load_gib
-                )
+                draft = _configurator(
+                    sa, dmc, draft=True, target=result, pool_config=_frozen_config(result)
+                ).configure(pre_model_load_memory=pre_load_gib)
                 draft_bytes = _tensor_bytes(draft.token_to_kv_pool, _state_seen(result))
             host: dict[str, Any] = {}
             if rc.get_memory().enable_hierarchical_cache:
                 from sglang.srt.configs.model_config import AttentionArch
 
                 packed = draft is not None and bool(dmc.num_nextn_predict_layers)
-                host = host_side(result, draft, mc.attention_arch == AttentionArch.MLA, packed)
+                # FROZEN_KV_MTP registers no draft pool with HiCache
+                # (BaseSpecWorker._draft_model_runners returns none for it)
+                sidecar = None if _frozen_config(result) is not None else draft
+                host = host_side(result, sidecar, mc.attention_arch == AttentionArch.MLA, packed)
         except (ValueError, RuntimeError, AssertionError) as exc:
             if os.environ.get("SGLANG_FIDELITY_TRACE"):
                 traceback.print_exc()
@@ -897,6 +944,21 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
         "host_state_slots": host.get("host_state_slots"),
         "host_bytes": host.get("host_bytes"),
     }
+
+
+def _frozen_config(target: Any) -> Any:
+    """The draft worker's pool config under FROZEN_KV_MTP (a Gemma-4 assistant draft):
+    ``FrozenKVMTPWorkerV2.alloc_memory_pool`` sizes its own pool at a dummy 64 tokens
+    (it reads the target's cache), else None (the target's config)."""
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.model_executor.pool_configurator import MemoryPoolConfig
+
+    if (rc.get_spec().speculative_algorithm or "").upper() != "FROZEN_KV_MTP":
+        return None
+    return MemoryPoolConfig(
+        max_total_num_tokens=64,
+        max_running_requests=target.memory_pool_config.max_running_requests,
+    )
 
 
 def _indexer_bytes(pool: Any) -> int:

@@ -264,7 +264,7 @@ GEMMA4 = Architecture(
             "vocab_size_per_layer_input": 262_144,
         }
     ),
-    unmodelled_engines=frozenset({"sglang", "trtllm"}),
+    unmodelled_engines=frozenset({"trtllm"}),
 )
 
 GEMMA4_ASSISTANT = Architecture(
@@ -276,7 +276,7 @@ GEMMA4_ASSISTANT = Architecture(
     ties_embeddings=True,
     nested_types=frozenset({"gemma4_assistant"}),
     text_defaults=GEMMA4.text_defaults,
-    unmodelled_engines=frozenset({"sglang", "trtllm"}),
+    unmodelled_engines=frozenset({"trtllm"}),
 )
 
 ARCHITECTURES = (GEMMA4, GEMMA4_ASSISTANT)

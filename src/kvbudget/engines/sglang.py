@@ -80,7 +80,13 @@ from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.cost import pp_stage_layers
-from kvbudget.engines import sglang_dsv4, sglang_kimi, sglang_minimax, sglang_step3p5
+from kvbudget.engines import (
+    sglang_dsv4,
+    sglang_gemma4,
+    sglang_kimi,
+    sglang_minimax,
+    sglang_step3p5,
+)
 from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import (
     GB,
@@ -147,8 +153,9 @@ class SglangRelease:
 
 
 # model_type of the architectures is_hybrid_swa_model allow-lists (GptOss, Llama4,
-# Step3p5ForCausalLM: sglang_step3p5, 0.5.23 only, ...)
-HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "llama4", "step3p5"})
+# Step3p5ForCausalLM: sglang_step3p5, 0.5.23 only; Gemma4ForConditionalGeneration:
+# sglang_gemma4, 0.5.23 only, ...)
+HYBRID_SWA_MODEL_TYPES = frozenset({"gpt_oss", "llama4", "step3p5", "gemma4"})
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
 DSA_PAGE_TOKENS = 64
 # --mamba-full-memory-ratio's fallback, 0.9, in tenths (arg_groups/fields/schedule.py)
@@ -181,6 +188,9 @@ class Layout:
     state: StateLayout | None = None  # Mamba / Gated DeltaNet layers (MambaPool)
     indexer: int = 0  # of ``full``: DSA indexer keys (DSATokenToKVPool)
     draft_indexer: int = 0  # of ``draft``
+    # a Gemma-4 assistant's fixed dummy pool (sglang_gemma4.frozen_pool_bytes): its
+    # layers are priced in ``draft_layers`` but hold no rows of the full pool
+    frozen_draft_bytes: int = 0
 
     def cell(self, ratio: float) -> float:
         """SGLang's per-token budget figure (``_compute_cell_size`` / hybrid ``cell``)."""
@@ -238,7 +248,9 @@ def layer_bytes_per_token(layer: Layer, d: Deployment, tp: int) -> int:
 def layout(d: Deployment, stage: int) -> Layout:
     """SGLang's per-token bytes for PP stage ``stage`` (drafts on the last stage)."""
     target = d.target
-    layers = [target.layers[i] for i in pp_stage_layers(target.num_layers, d.parallel.pp)[stage]]
+    # Gemma-4: every layer (KV-shared ones too) at its type's shape (sglang_gemma4)
+    own = sglang_gemma4.pool_layers(d) if sglang_gemma4.is_gemma4(d) else target.layers
+    layers = [own[i] for i in pp_stage_layers(target.num_layers, d.parallel.pp)[stage]]
     state = state_layout(d, [*layers, *target.mtp_layers])
     if state is not None and d.parallel.pp > 1:
         raise InvalidArgumentError(
@@ -268,6 +280,7 @@ def layout(d: Deployment, stage: int) -> Layout:
         elif d.draft is not None:
             draft = [x for x in d.draft.layers if layer_bytes_per_token(x, d, 1)]
     windows = {x.sliding_window for x in sliding}
+    frozen = sglang_gemma4.assistant_layers(d) if stage == d.parallel.pp - 1 else 0
     return Layout(
         full=per_token(full),
         full_layers=len(full),
@@ -275,12 +288,13 @@ def layout(d: Deployment, stage: int) -> Layout:
         swa_layers=len(sliding),
         window=max(w for w in windows if w is not None) if sliding else None,
         draft=per_token(draft),
-        draft_layers=len(draft),
-        packed_draft=packed,
+        draft_layers=len(draft) + frozen,
+        packed_draft=packed and not frozen,
         per_layer_full=layer_bytes_per_token(full[0], d, d.parallel.attention_tp) if full else 0,
         state=state,
         indexer=sum(_indexer_bytes(x, d) for x in full),
         draft_indexer=sum(_indexer_bytes(x, d) for x in draft),
+        frozen_draft_bytes=sglang_gemma4.frozen_pool_bytes(d, page_tokens(d)) if frozen else 0,
     )
 
 
@@ -316,7 +330,7 @@ def allocate(
 
 def device_bytes(lay: Layout, full: int, swa: int, page: int) -> int:
     """Bytes SGLang's device pools really take: ``T + page`` rows per pool."""
-    total = (full + page) * lay.full + (full + page) * lay.draft
+    total = (full + page) * lay.full + (full + page) * lay.draft + lay.frozen_draft_bytes
     if lay.swa_layers:
         total += (swa + page) * lay.swa
     return total
@@ -1033,7 +1047,12 @@ def _notes(
     """What each setting does in SGLang, for the emitted comments."""
     facts = ENGINES["sglang"]
     draft_pool = (
-        "; the draft pool holds the same tokens with its own geometry" if lay.draft_layers else ""
+        "; the Gemma-4 assistant (FROZEN_KV_MTP) reads the target's pools and keeps only "
+        f"a dummy pool of {sglang_gemma4.FROZEN_DRAFT_TOKENS} tokens"
+        if lay.frozen_draft_bytes
+        else "; the draft pool holds the same tokens with its own geometry"
+        if lay.draft_layers
+        else ""
     )
     notes = [
         f"# {facts.token_knob} is the full pool's tokens{draft_pool}",
@@ -1142,7 +1161,13 @@ def _pools(lay: Layout, full: int, swa: int, page: int, host: Pools | None) -> t
     pools = [pool("target", "kv", "gpu", full, lay.full, "full")]
     if lay.swa_layers:
         pools.append(pool("target", "window", "gpu", swa, lay.swa, "swa"))
-    if lay.draft_layers:
+    if lay.frozen_draft_bytes:
+        rows = sglang_gemma4.FROZEN_DRAFT_TOKENS + page
+        per_row = lay.frozen_draft_bytes // rows
+        pools.append(
+            pool("draft", "kv", "gpu", sglang_gemma4.FROZEN_DRAFT_TOKENS, per_row, "assistant")
+        )
+    elif lay.draft_layers:
         pools.append(
             pool("draft", "kv", "gpu", full, lay.draft, "mtp" if lay.packed_draft else "draft")
         )
@@ -1227,6 +1252,7 @@ def engine_model(release: SglangRelease) -> EngineModel:
     def check_release(d: Deployment) -> None:
         check(d)
         sglang_step3p5.check(d, release.version)
+        sglang_gemma4.check(d, release.version)
         sglang_kimi.check(d)
         sglang_minimax.check(d, release.version, d.host_bytes)
         state = any(
