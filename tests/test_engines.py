@@ -91,8 +91,9 @@ def test_every_engine_names_every_spec_mode_and_dtype(engine: str) -> None:
     # every Eagle config to EAGLE3 or EAGLE3_ONE_MODEL): --spec eagle is refused there, and
     # it has no DFlash drafts (vLLM: method "dflash"; SGLang: DFLASH)
     both = {"eagle", "dflash"}
-    # DeepSeek-V4.1's DSpark stages are modelled under vLLM only (method "dspark")
-    own = {"dspark"} if engine == "vllm" else set()
+    # DeepSeek-V4.1's DSpark stages are modelled under vLLM (method "dspark") and SGLang
+    # (DSPARK) only
+    own = {"dspark"} if engine in ("vllm", "sglang") else set()
     assert set(facts.spec_names) == SPEC_MODES | (both if engine != "trtllm" else set()) | own
     assert set(facts.kv_dtype_names) == set(KV_DTYPE_NAMES) - {"auto"}
     assert all(f.kv_dtype_names["int8"] is None for f in ENGINES.values())

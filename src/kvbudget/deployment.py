@@ -449,9 +449,10 @@ def for_engine(
     if mode.name == "dspark" and (speculation is None or mode.name not in speculation):
         raise InvalidArgumentError(
             f"{model.summary} is not modelled for --spec dspark: kvbudget models "
-            "DeepSeek-V4.1's DSpark stages as vLLM 0.33.0 runs them only (its SGLang and "
-            "TensorRT-LLM models have not read their DSPARK drafters' pools, and kvbudget's "
-            "own cache has no V4.1 compressed pool); plan --spec dspark with --engine vllm"
+            "DeepSeek-V4.1's DSpark stages as vLLM 0.33.0 and SGLang 0.5.23 run them only "
+            "(its TensorRT-LLM model has not read a DSPARK drafter's pools, and kvbudget's "
+            "own cache has no V4.1 compressed pool); plan --spec dspark with --engine vllm "
+            "or --engine sglang"
         )
     if speculation is not None and mode.lookahead and mode.name not in speculation:
         raise InvalidArgumentError(
@@ -691,7 +692,7 @@ def _resolve_draft(
             "are DSpark stages, which vLLM runs only as --speculative-config method dspark "
             'and SGLang only as --speculative-algorithm DSPARK ("DeepSeek-V4.1 does not '
             'support speculative decoding other than DSpark yet"); plan --spec dspark '
-            "with --engine vllm"
+            "with --engine vllm or sglang"
         )
     if mode.draft == "mtp" and not target.mtp_layers:
         raise InvalidArgumentError(

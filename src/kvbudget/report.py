@@ -216,8 +216,10 @@ def _draft(plan: Plan) -> str:
     if plan.spec == "mtp":
         own = plan.manager("draft") is not None
         return f"the target's MTP layers (mtp, {'own cache' if own else 'in the target cache'})"
-    if plan.spec == "dspark":
-        return "the target's DSpark stages (dspark, in the target cache)"
+    if plan.spec == "dspark":  # SGLang's draft worker keeps a pool of its own
+        own = any(x.role == "draft" for x in plan.engine.pools)
+        where = "own pool" if own else "in the target cache"
+        return f"the target's DSpark stages (dspark, {where})"
     if plan.spec == "ngram":
         return "none (ngram: lookahead slots, no draft cache)"
     if plan.draft is None:

@@ -180,8 +180,14 @@ FAMILY_SGLANG = {
 }
 # DeepSeek-V4.1 family configs as written: a text_config with DeepSeek's own
 # compress_ratios list (0, 1, 2), which SGLang 0.5.23's DeepseekV41Config flattens
-# (configs/deepseek_v41.py normalize_deepseek_v41_config)
-DSV41_FAMILIES = ("family/deepseek-v41-defaults", "family/deepseek-v41-rings")
+# (configs/deepseek_v41.py normalize_deepseek_v41_config); -dspark bundles the DSpark
+# drafter's fields (dspark_target_layer_ids, ...), which SGLang's DSPARK runs
+DSV41_FAMILIES = (
+    "family/deepseek-v41-defaults",
+    "family/deepseek-v41-rings",
+    "family/deepseek-v41-dspark",
+)
+DSV41_DSPARK = "family/deepseek-v41-dspark"
 FAMILY_SGLANG.update({name: FAMILY_CONFIGS[name] for name in DSV41_FAMILIES})
 # Step-3.5 family configs as written: SGLang 0.5.23 reads them with its own Step3p5Config
 # (configs/step3p5.py: the legacy num_attention_groups / moe_num_experts fields, other
@@ -254,16 +260,16 @@ def family_cases() -> list[Case]:
     """The DeepSeek-V4 and V4.1 family configs x {none, mtp} x {8, 40} GiB x {bf16, fp8}
     x {TP1, TP8, DP attention}, no host pool (kvbudget does not model SGLang's
     DeepSeek-V4 HiCache); mtp runs EAGLE with the checkpoint's MTP layer (NextN) as the
-    draft. V4.1 runs none only: its mtp.* are DSpark stages, and SGLang takes no other
-    speculative decoding for it (validate_deepseek_v41_features), which kvbudget refuses.
-    Then the Step-3.5, Kimi and MiniMax-M3 cases."""
+    draft. V4.1 runs none, and dspark (DSPARK with the checkpoint's bundled DSpark
+    stages) where the config has them: SGLang takes no other speculative decoding for it
+    (validate_deepseek_v41_features). Then the Step-3.5, Kimi and MiniMax-M3 cases."""
     return (
         [
             Case(name, spec, None, budget, dtype, 0, layout)
             for name in FAMILY_SGLANG
             if name not in (*STEP3P5_FAMILIES, *KIMI_FAMILIES, *MINIMAX_M3_FAMILIES, M3_EAGLE3_HEAD)
             and not name.startswith("family/gemma4")
-            for spec in (("none",) if name in DSV41_FAMILIES else ("none", "mtp"))
+            for spec in _dsv4_specs(name)
             for budget in BUDGETS_GIB
             for dtype in KV_DTYPES
             for layout in ("tp1", "tp8", "dpa8")
@@ -294,6 +300,12 @@ def gemma4_cases() -> list[Case]:
     ]
     text = [Case(name, "none", None, 8, "bf16", 0, "tp1") for name in GEMMA4_TEXT_FAMILIES]
     return cases + text
+
+
+def _dsv4_specs(name: str) -> tuple[str, ...]:
+    if name == DSV41_DSPARK:
+        return ("none", "dspark")
+    return ("none",) if name in DSV41_FAMILIES else ("none", "mtp")
 
 
 def kimi_cases() -> list[Case]:
@@ -604,6 +616,8 @@ def _configurator(
 
     spec = SpeculativeAlgorithm.from_string(rc.get_spec().speculative_algorithm)
     layers = mc.num_nextn_predict_layers if draft and mc.num_nextn_predict_layers else None
+    if draft and spec.is_dspark():
+        layers = _dspark_stages(mc)
     model = types.SimpleNamespace(start_layer=0, end_layer=layers or mc.num_hidden_layers)
     info = resolve_layer_indices(model=model, model_config=mc, is_draft_worker=draft)
     aux = resolve_spec_aux_hidden_state_config(
@@ -657,6 +671,20 @@ def _configurator(
         ),
         draft_model_idx=None,
     )
+
+
+def _dspark_stages(mc: Any) -> int:
+    """The DSpark draft model's layers (``DeepseekV4ForCausalLMDSpark.__init__``: its
+    ``end_layer`` is ``num_stages``), read with SGLang's own draft-config parser."""
+    from sglang.srt.speculative.dspark_components.dspark_config import (
+        parse_dspark_draft_config,
+    )
+
+    assert mc.hf_config.architectures[0] == "DeepseekV4ForCausalLMDSpark", mc.hf_config
+    parsed = parse_dspark_draft_config(draft_hf_config=mc.hf_config)
+    if parsed.target_layer_ids is not None:
+        return len(parsed.target_layer_ids)
+    return int(getattr(mc.hf_config, "num_nextn_predict_layers", 1) or 1)
 
 
 def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str, Any]:

@@ -192,6 +192,7 @@ ENGINES: Mapping[str, EngineFacts] = MappingProxyType(
                     "eagle3": "EAGLE3",
                     "eagle": "EAGLE",
                     "dflash": "DFLASH",
+                    "dspark": "DSPARK",
                     "mtp": "NEXTN",
                     "draft-target": "STANDALONE",
                     "ngram": "NGRAM",

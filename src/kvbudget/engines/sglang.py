@@ -767,7 +767,7 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
             ),
             "# SGLang sets --page-size 256 and --kv-cache-dtype fp8_e4m3 for DeepSeek-V4"
             + (" and V4.1" if sglang_dsv4.is_v41(d) else ""),
-            *_dsv4_draft_notes(lay, p),
+            *_dsv4_draft_notes(d, lay, p),
         ),
         warnings=tuple(warnings),
         detail={
@@ -792,10 +792,19 @@ def _plan_dsv4(d: Deployment, ledger: Ledger, release: SglangRelease) -> EngineP
     )
 
 
-def _dsv4_draft_notes(lay: sglang_dsv4.Dsv4Layout, p: sglang_dsv4.Dsv4Pools) -> tuple[str, ...]:
-    """What the EAGLE draft of a DeepSeek-V4 plan adds, in words."""
+def _dsv4_draft_notes(
+    d: Deployment, lay: sglang_dsv4.Dsv4Layout, p: sglang_dsv4.Dsv4Pools
+) -> tuple[str, ...]:
+    """What the draft of a DeepSeek-V4 (EAGLE) or V4.1 (DSPARK) plan adds, in words."""
     if not lay.draft_layers:
         return ()
+    if d.spec.name == "dspark":
+        return (
+            f"# the DSpark draft (DeepseekV4ForCausalLMDSpark, {lay.draft_layers} "
+            f"window-only stages) keeps {p.swa} window rows a stage in a pool of its own; "
+            f"the pair rings are {lay.pair_ring} rows, and SGLang's estimate prices the "
+            "draft as one layer, (layers + 1) / layers",
+        )
     return (
         f"# the MTP draft (DeepseekV4ForCausalLMNextN, one layer) keeps {p.swa} window "
         f"rows of its own; the compressor rings are {lay.rings[0]} and {lay.rings[1]} "
@@ -837,6 +846,8 @@ def _dsv4_settings(
         settings[facts.draft_len_knob] = k
         settings["--speculative-eagle-topk"] = 1
         settings["--speculative-num-draft-tokens"] = k + 1
+    if d.spec.name == "dspark":
+        settings |= sglang_dsv4.dspark_settings(d)
     return settings
 
 
@@ -882,7 +893,7 @@ def _dsv4_pools(lay: sglang_dsv4.Dsv4Layout, p: sglang_dsv4.Dsv4Pools) -> tuple[
             out.append(pool("kv", (p.full + page) // ratio, sglang_dsv4.LOW_RATIO_INDEX_PAGE,
                             keys, f"c{ratio} indexer"))  # fmt: skip
     if lay.c2_layers:
-        slots = (p.running + 1) * sglang_dsv4.LOW_RATIO_PAIR_RING
+        slots = (p.running + 1) * lay.pair_ring
         out.append(pool("state", slots, 1, p.c2_state_bytes, "c2 state"))
     if lay.draft_layers:  # the NextN draft's own pool: its window rows only
         out.append(pool("window", p.swa, page, p.draft_swa_bytes, "draft swa", "draft"))
@@ -1251,6 +1262,12 @@ def engine_model(release: SglangRelease) -> EngineModel:
 
     def check_release(d: Deployment) -> None:
         check(d)
+        if d.spec.name == "dspark" and release.version != VERSION:
+            raise InvalidArgumentError(
+                f"--engine sglang@{release.version} is not modelled for --spec dspark "
+                f"(SGLang {VERSION}'s DSPARK pools were read and run only); plan it with "
+                f"--engine sglang@{VERSION}"
+            )
         sglang_step3p5.check(d, release.version)
         sglang_gemma4.check(d, release.version)
         sglang_kimi.check(d)

@@ -3,8 +3,9 @@ them.
 
 Facts from the SGLang 0.5.23 wheel (``python/sglang/srt/``; the PyPI wheel records no
 commit), each run by the fidelity harness (``benchmarks/fidelity/sglang``) on the path
-modelled here: CUDA on Hopper, no speculative decoding or the checkpoint's MTP layer as
-an EAGLE draft (below), no HiCache, one PP stage, the paged (not ``unified_kv``) pool,
+modelled here: CUDA on Hopper, no speculative decoding, the checkpoint's MTP layer as
+an EAGLE draft or (V4.1) its DSpark stages as a DSPARK draft (below), no HiCache, one PP
+stage, the paged (not ``unified_kv``) pool, no encoder SWA replay,
 ``SGLANG_DSV4_*`` environment switches at their defaults.
 
 * **Config** (``configs/model_config.py`` ``_derive_model_shapes``): SGLang reads the
@@ -85,6 +86,22 @@ the same pool; what differs is data (:class:`Dsv4Layout` ``c1_layers``, ``c2_lay
   is not defaulted for V4.1 (``model_overrides/deepseek_v4.py``), so left unset SGLang
   sizes the sliding pool from the request cap (``_resolve_swa_cap_tokens``): the plan
   emits 0.1, SGLang's ratio default, and sizes the sliding pool by it as for V4.
+* **DSpark** (``--speculative-algorithm DSPARK``; ``arg_groups/speculative_hook.py``
+  ``_handle_dspark``): one step of top-k 1 (both forced), ``--speculative-dspark-block-size``
+  gamma (``--max-draft-len``) and a verify window of ``gamma + 1`` draft tokens; the draft
+  path defaults to the target, whose config bundles the drafter
+  (``checkpoint_bundles_dspark_draft``: a ``dspark_*`` key); DP attention needs
+  ``--enable-dp-lm-head``. The draft worker loads ``DeepseekV4ForCausalLMDSpark``
+  (``configs/model_config.py`` ``_config_draft_model``) of ``len(dspark_target_layer_ids)``
+  stages (``models/deepseek_v4_dspark.py``; vLLM counts ``n_mtp_layers`` /
+  ``num_nextn_predict_layers``: a config where they differ is refused), each a
+  ``DSparkAttention`` of compress ratio 0, whatever ``compress_ratios`` says past the
+  target's layers; its ``DeepSeekV4TokenToKVPool`` (``_build_dsv4_kv_pool``, draft
+  worker) holds the target's ``swa`` window rows on every stage and nothing else. With
+  ``n`` draft tokens the ratio-2 pair ring is ``1 << (n + 1).bit_length()`` rows
+  (``get_compress_state_ring_size``), and the estimate inflates the per-token bytes by
+  ``(L + 1) / L`` (one draft layer, whatever the stages): it admits fewer tokens than the
+  exact pools, so :func:`estimated_full` (which prices V4.1's terms too) pins the plan.
 * **Estimate** (``_compressed_bytes_per_full_token``, ``_get_low_ratio_kv_padding_bytes``,
   ``_get_c2_state_fixed_bytes``): the same latents, keys, reserved pages and pair states,
   priced per token; the sliding pool is priced at ``0.1 x full`` rows without its floor
@@ -95,8 +112,9 @@ the same pool; what differs is data (:class:`Dsv4Layout` ``c1_layers``, ``c2_lay
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvbudget.engines.common import cdiv
 from kvbudget.errors import InvalidArgumentError
@@ -133,9 +151,16 @@ class Dsv4Layout:
     head_dim: int  # qk_nope + qk_rope: the compressor state's width
     index_head_dim: int
     window: int
-    draft_layers: int = 0  # the EAGLE draft's window-only NextN layers (0 or 1)
+    draft_layers: int = 0  # the draft's window-only layers (NextN: 1; DSpark: its stages)
     c1_layers: int = 0  # DeepSeek-V4.1's ratio-1 KV sources
     c2_layers: int = 0  # ... and ratio-2 KV sources
+    draft_tokens: int = 0  # --speculative-num-draft-tokens (0: no speculative decoding)
+
+    @property
+    def pair_ring(self) -> int:
+        """The ratio-2 pair ring (``get_compress_state_ring_size(2, draft_tokens)``): 2,
+        or with draft tokens the power of two above ``draft_tokens + 1``."""
+        return 1 << (self.draft_tokens + 1).bit_length() if self.draft_tokens else 2
 
     @property
     def low_index_row_bytes(self) -> int:
@@ -215,7 +240,7 @@ def is_v41(d: Deployment) -> bool:
 
 def check(d: Deployment, *, host_bytes: int = 0) -> None:
     """InvalidArgumentError for a DeepSeek-V4 or V4.1 deployment outside the modelled
-    path (V4.1: no speculative decoding, which SGLang refuses but for DSpark)."""
+    path (V4.1: none or DSpark, as SGLang takes no other speculative decoding for it)."""
     cfg = d.target.raw_config
     text = cfg.get("text_config", cfg)
     if not isinstance(text.get("compress_ratios"), list):
@@ -226,26 +251,30 @@ def check(d: Deployment, *, host_bytes: int = 0) -> None:
             + "; SGLang fails on it (configs/model_config.py _derive_model_shapes); pass "
             "a config with compress_ratios, or plan it with --engine vllm"
         )
-    if is_v41(d) and d.spec.name != "none":
+    if is_v41(d) and d.spec.name not in ("none", "dspark"):
         raise InvalidArgumentError(
             f'SGLang 0.5.23 refuses DeepSeek-V4.1 with --spec {d.spec.name}: "DeepSeek-V4.1 '
             'does not support speculative decoding other than DSpark yet" '
-            "(arg_groups/deepseek_v4_hook.py validate_deepseek_v41_features), and "
-            "kvbudget does not model DSpark; plan --spec none"
+            "(arg_groups/deepseek_v4_hook.py validate_deepseek_v41_features); plan --spec "
+            "none or --spec dspark"
         )
-    if d.spec.name not in ("none", "mtp"):
+    if d.spec.name not in ("none", "mtp", "dspark"):
         raise InvalidArgumentError(
             f"--engine sglang is modelled for DeepSeek-V4 without speculative decoding or "
             f"with its MTP layer (SGLang takes EAGLE top-k 1 or DSPARK for it; a sidecar "
             f"draft's pools are not modelled); got --spec {d.spec.name}; plan --spec none, "
             "--spec mtp or --engine vllm"
         )
-    if d.spec.name == "mtp" and d.lookahead_tokens + 1 > MAX_DRAFT_TOKENS:
+    if d.spec.name == "dspark":
+        _check_dspark(d)
+    limit = _max_draft_tokens(d)
+    if d.spec.name in ("mtp", "dspark") and limit and d.lookahead_tokens + 1 > limit:
+        ring = SPEC_C4_RING if limit == MAX_DRAFT_TOKENS else SPEC_C128_RING
         raise InvalidArgumentError(
-            f"SGLang's DeepSeek-V4 ratio-4 compressor ring ({SPEC_C4_RING} rows) serves at "
-            f"most {MAX_DRAFT_TOKENS} draft tokens (_assert_ring_serves_draft_tokens); "
-            f"--max-draft-len {d.lookahead_tokens} needs {d.lookahead_tokens + 1}; pick "
-            f"--max-draft-len {MAX_DRAFT_TOKENS - 1} or less"
+            f"SGLang's DeepSeek-V4 compressor ring ({ring} rows) serves at most {limit} "
+            f"draft tokens (_assert_ring_serves_draft_tokens); --max-draft-len "
+            f"{d.lookahead_tokens} needs {d.lookahead_tokens + 1}; pick --max-draft-len "
+            f"{limit - 1} or less"
         )
     if d.parallel.pp > 1 and is_v41(d):
         raise InvalidArgumentError(
@@ -266,6 +295,26 @@ def check(d: Deployment, *, host_bytes: int = 0) -> None:
             )
 
 
+def dspark_settings(d: Deployment) -> dict[str, Any]:
+    """SGLang's DSPARK flags (``arg_groups/speculative_hook.py`` ``_handle_dspark``): one
+    step of top-k 1 (it forces both), a block of ``gamma`` = ``--max-draft-len`` tokens
+    (``--speculative-dspark-block-size`` overrides the checkpoint's ``dspark_block_size``)
+    and a verify window of ``gamma + 1``; the draft path defaults to the target, whose
+    config bundles the drafter (``checkpoint_bundles_dspark_draft``). DP attention needs
+    ``--enable-dp-lm-head``."""
+    k = d.lookahead_tokens
+    out: dict[str, Any] = {
+        "--speculative-algorithm": "DSPARK",
+        "--speculative-num-steps": 1,
+        "--speculative-eagle-topk": 1,
+        "--speculative-dspark-block-size": k,
+        "--speculative-num-draft-tokens": k + 1,
+    }
+    if d.parallel.dp_attention and d.parallel.dp > 1:
+        out["--enable-dp-lm-head"] = True
+    return out
+
+
 def layout_of(d: Deployment) -> Dsv4Layout:
     """The pool's layer counts and widths for ``d``'s target."""
     layers = [x for x in d.target.layers if isinstance(x, CompressedMLALayer)]
@@ -280,11 +329,65 @@ def layout_of(d: Deployment) -> Dsv4Layout:
         head_dim=first.head_dim,
         index_head_dim=index,
         window=first.window,
-        # DeepseekV4ForCausalLMNextN: one draft layer whatever the checkpoint ships
-        draft_layers=1 if d.spec.name == "mtp" else 0,
+        draft_layers=_draft_layers(d),
         c1_layers=sum(x.compress_ratio == 1 for x in sources),
         c2_layers=sum(x.compress_ratio == 2 for x in sources),
+        draft_tokens=d.lookahead_tokens + 1 if d.spec.name in ("mtp", "dspark") else 0,
     )
+
+
+def _max_draft_tokens(d: Deployment) -> int:
+    """The most draft tokens the speculative compressor rings serve
+    (``get_compress_state_write_pad``: ``16 - 8 + 2`` with a ratio-4 layer, else ``256 -
+    128 + 2`` with a ratio-128 one); 0 with neither (V4.1's pair ring grows instead).
+    The NextN draft is checked against the ratio-4 ring whatever the layers."""
+    ratios = {x.compress_ratio for x in d.target.layers if isinstance(x, CompressedMLALayer)}
+    if 4 in ratios or d.spec.name == "mtp":
+        return MAX_DRAFT_TOKENS
+    return SPEC_C128_RING - 128 + 2 if 128 in ratios else 0
+
+
+def _draft_layers(d: Deployment) -> int:
+    """The draft pool's window-only layers: DeepseekV4ForCausalLMNextN's one layer
+    whatever the checkpoint ships (``--spec mtp``), or DeepseekV4ForCausalLMDSpark's
+    stages (``--spec dspark``: ``len(dspark_target_layer_ids)``, else
+    ``num_nextn_predict_layers``, else 1; ``models/deepseek_v4_dspark.py``)."""
+    if d.spec.name == "mtp":
+        return 1
+    if d.spec.name != "dspark":
+        return 0
+    return dspark_stages(_text_config(d))
+
+
+def _text_config(d: Deployment) -> Mapping[str, Any]:
+    """The target's text config (V4.1 nests it; SGLang flattens it)."""
+    cfg = d.target.raw_config
+    text = cfg.get("text_config", cfg)
+    return text if isinstance(text, Mapping) else cfg
+
+
+def dspark_stages(text: Mapping[str, Any]) -> int:
+    """``DeepseekV4ForCausalLMDSpark.num_stages`` of a (flattened) V4.1 config."""
+    ids = text.get("dspark_target_layer_ids")
+    if isinstance(ids, list) and ids:
+        return len(ids)
+    return int(text.get("num_nextn_predict_layers") or 1)
+
+
+def _check_dspark(d: Deployment) -> None:
+    """InvalidArgumentError where SGLang's DSpark draft differs from the one kvbudget's
+    model counts (vLLM's stages, whose weights the plan holds). ``--max-draft-len 0``,
+    which ``_handle_dspark`` refuses (a verify window of at least 2), is refused for
+    every engine before this."""
+    sglang_stages = dspark_stages(_text_config(d))
+    if sglang_stages != len(d.target.mtp_layers):
+        raise InvalidArgumentError(
+            f"SGLang 0.5.23 builds {sglang_stages} DSpark stage(s) for {d.target.name} "
+            "(DeepseekV4ForCausalLMDSpark: one per dspark_target_layer_ids entry), vLLM "
+            f"{len(d.target.mtp_layers)} (n_mtp_layers, else num_nextn_predict_layers), "
+            "which kvbudget's weights count; not modelled: give the config as many stages "
+            "as target layers, or plan --engine vllm"
+        )
 
 
 def page_bytes(rows: int) -> int:
@@ -359,19 +462,26 @@ def _low_ratio_bytes(lay: Dsv4Layout, full: int, running: int) -> dict[str, int]
         out[f"c{ratio}_indexer_bytes"] = (
             keys * LOW_RATIO_INDEX_PAGE * lay.low_index_row_bytes * sources
         )
-    ring = LOW_RATIO_PAIR_RING
-    out["c2_state_bytes"] = (
-        _state_bytes((running + 1) * ring, ring, 2, 2 * lay.head_dim) * lay.c2_layers
-    )
+    out["c2_state_bytes"] = _pair_state_bytes(lay, running)
     return out
+
+
+def _pair_state_bytes(lay: Dsv4Layout, running: int) -> int:
+    """The ratio-2 sources' pair states (``_make_pair_state_pool``; the estimate's
+    ``_get_c2_state_fixed_bytes`` prices the same rows)."""
+    ring = lay.pair_ring
+    return _state_bytes((running + 1) * ring, ring, 2, 2 * lay.head_dim) * lay.c2_layers
 
 
 def estimated_full(lay: Dsv4Layout, budget_bytes: int, running: int) -> int:
     """The full tokens SGLang's own byte estimate admits in ``budget_bytes``
     (``DSV4PoolConfigurator.calculate_pool_sizes``, in its float arithmetic): per-token
     bytes of the paged rows (``page_bytes / page``), the c4 states priced per sliding
-    row, the ``(L + 1) / L`` draft inflation under speculative decoding; the c128 states
-    of ``running + 1`` request slots are fixed bytes; the result floored to the page."""
+    row, V4.1's ratio-1/2 latents and fp4 keys (``_compressed_bytes_per_full_token``),
+    the ``(L + 1) / L`` draft inflation under speculative decoding (one draft layer,
+    whatever the draft's count); the c128 and pair states of ``running + 1`` request
+    slots are fixed bytes; the result floored to the page, less the pages V4.1's
+    reserved rows take (``_get_low_ratio_kv_padding_bytes``)."""
     c4_ring, c128_ring = lay.rings
     per_swa = (
         page_bytes(PAGE_TOKENS) / PAGE_TOKENS * lay.layers
@@ -382,16 +492,40 @@ def estimated_full(lay: Dsv4Layout, budget_bytes: int, running: int) -> int:
     c4_page, c128_page = PAGE_TOKENS // 4, PAGE_TOKENS // 128
     c4 = 1 / 4 * (page_bytes(c4_page) / c4_page) + 1 / 4 * INDEXER_ESTIMATE_BYTES
     c128 = 1 / 128 * (page_bytes(c128_page) / c128_page)
-    # _get_bytes_per_full_token's sum over the ratios, in its order (4, then 128)
-    per_full = SWA_FULL_TOKENS_RATIO * per_swa + sum((c4 * lay.c4_layers, c128 * lay.c128_layers))
+    low = {r: (_row_bytes(r) + lay.low_index_row_bytes) / r for r in (1, 2)}
+    # _get_bytes_per_full_token's sum over the ratios, in collect_sources_by_ratio's
+    # order (4, 128, 1, 2); an absent ratio adds 0.0, which leaves the float unchanged
+    terms = (c4 * lay.c4_layers, c128 * lay.c128_layers, low[1] * lay.c1_layers,
+             low[2] * lay.c2_layers)  # fmt: skip
+    per_full = SWA_FULL_TOKENS_RATIO * per_swa + sum(terms)
     if lay.draft_layers:
         per_full *= (lay.layers + 1) / lay.layers  # one draft layer, as SGLang prices it
     fixed = _state_bytes((running + 1) * c128_ring, c128_ring, 128, 2 * lay.head_dim)
-    available = max(budget_bytes - fixed * lay.c128_layers, 0)
+    available = max(budget_bytes - fixed * lay.c128_layers - _pair_state_bytes(lay, running), 0)
     full = int(available / per_full) // PAGE_TOKENS * PAGE_TOKENS
-    while full > 0 and full * per_full > available:  # its loop (no ratio-1/2 padding here)
-        full -= PAGE_TOKENS
+    while full > 0 and full * per_full + _low_ratio_padding(lay, full) > available:
+        full -= PAGE_TOKENS  # its loop
     return full
+
+
+def _row_bytes(ratio: int) -> float:
+    """``_get_paged_kv_bytes_per_token(ratio)``: a page's bytes over its rows."""
+    page = PAGE_TOKENS // ratio
+    return page_bytes(page) / page
+
+
+def _low_ratio_padding(lay: Dsv4Layout, full: int) -> float:
+    """``_get_low_ratio_kv_padding_bytes``: the ratio-1/2 sources' reserved latent page
+    and the keys past ``full // r`` their indexer pool holds; 0 for V4."""
+    padding = 0.0
+    for ratio, sources in ((1, lay.c1_layers), (2, lay.c2_layers)):
+        if not sources:
+            continue
+        main = PAGE_TOKENS * _row_bytes(ratio)
+        keys = cdiv((full + PAGE_TOKENS) // ratio + LOW_RATIO_INDEX_PAGE, LOW_RATIO_INDEX_PAGE)
+        index = (keys * LOW_RATIO_INDEX_PAGE - full // ratio) * lay.low_index_row_bytes
+        padding += (main + index) * sources
+    return padding
 
 
 def largest_pools(d: Deployment, lay: Dsv4Layout, budget_bytes: int) -> Dsv4Pools | None:
@@ -426,6 +560,8 @@ __all__ = [
     "Dsv4Layout",
     "Dsv4Pools",
     "check",
+    "dspark_settings",
+    "dspark_stages",
     "estimated_full",
     "is_dsv4",
     "is_v41",
