@@ -15,10 +15,11 @@ the pool-size solvers, the ``--max-total-tokens`` cap, ``resolve_max_num_reqs`` 
 real pool classes, their buffers on torch's ``meta`` device. A sidecar draft (EAGLE,
 EAGLE3, draft model) gets its draft worker's configurator (``is_draft_worker=True``, the
 target's ``MemoryPoolConfig``, request pool and allocator), as
-``ModelRunner.alloc_memory_pool`` builds it. No SGLang code is copied; the model configs
-are kvbudget's shipped presets (``src/kvbudget/data/models``) and the DeepSeek-V4, V4.1,
-Step-3.5 and Kimi family configs of tests/family_configs.py in the form SGLang reads
-(``FAMILY_SGLANG``).
+``ModelRunner.alloc_memory_pool`` builds it; with multi-layer EAGLE (Step-3.5) one per
+``--speculative-num-steps`` runner, each with its ``draft_model_idx``. No SGLang code is
+copied; the model configs are kvbudget's shipped presets (``src/kvbudget/data/models``)
+and the DeepSeek-V4, V4.1, Step-3.5 and Kimi family configs of tests/family_configs.py in
+the form SGLang reads (``FAMILY_SGLANG``).
 
 Stubs (``_sglang_stubs.py``): triton and torchvision stand-ins, the platform of an H200,
 the meta device's streams, the Triton copy-kernel warm-ups, gpt-oss's ``mxfp4``
@@ -259,8 +260,9 @@ def kimi_cases() -> list[Case]:
 def step3p5_cases() -> list[Case]:
     """The Step-3.5 family configs x {none, ngram, mtp} x {8, 40} GiB x {bf16, fp8} x
     {no host, 64 GB} x {TP 8, DP attention} (its weights do not fit one H200; ngram with
-    DP attention is refused by SGLang, so not run); kvbudget refuses mtp and -defaults
-    for SGLang (kvbudget.engines.sglang_step3p5), which the summary counts."""
+    DP attention is refused by SGLang, so not run); kvbudget refuses -defaults, -hybrid
+    and -upstream for SGLang (kvbudget.engines.sglang_step3p5), which the summary counts;
+    mtp runs multi-layer EAGLE, one draft runner per step (``sglang_side``)."""
     return [
         Case(name, spec, None, budget, dtype, host, layout)
         for name in STEP3P5_FAMILIES
@@ -511,7 +513,9 @@ def _state_bytes(pool: Any) -> int:
     return total
 
 
-def _configurator(sa: Any, mc: Any, *, draft: bool, target: Any = None) -> Any:
+def _configurator(
+    sa: Any, mc: Any, *, draft: bool, target: Any = None, draft_model_idx: int | None = None
+) -> Any:
     from sglang.srt import runtime_context as rc
     from sglang.srt.configs.model_config import AttentionArch
     from sglang.srt.mem_cache import kv_cache_dtype as kvd
@@ -527,7 +531,13 @@ def _configurator(sa: Any, mc: Any, *, draft: bool, target: Any = None) -> Any:
     spec = SpeculativeAlgorithm.from_string(rc.get_spec().speculative_algorithm)
     layers = mc.num_nextn_predict_layers if draft and mc.num_nextn_predict_layers else None
     model = types.SimpleNamespace(start_layer=0, end_layer=layers or mc.num_hidden_layers)
-    info = resolve_layer_indices(model=model, model_config=mc, is_draft_worker=draft)
+    if draft and mc.hf_config.architectures[0] == "Step3p5MTP":
+        # Step3p5MTP's start_layer / end_layer properties read its Step3p5AMultiTokenPredictor's,
+        # which has none: resolve_layer_indices falls back to _compute_model_num_layers (1)
+        model = types.SimpleNamespace()
+    info = resolve_layer_indices(
+        model=model, model_config=mc, is_draft_worker=draft, draft_model_idx=draft_model_idx
+    )
     aux = resolve_spec_aux_hidden_state_config(
         server_args=sa, model_config=mc, spec_algorithm=spec, is_draft_worker=draft
     )
@@ -571,14 +581,17 @@ def _configurator(sa: Any, mc: Any, *, draft: bool, target: Any = None) -> Any:
             target.token_to_kv_pool_allocator if target is not None else None
         ),
         memory_pool_config=target.memory_pool_config if target is not None else None,
-        draft_model_idx=None,
+        draft_model_idx=draft_model_idx,
     )
 
 
-def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str, Any]:
+def host_side(
+    target: Any, draft: Any, use_mla: bool, packed: bool, more_drafts: tuple[Any, ...] = ()
+) -> dict[str, Any]:
     """The host pools HiCache builds for the device pools (``hybrid_pool_assembler.py``):
     ``build_kv_only_group`` (MTP draft layers packed, as ``_can_pack_hicache_mtp`` decides
-    for NEXTN), or ``_split_hicache_size`` + ``build_hybrid_swa_group`` for a sliding
+    for NEXTN; with multi-layer EAGLE every runner's pool, ``more_drafts`` after
+    ``draft``), or ``_split_hicache_size`` + ``build_hybrid_swa_group`` for a sliding
     hybrid, then ``build_full_draft_pools`` for a sidecar draft."""
     from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as asm
     from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
@@ -588,7 +601,11 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
     page = get_schedule().page_size
     HOST_BOOKINGS.clear()
     pool = target.token_to_kv_pool
-    mtp = (draft.token_to_kv_pool,) if packed and draft is not None else ()
+    mtp = (
+        tuple(x.token_to_kv_pool for x in (draft, *more_drafts))
+        if packed and draft is not None
+        else ()
+    )
     mamba = getattr(target.req_to_token_pool, "mamba_pool", None)
     if mamba is not None:
         # build_hybrid_mamba_stack's sizing steps: prepare_host_pool_config over the
@@ -749,18 +766,33 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
                 # Qwen3-Next / Qwen3.5 MTP: no path is resolved and the draft worker's
                 # ModelConfig.from_server_args falls back to the target's model_path
                 draft_path = sa.model_path
+            drafts: list[Any] = []
             if draft_path:
                 dmc = ModelConfig.from_server_args(sa, model_path=draft_path, is_draft_model=True)
-                draft = _configurator(sa, dmc, draft=True, target=result).configure(
-                    pre_model_load_memory=pre_load_gib
+                # multi-layer EAGLE (Step-3.5: _step3p_overrides): one draft ModelRunner per
+                # step, each with its own pool (TpModelWorker._init_multi_layer_eagle_model_runners)
+                multi = rc.get_spec().enable_multi_layer_eagle
+                for idx in range(rc.get_spec().speculative_num_steps if multi else 1):
+                    drafts.append(
+                        _configurator(
+                            sa,
+                            dmc,
+                            draft=True,
+                            target=result,
+                            draft_model_idx=idx if multi else None,
+                        ).configure(pre_model_load_memory=pre_load_gib)
+                    )
+                draft = drafts[0]
+                draft_bytes = sum(
+                    _tensor_bytes(x.token_to_kv_pool, _state_seen(result)) for x in drafts
                 )
-                draft_bytes = _tensor_bytes(draft.token_to_kv_pool, _state_seen(result))
             host: dict[str, Any] = {}
             if rc.get_memory().enable_hierarchical_cache:
                 from sglang.srt.configs.model_config import AttentionArch
 
                 packed = draft is not None and bool(dmc.num_nextn_predict_layers)
-                host = host_side(result, draft, mc.attention_arch == AttentionArch.MLA, packed)
+                use_mla = mc.attention_arch == AttentionArch.MLA
+                host = host_side(result, draft, use_mla, packed, tuple(drafts[1:]))
         except (ValueError, RuntimeError, AssertionError) as exc:
             if os.environ.get("SGLANG_FIDELITY_TRACE"):
                 traceback.print_exc()
