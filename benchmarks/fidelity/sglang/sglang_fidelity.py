@@ -102,11 +102,13 @@ class Case:
     host_gb: int
     layout: str  # tp1, tp8, dpa8 (TP 8, DP 8, DP attention)
     context: int | None = None  # --max-seq-len (None: kvbudget's default, the target's)
+    draft_len: int | None = None  # --max-draft-len (None: kvbudget's default, 3)
 
     @property
     def id(self) -> str:
         host = f"host{self.host_gb}" if self.host_gb else "nohost"
         context = f" ctx{self.context}" if self.context else ""
+        context += f" k{self.draft_len}" if self.draft_len else ""
         return (
             f"{self.target} {self.spec} {self.budget_gib}GiB {self.kv_dtype} {host} "
             f"{self.layout}{context}"
@@ -262,7 +264,8 @@ def step3p5_cases() -> list[Case]:
     {no host, 64 GB} x {TP 8, DP attention} (its weights do not fit one H200; ngram with
     DP attention is refused by SGLang, so not run); kvbudget refuses -defaults, -hybrid
     and -upstream for SGLang (kvbudget.engines.sglang_step3p5), which the summary counts;
-    mtp runs multi-layer EAGLE, one draft runner per step (``sglang_side``)."""
+    mtp runs multi-layer EAGLE, one draft runner per step (``sglang_side``). Then -uniform
+    mtp with 2 draft steps, fewer than its 3 MTP layers (the target still prices 3)."""
     return [
         Case(name, spec, None, budget, dtype, host, layout)
         for name in STEP3P5_FAMILIES
@@ -272,6 +275,10 @@ def step3p5_cases() -> list[Case]:
         for host in HOST_GB
         for layout in ("tp8", "dpa8")
         if not (spec == "ngram" and layout == "dpa8")
+    ] + [
+        Case("family/step3p5-uniform", "mtp", None, 40, "bf16", host, layout, draft_len=2)
+        for host in HOST_GB
+        for layout in ("tp8", "dpa8")
     ]
 
 
@@ -382,6 +389,7 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
             engine=engine,
             gpu="H200",
             max_seq_len=case.context,
+            **({"max_draft_len": case.draft_len} if case.draft_len else {}),
             **case.parallel(),
         )
     except kb.InfeasibleBudgetError as exc:
