@@ -463,8 +463,12 @@ def test_sglang_ngram_has_no_draft_pool(tmp_path: Path) -> None:
             {},
             r"attention_other_setting has no num_attention_groups",
         ),
-        # the MTP draft (Step3p5MTP) is priced in the sliding pool: not modelled
-        (STEP3P5_UNIFORM, {"spec": "mtp"}, r"with --spec mtp: SGLang 0.5.23 prices"),
+        # the MTP draft is planned (test_sglang_step3p5_mtp.py); other drafts are not
+        (
+            STEP3P5_UNIFORM,
+            {"spec": "draft-target", "draft": "meta-llama/Llama-3.2-1B-Instruct"},
+            r"with --spec draft-target: SGLang 0.5.23 prices such a draft",
+        ),
         # checked against the 0.5.23 wheel only
         (STEP3P5_UNIFORM, {"engine": "sglang@main@003fca80"}, r"checked against SGLang 0.5.23"),
         # 1 GB of host leaves --hicache-size 0, but the pools were laid out for HiCache

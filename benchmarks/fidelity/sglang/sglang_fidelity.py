@@ -15,11 +15,13 @@ the pool-size solvers, the ``--max-total-tokens`` cap, ``resolve_max_num_reqs`` 
 real pool classes, their buffers on torch's ``meta`` device. A sidecar draft (EAGLE,
 EAGLE3, draft model) gets its draft worker's configurator (``is_draft_worker=True``, the
 target's ``MemoryPoolConfig``, request pool and allocator), as
-``ModelRunner.alloc_memory_pool`` builds it. No SGLang code is copied; the model configs
-are kvbudget's shipped presets (``src/kvbudget/data/models``) and the DeepSeek-V4, V4.1,
-Step-3.5, Kimi, MiniMax-M3 and Gemma-4 family configs of tests/family_configs.py in
-the form SGLang reads (``FAMILY_SGLANG``). A Gemma-4 assistant draft (FROZEN_KV_MTP)
-gets its worker's 64-token pool config (``_frozen_config``) and no HiCache sidecar.
+``ModelRunner.alloc_memory_pool`` builds it; with multi-layer EAGLE (Step-3.5) one per
+``--speculative-num-steps`` runner, each with its ``draft_model_idx``. No SGLang code is
+copied; the model configs are kvbudget's shipped presets (``src/kvbudget/data/models``)
+and the DeepSeek-V4, V4.1, Step-3.5, Kimi, MiniMax-M3 and Gemma-4 family configs of
+tests/family_configs.py in the form SGLang reads (``FAMILY_SGLANG``). A Gemma-4 assistant
+draft (FROZEN_KV_MTP) gets its worker's 64-token pool config (``_frozen_config``) and no
+HiCache sidecar.
 
 Stubs (``_sglang_stubs.py``): triton and torchvision stand-ins, the platform of an H200,
 the meta device's streams, the Triton copy-kernel warm-ups, gpt-oss's ``mxfp4``
@@ -103,11 +105,13 @@ class Case:
     host_gb: int
     layout: str  # tp1, tp8, dpa8 (TP 8, DP 8, DP attention)
     context: int | None = None  # --max-seq-len (None: kvbudget's default, the target's)
+    draft_len: int | None = None  # --max-draft-len (None: kvbudget's default, 3)
 
     @property
     def id(self) -> str:
         host = f"host{self.host_gb}" if self.host_gb else "nohost"
         context = f" ctx{self.context}" if self.context else ""
+        context += f" k{self.draft_len}" if self.draft_len else ""
         return (
             f"{self.target} {self.spec} {self.budget_gib}GiB {self.kv_dtype} {host} "
             f"{self.layout}{context}"
@@ -347,8 +351,10 @@ def minimax_m3_cases() -> list[Case]:
 def step3p5_cases() -> list[Case]:
     """The Step-3.5 family configs x {none, ngram, mtp} x {8, 40} GiB x {bf16, fp8} x
     {no host, 64 GB} x {TP 8, DP attention} (its weights do not fit one H200; ngram with
-    DP attention is refused by SGLang, so not run); kvbudget refuses mtp and -defaults
-    for SGLang (kvbudget.engines.sglang_step3p5), which the summary counts."""
+    DP attention is refused by SGLang, so not run); kvbudget refuses -defaults, -hybrid
+    and -upstream for SGLang (kvbudget.engines.sglang_step3p5), which the summary counts;
+    mtp runs multi-layer EAGLE, one draft runner per step (``sglang_side``). Then -uniform
+    mtp with 2 draft steps, fewer than its 3 MTP layers (the target still prices 3)."""
     return [
         Case(name, spec, None, budget, dtype, host, layout)
         for name in STEP3P5_FAMILIES
@@ -358,6 +364,10 @@ def step3p5_cases() -> list[Case]:
         for host in HOST_GB
         for layout in ("tp8", "dpa8")
         if not (spec == "ngram" and layout == "dpa8")
+    ] + [
+        Case("family/step3p5-uniform", "mtp", None, 40, "bf16", host, layout, draft_len=2)
+        for host in HOST_GB
+        for layout in ("tp8", "dpa8")
     ]
 
 
@@ -468,6 +478,7 @@ def kvbudget_side(case: Case, engine: str) -> KbSide:
             engine=engine,
             gpu="H200",
             max_seq_len=case.context,
+            **({"max_draft_len": case.draft_len} if case.draft_len else {}),
             **case.parallel(),
         )
     except kb.InfeasibleBudgetError as exc:
@@ -600,7 +611,13 @@ def _state_bytes(pool: Any) -> int:
 
 
 def _configurator(
-    sa: Any, mc: Any, *, draft: bool, target: Any = None, pool_config: Any = None
+    sa: Any,
+    mc: Any,
+    *,
+    draft: bool,
+    target: Any = None,
+    pool_config: Any = None,
+    draft_model_idx: int | None = None,
 ) -> Any:
     from sglang.srt import runtime_context as rc
     from sglang.srt.configs.model_config import AttentionArch
@@ -619,7 +636,13 @@ def _configurator(
     if draft and spec.is_dspark():
         layers = _dspark_stages(mc)
     model = types.SimpleNamespace(start_layer=0, end_layer=layers or mc.num_hidden_layers)
-    info = resolve_layer_indices(model=model, model_config=mc, is_draft_worker=draft)
+    if draft and mc.hf_config.architectures[0] == "Step3p5MTP":
+        # Step3p5MTP's start_layer / end_layer properties read its Step3p5AMultiTokenPredictor's,
+        # which has none: resolve_layer_indices falls back to _compute_model_num_layers (1)
+        model = types.SimpleNamespace()
+    info = resolve_layer_indices(
+        model=model, model_config=mc, is_draft_worker=draft, draft_model_idx=draft_model_idx
+    )
     aux = resolve_spec_aux_hidden_state_config(
         server_args=sa, model_config=mc, spec_algorithm=spec, is_draft_worker=draft
     )
@@ -669,7 +692,7 @@ def _configurator(
             if target is not None
             else None
         ),
-        draft_model_idx=None,
+        draft_model_idx=draft_model_idx,
     )
 
 
@@ -687,10 +710,13 @@ def _dspark_stages(mc: Any) -> int:
     return int(getattr(mc.hf_config, "num_nextn_predict_layers", 1) or 1)
 
 
-def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str, Any]:
+def host_side(
+    target: Any, draft: Any, use_mla: bool, packed: bool, more_drafts: tuple[Any, ...] = ()
+) -> dict[str, Any]:
     """The host pools HiCache builds for the device pools (``hybrid_pool_assembler.py``):
     ``build_kv_only_group`` (MTP draft layers packed, as ``_can_pack_hicache_mtp`` decides
-    for NEXTN), or ``_split_hicache_size`` + ``build_hybrid_swa_group`` for a sliding
+    for NEXTN; with multi-layer EAGLE every runner's pool, ``more_drafts`` after
+    ``draft``), or ``_split_hicache_size`` + ``build_hybrid_swa_group`` for a sliding
     hybrid, then ``build_full_draft_pools`` for a sidecar draft."""
     from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler as asm
     from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool, MiniMaxSparseKVPool
@@ -700,7 +726,11 @@ def host_side(target: Any, draft: Any, use_mla: bool, packed: bool) -> dict[str,
     page = get_schedule().page_size
     HOST_BOOKINGS.clear()
     pool = target.token_to_kv_pool
-    mtp = (draft.token_to_kv_pool,) if packed and draft is not None else ()
+    mtp = (
+        tuple(x.token_to_kv_pool for x in (draft, *more_drafts))
+        if packed and draft is not None
+        else ()
+    )
     mamba = getattr(target.req_to_token_pool, "mamba_pool", None)
     if mamba is not None:
         # build_hybrid_mamba_stack's sizing steps: prepare_host_pool_config over the
@@ -930,12 +960,27 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
                 # Qwen3-Next / Qwen3.5 MTP: no path is resolved and the draft worker's
                 # ModelConfig.from_server_args falls back to the target's model_path
                 draft_path = sa.model_path
+            drafts: list[Any] = []
             if draft_path:
                 dmc = ModelConfig.from_server_args(sa, model_path=draft_path, is_draft_model=True)
-                draft = _configurator(
-                    sa, dmc, draft=True, target=result, pool_config=_frozen_config(result)
-                ).configure(pre_model_load_memory=pre_load_gib)
-                draft_bytes = _tensor_bytes(draft.token_to_kv_pool, _state_seen(result))
+                # multi-layer EAGLE (Step-3.5: _step3p_overrides): one draft ModelRunner per
+                # step, each with its own pool (TpModelWorker._init_multi_layer_eagle_model_runners)
+                multi = rc.get_spec().enable_multi_layer_eagle
+                for idx in range(rc.get_spec().speculative_num_steps if multi else 1):
+                    drafts.append(
+                        _configurator(
+                            sa,
+                            dmc,
+                            draft=True,
+                            target=result,
+                            pool_config=_frozen_config(result),
+                            draft_model_idx=idx if multi else None,
+                        ).configure(pre_model_load_memory=pre_load_gib)
+                    )
+                draft = drafts[0]
+                draft_bytes = sum(
+                    _tensor_bytes(x.token_to_kv_pool, _state_seen(result)) for x in drafts
+                )
             host: dict[str, Any] = {}
             if rc.get_memory().enable_hierarchical_cache:
                 from sglang.srt.configs.model_config import AttentionArch
@@ -944,7 +989,8 @@ def sglang_side(kb: KbSide, pre_load_bytes: int | None) -> dict[str, Any]:
                 # FROZEN_KV_MTP registers no draft pool with HiCache
                 # (BaseSpecWorker._draft_model_runners returns none for it)
                 sidecar = None if _frozen_config(result) is not None else draft
-                host = host_side(result, sidecar, mc.attention_arch == AttentionArch.MLA, packed)
+                use_mla = mc.attention_arch == AttentionArch.MLA
+                host = host_side(result, sidecar, use_mla, packed, tuple(drafts[1:]))
         except (ValueError, RuntimeError, AssertionError) as exc:
             if os.environ.get("SGLANG_FIDELITY_TRACE"):
                 traceback.print_exc()

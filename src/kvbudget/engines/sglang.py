@@ -172,8 +172,12 @@ class Layout:
 
     ``full``: target layers in the full pool (every target layer unless the model is a
     sliding hybrid); ``swa``: sliding layers of a hybrid; ``draft``: the draft pool
-    (sidecar) or the packed MTP layers; ``cell``: the per-token figure SGLang budgets
-    with (its draft approximation included; a float for hybrids, whose ratio is one).
+    (sidecar) or the packed MTP layers, over the full pool's rows, or the sliding pool's
+    with ``draft_in_swa`` (Step-3.5's MTP runners: :mod:`kvbudget.engines.sglang_step3p5`);
+    ``cell``: the per-token figure SGLang budgets with (its draft approximation included;
+    a float for hybrids, whose ratio is one): ``cell_draft_layers`` draft layers at a
+    full layer's size (None: ``draft_layers``) and ``cell_draft_swa`` bytes of draft
+    layers in the sliding share.
     """
 
     full: int
@@ -191,14 +195,19 @@ class Layout:
     # a Gemma-4 assistant's fixed dummy pool (sglang_gemma4.frozen_pool_bytes): its
     # layers are priced in ``draft_layers`` but hold no rows of the full pool
     frozen_draft_bytes: int = 0
+    draft_in_swa: bool = False
+    cell_draft_layers: int | None = None
+    cell_draft_swa: int = 0
 
     def cell(self, ratio: float) -> float:
         """SGLang's per-token budget figure (``_compute_cell_size`` / hybrid ``cell``)."""
+        priced = self.draft_layers if self.cell_draft_layers is None else self.cell_draft_layers
         if self.swa_layers:
-            return self.per_layer_full * (self.full_layers + self.draft_layers) + ratio * (self.swa)
-        if not self.draft_layers:
+            full = self.per_layer_full * (self.full_layers + priced)
+            return full + ratio * (self.swa + self.cell_draft_swa)
+        if not priced:
             return self.full
-        return int(self.full * (1 + self.draft_layers / self.full_layers))
+        return int(self.full * (1 + priced / self.full_layers))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,7 +290,7 @@ def layout(d: Deployment, stage: int) -> Layout:
             draft = [x for x in d.draft.layers if layer_bytes_per_token(x, d, 1)]
     windows = {x.sliding_window for x in sliding}
     frozen = sglang_gemma4.assistant_layers(d) if stage == d.parallel.pp - 1 else 0
-    return Layout(
+    lay = Layout(
         full=per_token(full),
         full_layers=len(full),
         swa=per_token(sliding),
@@ -296,6 +305,7 @@ def layout(d: Deployment, stage: int) -> Layout:
         draft_indexer=sum(_indexer_bytes(x, d) for x in draft),
         frozen_draft_bytes=sglang_gemma4.frozen_pool_bytes(d, page_tokens(d)) if frozen else 0,
     )
+    return sglang_step3p5.mtp_layout(d, lay)
 
 
 def _indexer_bytes(layer: Layer, d: Deployment) -> int:
@@ -330,7 +340,8 @@ def allocate(
 
 def device_bytes(lay: Layout, full: int, swa: int, page: int) -> int:
     """Bytes SGLang's device pools really take: ``T + page`` rows per pool."""
-    total = (full + page) * lay.full + (full + page) * lay.draft + lay.frozen_draft_bytes
+    draft_rows = swa if lay.draft_in_swa else full
+    total = (full + page) * lay.full + (draft_rows + page) * lay.draft + lay.frozen_draft_bytes
     if lay.swa_layers:
         total += (swa + page) * lay.swa
     return total
@@ -502,13 +513,14 @@ def plan_stage(d: Deployment, stage: int, budget: int) -> SglangPlan:
     if state is not None:
         budget -= state.bytes
     swa = _swa_tokens_needed(lay, d) if lay.swa_layers else 0
-    fixed = (swa + page) * lay.swa if lay.swa_layers else 0
-    slope = lay.full + lay.draft
+    swa_side = lay.swa + (lay.draft if lay.draft_in_swa else 0)  # bytes per sliding row
+    fixed = (swa + page) * swa_side if lay.swa_layers else 0
+    slope = lay.full + (0 if lay.draft_in_swa else lay.draft)
     full = ((budget - fixed) // slope - page) // page * page if slope else 0
     if lay.swa_layers and full < swa:
         # the sliding pool cannot outgrow the full pool (ratio at most 1): both pools
         # get the same tokens, fewer requests' windows than max_batch_size
-        full = (budget // (slope + lay.swa) - page) // page * page
+        full = (budget // (slope + swa_side) - page) // page * page
     ratio = None
     while full > 0:
         if lay.swa_layers:
@@ -614,7 +626,9 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
         else None
     )
     profiled = max(st.budget_bytes for st in stages)
-    fraction = _mem_fraction(d, ledger.max_weights_bytes, profiled)
+    # weights as SGLang loads them: the ledger's, and Step-3.5's MTP runners' embeddings
+    weights = sglang_step3p5.loaded_weights_bytes(d, ledger.max_weights_bytes)
+    fraction = _mem_fraction(d, weights, profiled)
     sequences = min(full // (d.max_seq_len + d.lookahead_tokens), d.max_batch_size)
     if state is not None:
         sequences = min(sequences, state.running)
@@ -628,7 +642,7 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
         max_concurrency=sequences,
     )
     context = context_check(d)
-    warnings = list(context.warnings)
+    warnings = list(context.warnings) + sglang_step3p5.warnings(d)
     if lay.swa_layers and swa < _swa_tokens_needed(lay, d):
         warnings.append(
             f"SGLang's sliding pool ({swa} tokens, --swa-full-tokens-ratio at its maximum "
@@ -674,7 +688,7 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
             "derived_context_length": context.target_tokens,
             "max_total_num_tokens": full,
             "max_running_requests": _max_running_requests(d, full, state),
-            "weights_bytes": ledger.max_weights_bytes,
+            "weights_bytes": weights,
             "swa_tokens": swa if lay.swa_layers else None,
             "swa_full_tokens_ratio": chosen.ratio,
             "draft_tokens": full if lay.draft and not lay.packed_draft else None,
@@ -1029,7 +1043,7 @@ def _settings(
         settings[facts.host_knob] = hicache_gb
     spec = d.spec.name
     if spec in facts.spec_names:
-        settings[facts.spec_knob] = facts.spec_names[spec]
+        settings[facts.spec_knob] = sglang_step3p5.spec_algorithm(d, facts.spec_names[spec])
         if d.draft_source:
             settings[facts.draft_model_knob] = d.draft_source
         if d.draft_revision:  # ServerArgs.speculative_draft_model_revision (0.5.23)
@@ -1062,7 +1076,7 @@ def _notes(
         f"a dummy pool of {sglang_gemma4.FROZEN_DRAFT_TOKENS} tokens"
         if lay.frozen_draft_bytes
         else "; the draft pool holds the same tokens with its own geometry"
-        if lay.draft_layers
+        if lay.draft_layers and not lay.draft_in_swa
         else ""
     )
     notes = [
@@ -1092,6 +1106,7 @@ def _notes(
             "# with HiCache SGLang keeps Step-3.5's sliding layers in the full pool at full "
             "length (_step3p_overrides sets disable_hybrid_swa_memory)"
         )
+    notes += sglang_step3p5.mtp_notes(d, lay, chosen.swa_tokens)
     if d.target.model_type not in HYBRID_SWA_MODEL_TYPES and any(
         isinstance(x, AttentionLayer) and x.sliding_window for x in d.target.layers
     ):
@@ -1178,6 +1193,8 @@ def _pools(lay: Layout, full: int, swa: int, page: int, host: Pools | None) -> t
         pools.append(
             pool("draft", "kv", "gpu", sglang_gemma4.FROZEN_DRAFT_TOKENS, per_row, "assistant")
         )
+    elif lay.draft_in_swa:  # Step-3.5's MTP runners: one sliding layer each
+        pools.append(pool("draft", "window", "gpu", swa, lay.draft, "mtp"))
     elif lay.draft_layers:
         pools.append(
             pool("draft", "kv", "gpu", full, lay.draft, "mtp" if lay.packed_draft else "draft")

@@ -26,6 +26,33 @@ run by the fidelity harness (``benchmarks/fidelity/sglang``, ``--match step3p5``
   the pools' pages) would have been planned with the wrong pools: refused
   (:func:`check_hicache`).
 
+* **MTP draft** (``--spec mtp``; benchmarks/fidelity/sglang runs it): emitted as
+  ``--speculative-algorithm EAGLE``, for which ``_step3p_overrides`` sets
+  ``enable_multi_layer_eagle`` (it compares the flag before NEXTN is aliased to EAGLE,
+  so NEXTN leaves it off, and a single draft runner then has ``draft_model_idx`` None,
+  which ``Step3p5MTP.load_weights`` adds to ``num_hidden_layers``: TypeError).
+  ``MultiLayerEagleDraftWorker`` builds one draft ``ModelRunner`` per step,
+  ``--speculative-num-steps`` = K of them (``TpModelWorker._init_multi_layer_eagle_model_runners``),
+  each a ``Step3p5MTP`` (``ModelConfig.__init__`` renames the draft's architecture) that
+  loads MTP layer ``num_hidden_layers + i`` (``_filter_mtp_weights``) and allocates its
+  own pool from the target's ``MemoryPoolConfig`` (``KVCacheConfigurator`` with
+  ``is_draft_worker=True``). ``_compute_model_num_layers`` gives ``Step3p5MTP`` one
+  layer and ``get_hybrid_layer_ids`` makes it sliding (``[0]``), so each runner's pool
+  is one sliding layer of the target's sliding rows (``SWAKVPool``, no full layer):
+  ``(swa + page) x`` one sliding layer's bytes; with HiCache (no sliding pool) one layer of
+  the full rows (``MHATokenToKVPool``), and the K pools are packed into the target's
+  host pool (``_can_pack_hicache_mtp``). The target's configurator prices the draft
+  from the target's own config (path-less: ``_resolve_eagle_aux_hidden_state``):
+  ``eagle_draft_num_layers = num_nextn_predict_layers`` (N), of which
+  ``eagle_draft_swa_num_layers = min(sliding layers, N)`` in the sliding share
+  (``HybridSWAPoolConfigurator.__init__``: ``cell = F x (full + N - those) + ratio x S
+  x (sliding + those)``), or ``int(cell x N / layers)`` more without a sliding pool
+  (``DefaultPoolConfigurator``): :func:`mtp_layout`. Each runner also keeps its own
+  ``embed_tokens`` (``Step3p5AMultiTokenPredictor``; ``Step3p5MTP.set_embed_and_head``
+  does nothing), K copies of the target's embedding that the ledger's weights do not
+  hold: added to the weights ``--mem-fraction-static`` covers, with a warning
+  (:func:`draft_embedding_bytes`).
+
 Refused (:func:`check`), each in what SGLang would do:
 
 * no ``layer_types``: ``get_hybrid_layer_ids`` enumerates ``None`` (TypeError at start);
@@ -40,36 +67,44 @@ Refused (:func:`check`), each in what SGLang would do:
   "num_attention_heads")``, which raises ``AmbiguousGlobalPerLayerAttributeError``;
 * ``attention_other_setting`` without ``num_attention_groups``: ``get_swa_num_kv_heads``
   divides ``None`` (TypeError);
-* a draft pool (``--spec mtp``, EAGLE heads, draft models): SGLang's MTP draft is
-  ``Step3p5MTP`` (``ModelConfig.__init__`` renames the draft's architecture), whose
-  layers ``get_hybrid_layer_ids`` makes one sliding layer ``[0]``, and the target's
-  configurator prices ``eagle_draft_swa_num_layers`` of the draft in the SWA share
-  (``spec_aux_hidden_state.py`` ``_resolve_eagle_aux_hidden_state``,
-  ``pool_configurator.py`` ``HybridSWAPoolConfigurator.__init__``: ``min(sliding
-  layers, num_nextn_predict_layers)`` of them) while the draft worker's pool holds that
-  one layer over the target's sliding rows; kvbudget's hybrid model prices draft layers
-  as full ones in a pool of the full rows, so those plans are not made. NGRAM (no draft
-  pool) and no speculation are planned;
+* ``--spec mtp`` with K above the checkpoint's N MTP layers: runner ``i >= N`` loads no
+  MTP block, and ``Step3p5MTP.load_weights`` raises "Some parameters ... are not in the
+  checkpoint" (RuntimeError); with MTP layers counted from another key than
+  ``num_nextn_predict_layers`` (SGLang's ``Step3p5Config`` reads only that one, so it
+  would price and pack no draft); at ``--pp`` > 1 (the runners under pipeline
+  parallelism are not checked);
+* another draft (EAGLE heads, draft models): the target's configurator prices
+  ``eagle_draft_swa_num_layers`` of the draft's own config in the sliding share, and
+  the draft's pools follow its own layers; not checked. NGRAM (no draft pool) and no
+  speculation are planned;
 * another SGLang release than 0.5.23 (checked against that wheel only).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kvbudget.architectures.step3p5 import plan_layers
 from kvbudget.config_fields import ConfigFields
 from kvbudget.engines.common import GB
 from kvbudget.errors import InvalidArgumentError
+from kvbudget.units import format_bytes
+from kvbudget.weights import weights_bytes
 
 if TYPE_CHECKING:
     from kvbudget.deployment import Deployment
+    from kvbudget.engines.sglang import Layout
 
 MODEL_TYPE = "step3p5"
 CHECKED_VERSION = "0.5.23"
 # --spec values that give SGLang no draft KV pool
 NO_DRAFT_SPECS = frozenset({"none", "ngram"})
+# --spec values planned: the MTP draft as multi-layer EAGLE (module docstring)
+PLANNED_SPECS = NO_DRAFT_SPECS | {"mtp"}
+# the algorithm emitted for --spec mtp: _step3p_overrides turns multi-layer EAGLE on for it
+MTP_ALGORITHM = "EAGLE"
 
 
 def is_step3p5(d: Deployment) -> bool:
@@ -148,13 +183,137 @@ def check(d: Deployment, version: str) -> None:
         raise InvalidArgumentError(
             f"--engine sglang is not modelled for {name}: {reason}; or plan it with --engine vllm"
         )
-    if d.spec.name not in NO_DRAFT_SPECS:
+    if d.spec.name not in PLANNED_SPECS:
         raise InvalidArgumentError(
             f"--engine sglang is not modelled for {name} with --spec {d.spec.name}: SGLang "
-            "0.5.23 prices a Step-3.5 draft's layers in its sliding pool (Step3p5MTP's one "
-            "sliding layer; eagle_draft_swa_num_layers in HybridSWAPoolConfigurator), which "
-            "kvbudget does not model; plan --spec none or ngram, or --engine vllm"
+            "0.5.23 prices such a draft from its own config in Step-3.5's sliding share "
+            "(eagle_draft_swa_num_layers in HybridSWAPoolConfigurator), which kvbudget has "
+            "not checked; plan --spec mtp, none or ngram, or --engine vllm"
         )
+    if d.spec.name == "mtp":
+        reason = _mtp_refusal(d)
+        if reason is not None:
+            raise InvalidArgumentError(
+                f"--engine sglang is not modelled for {name} with --spec mtp: {reason}"
+            )
 
 
-__all__ = ["CHECKED_VERSION", "MODEL_TYPE", "check", "check_hicache", "is_step3p5", "sliding_pool"]
+def _mtp_refusal(d: Deployment) -> str | None:
+    """Why SGLang 0.5.23's multi-layer EAGLE draft of ``d`` is not planned, or None."""
+    n = len(d.target.mtp_layers)
+    if n and d.target.config.get("num_nextn_predict_layers") != n:
+        return (
+            f"its config gives its {n} MTP layers by another key than "
+            "num_nextn_predict_layers, the only one SGLang 0.5.23's Step3p5Config reads "
+            "(it would price and pack no draft layer); give num_nextn_predict_layers"
+        )
+    if n and d.lookahead_tokens > n:
+        return (
+            f"--max-draft-len {d.lookahead_tokens} runs {d.lookahead_tokens} Step3p5MTP "
+            f"draft runners, one per step, each loading MTP layer num_hidden_layers + step, "
+            f"and the checkpoint has {n}: SGLang 0.5.23 raises at start-up "
+            "(Step3p5MTP.load_weights: RuntimeError: Some parameters ... are not in the "
+            f"checkpoint); pass --max-draft-len {n} or less"
+        )
+    if d.parallel.pp > 1:
+        return (
+            f"the multi-layer EAGLE draft runners at --pp {d.parallel.pp} are not checked "
+            "against SGLang 0.5.23; plan --pp 1"
+        )
+    return None
+
+
+def spec_algorithm(d: Deployment, name: str) -> str:
+    """``--speculative-algorithm`` for ``d``: EAGLE for Step-3.5's MTP draft (NEXTN would
+    leave multi-layer EAGLE off: module docstring), else ``name``."""
+    return MTP_ALGORITHM if is_step3p5(d) and d.spec.name == "mtp" else name
+
+
+def mtp_layout(d: Deployment, lay: Layout) -> Layout:
+    """``lay`` with Step-3.5's MTP draft as SGLang 0.5.23 builds it (module docstring):
+    K runners of one layer each, over the sliding rows when there is a sliding pool,
+    priced by the target as ``num_nextn_predict_layers`` draft layers. Any other
+    deployment (or a stage without the draft) gets ``lay`` back. Every Step-3.5 layer
+    has the same KV bytes (:mod:`kvbudget.architectures.step3p5` refuses sliding KV
+    heads or head sizes other than the global ones), so one layer's bytes are a pool's
+    over its layers."""
+    if not (is_step3p5(d) and d.spec.name == "mtp" and lay.draft_layers):
+        return lay
+    runners, nextn = d.lookahead_tokens, len(d.target.mtp_layers)
+    if lay.swa_layers:
+        per_layer = lay.swa // lay.swa_layers
+        priced_swa = min(lay.swa_layers, nextn)
+        return replace(
+            lay,
+            draft=runners * per_layer,
+            draft_layers=runners,
+            draft_in_swa=True,
+            cell_draft_layers=nextn - priced_swa,
+            cell_draft_swa=priced_swa * per_layer,
+        )
+    per_layer = lay.full // lay.full_layers
+    return replace(lay, draft=runners * per_layer, draft_layers=runners, cell_draft_layers=nextn)
+
+
+def draft_embedding_bytes(d: Deployment) -> int:
+    """Bytes per rank of the embeddings Step-3.5's K MTP runners load beside the
+    target's (module docstring): K x the target's ``embed_tokens`` on one rank (the
+    runners' ``VocabParallelEmbedding`` is split over the whole TP group); 0 for any
+    other deployment, and with ``--weights-bytes`` (the user's figure)."""
+    if not (is_step3p5(d) and d.spec.name == "mtp") or d.weights_override is not None:
+        return 0
+    layout = d.parallel
+    one = weights_bytes(
+        d.target, tp=layout.tp, pp=1, pp_stage=0, ep=layout.ep, attention_tp=layout.attention_tp
+    ).embeddings_bytes
+    return d.lookahead_tokens * one
+
+
+def loaded_weights_bytes(d: Deployment, ledger_bytes: int | None) -> int | None:
+    """The weights on a rank as SGLang loads them: the ledger's plus
+    :func:`draft_embedding_bytes`; None when the ledger's are unknown."""
+    return None if ledger_bytes is None else ledger_bytes + draft_embedding_bytes(d)
+
+
+def warnings(d: Deployment) -> list[str]:
+    """A warning with the bytes of the MTP runners' own embeddings, which the plan's
+    weights (but not its ``--mem-fraction-static``) leave out."""
+    extra = draft_embedding_bytes(d)
+    if not extra:
+        return []
+    return [
+        f"SGLang's {d.lookahead_tokens} Step3p5MTP draft runners each load their own copy "
+        "of the target's embed_tokens (Step3p5MTP.set_embed_and_head does not share it): "
+        f"{format_bytes(extra)} ({extra:,} B) more weights per rank than the plan counts; "
+        "--mem-fraction-static covers them, so leave that much GPU memory free beyond "
+        "--kv-budget"
+    ]
+
+
+def mtp_notes(d: Deployment, lay: Layout, swa_tokens: int) -> list[str]:
+    """What the emitted command's MTP draft is, in SGLang's terms."""
+    if not (is_step3p5(d) and d.spec.name == "mtp" and lay.draft_layers):
+        return []
+    rows = f"the sliding pool's {swa_tokens} tokens" if lay.draft_in_swa else "the full pool's"
+    return [
+        f"# --speculative-algorithm {MTP_ALGORITHM}: SGLang runs Step-3.5's MTP layers as "
+        f"multi-layer EAGLE (_step3p_overrides), {lay.draft_layers} Step3p5MTP runners, "
+        f"each one layer of its own pool over {rows}"
+    ]
+
+
+__all__ = [
+    "CHECKED_VERSION",
+    "MODEL_TYPE",
+    "MTP_ALGORITHM",
+    "check",
+    "check_hicache",
+    "draft_embedding_bytes",
+    "is_step3p5",
+    "loaded_weights_bytes",
+    "mtp_layout",
+    "mtp_notes",
+    "sliding_pool",
+    "spec_algorithm",
+    "warnings",
+]
