@@ -12,7 +12,7 @@ A manager caching ``T`` tokens costs ``slope x T + intercept`` bytes:
     per sequence (an interval of n tokens can straddle one more block than n fills),
     capped at the ``ceil(max_seq_len / tokens_per_block)`` blocks a whole sequence spans
     (a sequence never grows past ``max_seq_len``, its lookahead included);
-  - a recurrent layer (Gated DeltaNet, Mamba2) holds one state per sequence (see
+  - a recurrent layer (Gated DeltaNet, Mamba2, KDA) holds one state per sequence (see
     :mod:`kvbudget.layers` for the formulas; its conv state keeps ``conv_kernel - 1 +
     lookahead`` rows), stored in ``state_dtype`` (``auto``: the SSM state in the config's
     ``mamba_ssm_cache_dtype``, float32 for Nemotron-H, the conv state in the model's
