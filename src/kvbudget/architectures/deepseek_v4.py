@@ -23,6 +23,8 @@ mapper. DeepSeek-V4.1 (``deepseek_v41``, vLLM's own package) is
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from kvbudget.architectures.base import Architecture
 from kvbudget.architectures.decoder import gated_mlp
 from kvbudget.config_fields import ConfigFields
@@ -249,6 +251,20 @@ def weights(inv: Inventory, c: ModelFields) -> None:
     mtp_weights(inv, c, hash_layers)
 
 
+# What kvbudget's own cache lacks for this family: its ledger (kvbudget.cost) prices a
+# layer by ``bytes_per_token`` (growing) and ``sliding_window`` / ``state_bytes`` (fixed
+# pools), and a CompressedMLALayer declares only its compressed part (``sliding_window``
+# None, ``state_bytes`` 0), so the ledger would give no pool to the window cache and the
+# compressor rings; and at ratio 128 an fp8 entry (584 bytes) is 4.5625 bytes a token,
+# which an integer slope only bounds from above.
+OWN_CACHE_GAP = (
+    "kvbudget's own cache has no pool for its window cache (sliding_window tokens, every "
+    "layer; the MTP layers' only cache) nor for its compressors' fp32 rings (2 x coff x "
+    "dim values a token over coff x ratio tokens, the indexer's too), which "
+    "CompressedMLALayer does not declare to the ledger, and a compressed fp8 entry of 584 "
+    "bytes per 128 tokens is not a whole number of bytes a token"
+)
+
 DEEPSEEK_V4 = Architecture(
     family="deepseek_v4",
     model_types=frozenset({"deepseek_v4"}),
@@ -257,8 +273,10 @@ DEEPSEEK_V4 = Architecture(
     weights=weights,
     # vLLM's and SGLang's engine models build these caches (SGLang's without speculation:
     # engines/sglang_dsv4.py); TensorRT-LLM's transcription raises for the family, and
-    # kvbudget's own cache has no compressed pool (see the README's families section)
+    # kvbudget's own cache would under-count them (the reason below; the README's
+    # families section)
     unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
+    unmodelled_reasons=MappingProxyType({"kvbudget": OWN_CACHE_GAP}),
 )
 
 ARCHITECTURES = (DEEPSEEK_V4,)
