@@ -13,6 +13,8 @@ Cache, per layer (vLLM 0.33.0 ``models/deepseek_v4/attention.py``, the PyPI whee
 (sliding layers 1: the window cache only), with the indexer on the ratio-4 layers
 (``if self.compress_ratio == 4``). The ``num_nextn_predict_layers`` MTP layers follow the
 model's; vLLM gives a layer past ``num_hidden_layers`` ratio 1 (the window cache only).
+kvbudget's ledger (and so its own cache) reads each layer's bounded caches from
+``CompressedMLALayer.window_parts``: the window cache and the compressors' inputs.
 
 Weights: vLLM's modules (``models/deepseek_v4/nvidia/model.py`` ``DeepseekV4DecoderLayer``,
 ``DeepseekV4MoE``, ``DeepseekV4Model``; ``attention.py``; ``compressor.py``
@@ -22,8 +24,6 @@ mapper. DeepSeek-V4.1 (``deepseek_v41``, vLLM's own package) is
 """
 
 from __future__ import annotations
-
-from types import MappingProxyType
 
 from kvbudget.architectures.base import Architecture
 from kvbudget.architectures.decoder import gated_mlp
@@ -251,20 +251,6 @@ def weights(inv: Inventory, c: ModelFields) -> None:
     mtp_weights(inv, c, hash_layers)
 
 
-# What kvbudget's own cache lacks for this family: its ledger (kvbudget.cost) prices a
-# layer by ``bytes_per_token`` (growing) and ``sliding_window`` / ``state_bytes`` (fixed
-# pools), and a CompressedMLALayer declares only its compressed part (``sliding_window``
-# None, ``state_bytes`` 0), so the ledger would give no pool to the window cache and the
-# compressor rings; and at ratio 128 an fp8 entry (584 bytes) is 4.5625 bytes a token,
-# which an integer slope only bounds from above.
-OWN_CACHE_GAP = (
-    "kvbudget's own cache has no pool for its window cache (sliding_window tokens, every "
-    "layer; the MTP layers' only cache) nor for its compressors' fp32 rings (2 x coff x "
-    "dim values a token over coff x ratio tokens, the indexer's too), which "
-    "CompressedMLALayer does not declare to the ledger, and a compressed fp8 entry of 584 "
-    "bytes per 128 tokens is not a whole number of bytes a token"
-)
-
 DEEPSEEK_V4 = Architecture(
     family="deepseek_v4",
     model_types=frozenset({"deepseek_v4"}),
@@ -272,11 +258,11 @@ DEEPSEEK_V4 = Architecture(
     mtp_layers=mtp_layers,
     weights=weights,
     # vLLM's and SGLang's engine models build these caches (SGLang's without speculation:
-    # engines/sglang_dsv4.py); TensorRT-LLM's transcription raises for the family, and
-    # kvbudget's own cache would under-count them (the reason below; the README's
-    # families section)
-    unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
-    unmodelled_reasons=MappingProxyType({"kvbudget": OWN_CACHE_GAP}),
+    # engines/sglang_dsv4.py); TensorRT-LLM's transcription raises for the family;
+    # kvbudget's own cache holds them (the compressed entries in its blocks, the window
+    # cache and compressor inputs in window pools: CompressedMLALayer.window_parts) where
+    # they are whole bytes (engines/kvbudget_cache.py _check_compressed)
+    unmodelled_engines=frozenset({"trtllm"}),
 )
 
 ARCHITECTURES = (DEEPSEEK_V4,)
