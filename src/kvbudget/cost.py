@@ -299,7 +299,7 @@ def _stage_detail(a: _CostArgs, stage: int) -> CostDetail:
         for window, part in parts.items():
             if window is not None and window < a.seq_len:
                 n, b = windows.get(window, (0, 0))
-                windows[window] = (n + int(part > 0), b + part)
+                windows[window] = (n + 1, b + part)
             else:
                 slope += part
     groups = tuple(_window_group(a, w, n, b) for w, (n, b) in sorted(windows.items()))
