@@ -1,4 +1,4 @@
-"""DeepSeek-V4 in kvbudget's own cache (``--engine kvbudget``).
+"""DeepSeek-V4 and V4.1 in kvbudget's own cache (``--engine kvbudget``).
 
 A compressed layer (:class:`~kvbudget.layers.CompressedMLALayer`) keeps, in the project's
 own terms (there is no engine to compare with; the contract is the ledger, DESIGN rules 2,
@@ -13,6 +13,10 @@ own terms (there is no engine to compare with; the contract is the ledger, DESIG
   the ``coff x ratio`` tokens it pools next (kv and score of ``coff x dim`` values;
   ``coff`` 2 at ratio 4), the indexer's compressor too.
 
+V4.1's layers (:class:`~kvbudget.layers.SharedCompressedMLALayer`) share compressed caches:
+only a KV source keeps entries (ratio 1 or 2; its indexer key where it is an index source
+too), every layer its window cache, a ratio-2 source its compressor's inputs of a pair.
+
 Window groups hold ``window + lookahead`` tokens at worst-case block alignment:
 ``ceil((window + lookahead - 1) / tokens_per_block) + 1`` blocks a sequence. The configs
 are tests/family_configs.py's (transformers 5.20.2 ``DeepseekV4Config`` defaults; the
@@ -26,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from family_configs import DEEPSEEK_V4, DEEPSEEK_V4_SLIDING, folder
+from family_configs import DEEPSEEK_V4, DEEPSEEK_V4_SLIDING, DEEPSEEK_V41_RINGS, folder
 from hypothesis import settings
 from test_cache_stateful import SETTINGS, CacheMachine
 
@@ -99,7 +103,6 @@ def test_what_it_cannot_hold_exactly_is_refused(tmp_path: Path) -> None:
     # tokens is 4.5625 bytes a token
     with pytest.raises(InvalidArgumentError, match=r"584 bytes per 128 tokens.*--kv-dtype bf16"):
         own_plan(DEEPSEEK_V4, tmp_path / "fp8", kv_dtype="fp8")
-    # DeepSeek-V4.1's shared caches stay refused (architectures/deepseek_v41.py)
 
 
 def test_the_cache_keeps_window_blocks_beside_the_compressed_blocks(tmp_path: Path) -> None:
@@ -126,6 +129,35 @@ def test_the_cache_keeps_window_blocks_beside_the_compressed_blocks(tmp_path: Pa
     # group) still cached
     assert cache.admit(B, [*prompt[:257], 7]) == 256
     cache.check_invariants()
+
+
+def test_v41_shared_sources_by_hand(tmp_path: Path) -> None:
+    # family/deepseek-v41-rings: 8 layers of ratios 0, 2, 2, 2, 2, 1, 1, 1; KV sources
+    # 1..5 (each its own), index source 1; ngram, lookahead 3; 32-token blocks (even:
+    # whole ratio-2 entries a block)
+    p = own_plan(DEEPSEEK_V41_RINGS, tmp_path, spec="ngram", tokens_per_block=32)
+    (target,) = p.managers
+    # growing: source 1 (1,024 + 132) / 2 = 578, sources 2..4 1,024 / 2 = 512, source 5
+    # (ratio 1) 1,024; layers 0, 6 and 7 read another's cache or none
+    assert target.slope_bytes_per_token == 578 + 3 * 512 + 1_024 == 3_138
+    # window 2: the ratio-2 sources' compressor inputs, 2 x 512 x 4 each; window 128: the
+    # 8 window caches. Blocks a sequence: ceil((2 + 3 - 1) / 32) + 1 = 2 and
+    # ceil((128 + 3 - 1) / 32) + 1 = 6
+    assert target.window_groups == (
+        WindowGroup(window_tokens=2, num_layers=4, bytes_per_token=16_384, blocks_per_seq=2),
+        WindowGroup(window_tokens=128, num_layers=8, bytes_per_token=8_192, blocks_per_seq=6),
+    )
+    window_bytes = 16 * 32 * (2 * 16_384 + 6 * 8_192)
+    assert target.fixed_bytes == window_bytes == 41_943_040
+    blocks = (8 * GIB - window_bytes) // (3_138 * 32)
+    assert blocks == 85_125 and p.capacity.gpu_blocks == blocks
+    # fp8: 584-byte entries are whole bytes a token at ratio 2 (292), so no refusal
+    fp8 = own_plan(DEEPSEEK_V41_RINGS, tmp_path / "fp8", spec="none", kv_dtype="fp8",
+                   tokens_per_block=32)  # fmt: skip
+    assert fp8.managers[0].slope_bytes_per_token == (584 + 132) // 2 + 3 * 292 + 584 == 1_818
+    # an odd block size splits a ratio-2 entry
+    with pytest.raises(InvalidArgumentError, match="needs a multiple of 2"):
+        own_plan(DEEPSEEK_V41_RINGS, tmp_path / "odd", spec="none", tokens_per_block=33)
 
 
 # --------------------------------------------------------------------------- stateful

@@ -320,10 +320,14 @@ class SharedCompressedMLALayer(CompressedMLALayer):
         return -(-(self.entry_bytes(dtype) + self.indexer_key_bytes) // self.compress_ratio)
 
     def window_parts(self, dtype: DType) -> tuple[tuple[int, int], ...]:
-        """None declared: V4.1's window cache and compressor rings are sized by the
-        engine models that build them (vLLM's, SGLang's); kvbudget's own cache refuses
-        the family for that (``deepseek_v41``'s ``unmodelled_reasons``)."""
-        return ()
+        """The bounded caches as ``(window tokens, bytes a token)``: the window cache of
+        every layer, and on a KV source of ratio 2 its compressor's fp32 inputs of the
+        pair it pools next (kv and score, ``head_dim`` values each; ratio 1 pools
+        nothing, and V4.1's indexer keys come from the KV source's compressor)."""
+        parts = [(self.window, self.entry_bytes(dtype))]
+        if self.kv_source and self.compress_ratio > 1:
+            parts.append((self.compress_ratio, 2 * self.head_dim * FLOAT32_BYTES))
+        return tuple(parts)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -212,18 +212,12 @@ DEEPSEEK_V41 = Architecture(
     nested_types=frozenset({"deepseek_v41"}),
     text_only_note=True,
     # vLLM's (engines/vllm_dsv41.py) and SGLang's (engines/sglang_dsv4.py) engine models
-    # build these caches; kvbudget's own cache would under-count them: the shared
-    # compressed latents are whole bytes a token on their KV sources (ratio 1 or 2), but
-    # SharedCompressedMLALayer declares no window cache nor compressor ring to the ledger
-    unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
+    # build these caches; kvbudget's own cache holds the KV sources' compressed entries
+    # in its blocks and every layer's window cache and the ratio-2 sources' compressor
+    # inputs in window pools (SharedCompressedMLALayer.window_parts)
+    unmodelled_engines=frozenset({"trtllm"}),
     unmodelled_reasons={
         "trtllm": "kvbudget's TensorRT-LLM models have not read a DeepSeek-V4.1 cache manager",
-        "kvbudget": (
-            "kvbudget's own cache has no pool for its window cache (sliding_window tokens, "
-            "every layer and DSpark stage) nor for the ratio-2 KV sources' fp32 compressor "
-            "rings (rows for the drafts, the bonus token and the previous row, 2 x head_dim "
-            "values each), which SharedCompressedMLALayer does not declare to the ledger"
-        ),
     },
 )
 

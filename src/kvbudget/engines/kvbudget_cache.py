@@ -18,7 +18,7 @@ from kvbudget._version import __version__
 from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import cdiv, engine_capacity, refuse_unmodelled_family
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
-from kvbudget.layers import CompressedMLALayer
+from kvbudget.layers import CompressedMLALayer, SharedCompressedMLALayer
 from kvbudget.plan_types import (
     Capacity,
     EnginePlan,
@@ -182,21 +182,27 @@ def _batch_notes(d: Deployment, fit: int, concurrency: int, at_batch: int) -> li
 
 def check(d: Deployment) -> None:
     """InvalidArgumentError for a family whose caches this cache has no pool for
-    (``Architecture.unmodelled_engines``: DeepSeek-V4.1's shared compressed caches), or
-    compressed latents it cannot hold exactly (:func:`_check_compressed`)."""
+    (``Architecture.unmodelled_engines``), or compressed latents it cannot hold exactly
+    (:func:`_check_compressed`)."""
     refuse_unmodelled_family(d, "kvbudget")
     _check_compressed(d)
 
 
 def _check_compressed(d: Deployment) -> None:
-    """DeepSeek-V4's compressed layers keep one entry (latent and indexer key) per
-    ``ratio`` tokens in the growing blocks: exact only when every block holds whole
+    """DeepSeek-V4's compressed layers (V4.1's KV sources) keep one entry (latent and
+    indexer key) per ``ratio`` tokens in the growing blocks: exact only when every block holds whole
     entries (``tokens_per_block`` a multiple of every ratio, so a block boundary is a
     compression boundary, where a prefix hit restarts) and an entry is a whole number of
     bytes a token (``entry % ratio == 0``; the ledger's slope is whole bytes a token).
     InvalidArgumentError, with the setting to change, otherwise."""
     layers = [x for m in (d.target, d.draft) if m is not None for x in m.layers + m.mtp_layers]
-    compressed = [x for x in layers if isinstance(x, CompressedMLALayer) and x.compress_ratio > 1]
+    compressed = [
+        x
+        for x in layers
+        if isinstance(x, CompressedMLALayer)
+        and x.compress_ratio > 1
+        and (x.kv_source if isinstance(x, SharedCompressedMLALayer) else True)
+    ]
     if not compressed:
         return
     ratios = sorted({x.compress_ratio for x in compressed})
