@@ -190,11 +190,11 @@ def check(d: Deployment) -> None:
 
 def _check_compressed(d: Deployment) -> None:
     """DeepSeek-V4's compressed layers (V4.1's KV sources) keep one entry (latent and
-    indexer key) per ``ratio`` tokens in the growing blocks: exact only when every block holds whole
-    entries (``tokens_per_block`` a multiple of every ratio, so a block boundary is a
-    compression boundary, where a prefix hit restarts) and an entry is a whole number of
-    bytes a token (``entry % ratio == 0``; the ledger's slope is whole bytes a token).
-    InvalidArgumentError, with the setting to change, otherwise."""
+    indexer key) per ``ratio`` tokens in the growing blocks: exact only when every block
+    holds whole entries (``tokens_per_block`` a multiple of every ratio, so a block
+    boundary is a compression boundary, where a prefix hit restarts) and an entry is a
+    whole number of bytes a token (``entry % ratio == 0``; the ledger's slope is whole
+    bytes a token). InvalidArgumentError, with the setting to change, otherwise."""
     layers = [x for m in (d.target, d.draft) if m is not None for x in m.layers + m.mtp_layers]
     compressed = [
         x
