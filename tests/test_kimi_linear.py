@@ -199,12 +199,12 @@ def test_weight_bytes_by_hand() -> None:
 
 def test_engines_that_do_not_model_it_refuse(tmp_path: Path) -> None:
     target = folder(tmp_path, KIMI_LINEAR)
-    # SGLang's pools: tests/test_sglang_kimi.py
-    for engine in ("trtllm", "kvbudget"):
-        with pytest.raises(
-            InvalidArgumentError, match=r"plan it with --engine vllm or --engine sglang$"
-        ):
-            plan(target, spec="none", engine=engine, kv_budget="8GiB", host_budget=0)
+    # SGLang's pools: tests/test_sglang_kimi.py; kvbudget's own: tests/test_kimi_own_cache.py
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"plan it with --engine vllm or --engine sglang or --engine kvbudget$",
+    ):
+        plan(target, spec="none", engine="trtllm", kv_budget="8GiB", host_budget=0)
     # vLLM's KDA layer asserts num_heads % tp == 0
     odd = folder(tmp_path / "odd", with_linear(num_heads=24))
     with pytest.raises(InvalidArgumentError, match=r"linear_attn_config.num_heads=24"):

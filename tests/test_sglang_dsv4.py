@@ -138,9 +138,11 @@ def test_refusals(tmp_path: Path) -> None:
         sliding_plan(tmp_path / "nvfp4", kv_dtype="nvfp4")
     with pytest.raises(InvalidArgumentError, match="HiCache"):
         sliding_plan(tmp_path / "host", host_budget=64 * 10**9)
-    # 2 MiB: the sliding pool would be at most window + page (validate_swa_pool_size)
+    # 8 MiB: the sliding pool would be at most window + page (validate_swa_pool_size);
+    # below 4,679,680 B kvbudget's ledger refuses first (one sequence's window caches and
+    # compressor inputs, CompressedMLALayer.window_parts)
     with pytest.raises(InfeasibleBudgetError, match="validate_swa_pool_size"):
-        sliding_plan(tmp_path / "small", kv_budget=2 * 1024**2)
+        sliding_plan(tmp_path / "small", kv_budget=8 * 1024**2)
 
 
 def test_mtp_pools_by_hand(tmp_path: Path) -> None:

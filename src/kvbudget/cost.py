@@ -12,7 +12,9 @@ A manager caching ``T`` tokens costs ``slope x T + intercept`` bytes:
     per sequence (an interval of n tokens can straddle one more block than n fills),
     capped at the ``ceil(max_seq_len / tokens_per_block)`` blocks a whole sequence spans
     (a sequence never grows past ``max_seq_len``, its lookahead included);
-  - a recurrent layer (Gated DeltaNet, Mamba2) holds one state per sequence (see
+  - a DeepSeek-V4 compressed layer grows by its compressed entries (``bytes_per_token``)
+    and holds its window cache and compressor inputs as window groups (``window_parts``);
+  - a recurrent layer (Gated DeltaNet, Mamba2, KDA) holds one state per sequence (see
     :mod:`kvbudget.layers` for the formulas; its conv state keeps ``conv_kernel - 1 +
     lookahead`` rows), stored in ``state_dtype`` (``auto``: the SSM state in the config's
     ``mamba_ssm_cache_dtype``, float32 for Nemotron-H, the conv state in the model's
@@ -36,7 +38,14 @@ from typing import Literal
 from kvbudget._validate import require_int, require_model
 from kvbudget.dtypes import DType, parse_dtype
 from kvbudget.errors import InvalidArgumentError
-from kvbudget.layers import AttentionLayer, GatedDeltaNetLayer, KimiDeltaLayer, Layer, Mamba2Layer
+from kvbudget.layers import (
+    AttentionLayer,
+    CompressedMLALayer,
+    GatedDeltaNetLayer,
+    KimiDeltaLayer,
+    Layer,
+    Mamba2Layer,
+)
 from kvbudget.model import ModelSpec
 
 LayerSelection = Literal["model", "mtp", "all"]
@@ -288,17 +297,18 @@ def _stage_detail(a: _CostArgs, stage: int) -> CostDetail:
     for layer in chosen:
         per_token = layer.bytes_per_token(dt.kv, a.tp)
         state = layer.state_bytes(dt.state, a.tp, lookahead=a.lookahead_tokens, ssm_dtype=dt.ssm)
-        if per_token or state:
-            counted += 1
         state_per_seq += state
         if state:
             checkpoint += layer.state_bytes(dt.state, a.tp, lookahead=0, ssm_dtype=dt.ssm)
-        window = layer.sliding_window
-        if window is not None and window < a.seq_len:
-            n, b = windows.get(window, (0, 0))
-            windows[window] = (n + 1, b + per_token)
-        else:
-            slope += per_token
+        parts = _window_parts(layer, per_token, dt.kv)
+        if state or any(parts.values()):
+            counted += 1
+        for window, part in parts.items():
+            if window is not None and window < a.seq_len:
+                n, b = windows.get(window, (0, 0))
+                windows[window] = (n + 1, b + part)
+            else:
+                slope += part
     groups = tuple(_window_group(a, w, n, b) for w, (n, b) in sorted(windows.items()))
     window_bytes = a.max_batch_size * sum(
         g.blocks_per_seq * a.tokens_per_block * g.bytes_per_token for g in groups
@@ -317,6 +327,17 @@ def _stage_detail(a: _CostArgs, stage: int) -> CostDetail:
         state_bytes_per_checkpoint=checkpoint,
         cached_states=checkpoints,
     )
+
+
+def _window_parts(layer: Layer, per_token: int, kv: DType) -> dict[int | None, int]:
+    """A layer's bytes a token by window (None: the cache grows with the sequence): its
+    ``bytes_per_token`` at its ``sliding_window``, and a compressed layer's bounded
+    caches (its window cache and compressor inputs, ``window_parts``) at theirs."""
+    parts: dict[int | None, int] = {layer.sliding_window: per_token}
+    if isinstance(layer, CompressedMLALayer):
+        for window, part in layer.window_parts(kv):
+            parts[window] = parts.get(window, 0) + part
+    return parts
 
 
 def _window_group(a: _CostArgs, window: int, layers: int, bytes_per_token: int) -> WindowGroup:

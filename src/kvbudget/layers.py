@@ -274,8 +274,23 @@ class CompressedMLALayer:
         self, dtype: DType, tp: int, *, lookahead: int = 0, ssm_dtype: DType | None = None
     ) -> int:
         """No per-sequence recurrent state: 0 (the window and compressor caches are
-        block-paged by the engines)."""
+        bounded windows: :meth:`window_parts`)."""
         return 0
+
+    def window_parts(self, dtype: DType) -> tuple[tuple[int, int], ...]:
+        """The bounded caches as ``(window tokens, bytes a token)``: the window cache
+        (``window`` tokens of one latent in ``dtype``) and, at ratio > 1, the compressor's
+        fp32 inputs of the ``coff x ratio`` tokens it pools next (kv and score, ``coff x
+        head_dim`` values each; ``coff`` 2 at ratio 4, whose windows overlap), the
+        indexer's compressor's too (``index_head_dim`` wide)."""
+        parts = [(self.window, self.entry_bytes(dtype))]
+        if self.compress_ratio > 1:
+            coff = 2 if self.compress_ratio == 4 else 1
+            span = coff * self.compress_ratio
+            parts.append((span, 2 * coff * self.head_dim * FLOAT32_BYTES))
+            if self.index_head_dim:
+                parts.append((span, 2 * coff * self.index_head_dim * FLOAT32_BYTES))
+        return tuple(parts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,6 +318,16 @@ class SharedCompressedMLALayer(CompressedMLALayer):
         if not self.kv_source or self.compress_ratio == 0:
             return 0
         return -(-(self.entry_bytes(dtype) + self.indexer_key_bytes) // self.compress_ratio)
+
+    def window_parts(self, dtype: DType) -> tuple[tuple[int, int], ...]:
+        """The bounded caches as ``(window tokens, bytes a token)``: the window cache of
+        every layer, and on a KV source of ratio 2 its compressor's fp32 inputs of the
+        pair it pools next (kv and score, ``head_dim`` values each; ratio 1 pools
+        nothing, and V4.1's indexer keys come from the KV source's compressor)."""
+        parts = [(self.window, self.entry_bytes(dtype))]
+        if self.kv_source and self.compress_ratio > 1:
+            parts.append((self.compress_ratio, 2 * self.head_dim * FLOAT32_BYTES))
+        return tuple(parts)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,6 +13,8 @@ Cache, per layer (vLLM 0.33.0 ``models/deepseek_v4/attention.py``, the PyPI whee
 (sliding layers 1: the window cache only), with the indexer on the ratio-4 layers
 (``if self.compress_ratio == 4``). The ``num_nextn_predict_layers`` MTP layers follow the
 model's; vLLM gives a layer past ``num_hidden_layers`` ratio 1 (the window cache only).
+kvbudget's ledger (and so its own cache) reads each layer's bounded caches from
+``CompressedMLALayer.window_parts``: the window cache and the compressors' inputs.
 
 Weights: vLLM's modules (``models/deepseek_v4/nvidia/model.py`` ``DeepseekV4DecoderLayer``,
 ``DeepseekV4MoE``, ``DeepseekV4Model``; ``attention.py``; ``compressor.py``
@@ -275,9 +277,11 @@ DEEPSEEK_V4 = Architecture(
     mtp_layers=mtp_layers,
     weights=weights,
     # vLLM's and SGLang's engine models build these caches (SGLang's without speculation:
-    # engines/sglang_dsv4.py); TensorRT-LLM's transcription raises for the family, and
-    # kvbudget's own cache has no compressed pool (see the README's families section)
-    unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
+    # engines/sglang_dsv4.py); TensorRT-LLM's transcription raises for the family;
+    # kvbudget's own cache holds them (the compressed entries in its blocks, the window
+    # cache and compressor inputs in window pools: CompressedMLALayer.window_parts) where
+    # they are whole bytes (engines/kvbudget_cache.py _check_compressed)
+    unmodelled_engines=frozenset({"trtllm"}),
     checkpoint_names=V4_CHECKPOINT_NAMES,
 )
 

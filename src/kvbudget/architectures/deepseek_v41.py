@@ -221,11 +221,12 @@ DEEPSEEK_V41 = Architecture(
     nested_types=frozenset({"deepseek_v41"}),
     text_only_note=True,
     # vLLM's (engines/vllm_dsv41.py) and SGLang's (engines/sglang_dsv4.py) engine models
-    # build these caches; kvbudget's own cache has no compressed pool
-    unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
+    # build these caches; kvbudget's own cache holds the KV sources' compressed entries
+    # in its blocks and every layer's window cache and the ratio-2 sources' compressor
+    # inputs in window pools (SharedCompressedMLALayer.window_parts)
+    unmodelled_engines=frozenset({"trtllm"}),
     unmodelled_reasons={
         "trtllm": "kvbudget's TensorRT-LLM models have not read a DeepSeek-V4.1 cache manager",
-        "kvbudget": "kvbudget's own cache has no shared compressed pool",
     },
     checkpoint_names=V41_CHECKPOINT_NAMES,
 )

@@ -272,12 +272,12 @@ KIMI_K3 = Architecture(
     text_only_note=True,
     # vLLM's ``auto`` for the KDA recurrent state (kda_state_dtype): float32
     ssm_state_dtype="float32",
-    # SGLang's pools: engines/sglang_kimi.py
-    unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
+    # SGLang's pools: engines/sglang_kimi.py; kvbudget's own cache: the KDA states in its
+    # recurrent-state slots, the MTP layer's latents as the draft in lockstep
+    unmodelled_engines=frozenset({"trtllm"}),
     unmodelled_reasons=MappingProxyType(
         {
             "trtllm": "kvbudget's TensorRT-LLM models have not read a Kimi K3 (KDA) cache manager",
-            "kvbudget": "kvbudget's own cache has no model of KDA state beside MLA",
         }
     ),
 )

@@ -235,9 +235,10 @@ KIMI_LINEAR = Architecture(
     weights=weights,
     # the KDA recurrent state is float32 whatever the config says (KimiDeltaLayer)
     ssm_state_dtype="float32",
-    # TensorRT-LLM and kvbudget's own cache have no model of KDA beside MLA here (the
-    # README's families section); SGLang's: engines/sglang_kimi.py
-    unmodelled_engines=frozenset({"trtllm", "kvbudget"}),
+    # TensorRT-LLM has no model of KDA beside MLA here (the README's families section);
+    # SGLang's: engines/sglang_kimi.py; kvbudget's own cache keeps the KDA states in its
+    # recurrent-state slots like any recurrent layer (tests/test_kimi_own_cache.py)
+    unmodelled_engines=frozenset({"trtllm"}),
 )
 
 ARCHITECTURES = (KIMI_LINEAR,)

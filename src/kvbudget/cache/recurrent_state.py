@@ -1,4 +1,4 @@
-"""Recurrent-state slots of one role (Mamba / gated delta-net layers), and cached states.
+"""Recurrent-state slots of one role (Mamba, gated delta-net and KDA layers), and cached states.
 
 A role whose plan has ``state_bytes_per_seq > 0`` holds ``max_batch_size`` fixed-size
 state *slots* on the GPU, one per running request, taken at admit and released at free.

@@ -10,13 +10,15 @@ batch) and the longest sequence at the full batch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kvbudget._version import __version__
 from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import cdiv, engine_capacity, refuse_unmodelled_family
-from kvbudget.errors import InfeasibleBudgetError
+from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError
+from kvbudget.layers import CompressedMLALayer, SharedCompressedMLALayer
 from kvbudget.plan_types import (
     Capacity,
     EnginePlan,
@@ -180,8 +182,48 @@ def _batch_notes(d: Deployment, fit: int, concurrency: int, at_batch: int) -> li
 
 def check(d: Deployment) -> None:
     """InvalidArgumentError for a family whose caches this cache has no pool for
-    (``Architecture.unmodelled_engines``: DeepSeek-V4's compressed latents)."""
+    (``Architecture.unmodelled_engines``), or compressed latents it cannot hold exactly
+    (:func:`_check_compressed`)."""
     refuse_unmodelled_family(d, "kvbudget")
+    _check_compressed(d)
+
+
+def _check_compressed(d: Deployment) -> None:
+    """DeepSeek-V4's compressed layers (V4.1's KV sources) keep one entry (latent and
+    indexer key) per ``ratio`` tokens in the growing blocks: exact only when every block
+    holds whole entries (``tokens_per_block`` a multiple of every ratio, so a block
+    boundary is a compression boundary, where a prefix hit restarts) and an entry is a
+    whole number of bytes a token (``entry % ratio == 0``; the ledger's slope is whole
+    bytes a token). InvalidArgumentError, with the setting to change, otherwise."""
+    layers = [x for m in (d.target, d.draft) if m is not None for x in m.layers + m.mtp_layers]
+    compressed = [
+        x
+        for x in layers
+        if isinstance(x, CompressedMLALayer)
+        and x.compress_ratio > 1
+        and (x.kv_source if isinstance(x, SharedCompressedMLALayer) else True)
+    ]
+    if not compressed:
+        return
+    ratios = sorted({x.compress_ratio for x in compressed})
+    bs = d.tokens_per_block
+    if any(bs % r for r in ratios):
+        span = math.lcm(*ratios)
+        raise InvalidArgumentError(
+            f"--tokens-per-block {bs} splits the compressed entries of {d.target.name} "
+            f"(one per {' and '.join(map(str, ratios))} tokens) over blocks: kvbudget's own "
+            f"cache needs a multiple of {span} (e.g. --tokens-per-block {max(span, 128)})"
+        )
+    dtype = d.kv_dtype_value
+    for x in compressed:
+        entry = x.entry_bytes(dtype) + x.indexer_key_bytes
+        if entry % x.compress_ratio:
+            raise InvalidArgumentError(
+                f"the {d.kv_dtype} entry of {d.target.name}'s layer {x.index} is {entry} "
+                f"bytes per {x.compress_ratio} tokens, not a whole number of bytes a token, "
+                "which kvbudget's own cache prices exactly only in whole bytes: plan "
+                "--kv-dtype bf16 (or --engine vllm, whose fp8 pages it models)"
+            )
 
 
 MODEL = EngineModel(
