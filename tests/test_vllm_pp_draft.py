@@ -4,9 +4,10 @@ and an MTP layer's stored copies of the main model's embedding and head in the w
 vLLM 0.33.0 ``v1/worker/gpu/spec_decode/eagle/utils.py`` ``maybe_share_target_embed``:
 at PP > 1 an MTP drafter (no ``has_own_embed_tokens``) keeps its own ``embed_tokens``,
 and an EAGLE/EAGLE3/DFlash head with none of its own needs the target's on the last
-stage, which only a tied target has there, else it raises RuntimeError. The vLLM
-harness's PP cases run that function (``draft_embedding`` compared on every PP > 1
-drafter case).
+stage, which a tied target has there, or one whose class builds it there for the head
+(``spec_decode_needs_target_embed``: Llama, Qwen2/3, ...), else it raises RuntimeError.
+The vLLM harness's PP cases run both functions (``draft_embedding`` compared on every
+PP > 1 drafter case).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kvbudget.weights import weights_bytes
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 DEEPSEEK = "deepseek-ai/DeepSeek-V3"
+GPT_OSS = "openai/gpt-oss-120b"
 
 
 def _vllm(target: Any, draft: Any, spec: str, **kw: Any) -> Any:
@@ -43,17 +45,29 @@ def _vllm(target: Any, draft: Any, spec: str, **kw: Any) -> Any:
 
 
 def test_a_head_without_an_embedding_is_refused_at_pp_2() -> None:
-    # Llama-3.1-8B does not tie: its last stage holds a PPMissingLayer for embed_tokens,
-    # and the shipped EAGLE3 head stores no embed_tokens of its own
-    assert _vllm(LLAMA, EAGLE3, "eagle3").engine.detail["draft_embedding"] == "shared"
+    # gpt-oss does not tie and GptOssModel builds no embed_tokens for a drafter: its last
+    # stage holds a PPMissingLayer, and the default EAGLE3 head stores none of its own
+    assert _vllm(GPT_OSS, None, "eagle3").engine.detail["draft_embedding"] == "shared"
     with pytest.raises(EngineRefusedError) as caught:
-        _vllm(LLAMA, EAGLE3, "eagle3", pp=2)
+        _vllm(GPT_OSS, None, "eagle3", pp=2)
     assert "needs the target input embedding, but it is unavailable on this PP stage" in str(
         caught.value
     )
     assert "use --pp 1" in str(caught.value)
     assert caught.value.plan is not None
     assert caught.value.plan.engine.detail["draft_embedding"] == "missing"
+
+
+def test_an_untied_llama_builds_its_embedding_for_the_head_at_pp_2() -> None:
+    """Llama-3.1-8B does not tie, but 0.33.0's LlamaModel builds embed_tokens on the last
+    rank for an eagle3 drafter (spec_decode_needs_target_embed, llama.py:377-381): the
+    head shares it, and the last stage holds 128,256 x 4,096 x 2 B = 1,050,673,152 B more
+    than the weights count."""
+    p = _vllm(LLAMA, EAGLE3, "eagle3", pp=2)
+    assert p.engine.detail["draft_embedding"] == "shared"
+    assert not p.engine.refusals
+    (warning,) = [w for w in p.warnings if "embed_tokens" in w]
+    assert "(1,050,673,152 B) more weights per last-stage rank" in warning
 
 
 def test_a_tied_target_lends_the_head_its_embedding_at_pp_2() -> None:

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Build, from scratch, the CPU-only venv the vLLM fidelity harness runs in, for one of the
-# vLLM releases the harness and kvbudget model (0.33.0, the default, or 0.29.0):
+# vLLM releases the harness and kvbudget model (0.33.0, the default, 0.34.0 or 0.29.0):
 #
 #   bash benchmarks/fidelity/setup_vllm_venv.sh [VENV_DIR [VLLM_VERSION]]
-#       (defaults /work/vllm-venv and 0.33.0; e.g. /work/vllm-old-venv 0.29.0)
+#       (defaults /work/vllm-venv and 0.33.0; e.g. /work/vllm-old-venv 0.29.0,
+#       /work/vllm34-venv 0.34.0)
 #   VENV_DIR/bin/python benchmarks/fidelity/vllm_fidelity.py --cases quick
 #
 # * torch 2.13.0, CPU build (pinned: an unpinned torch is a multi-GB CUDA download; on
 #   this workplace's machines pip's find-links holds torch-2.13.0+cpu, which satisfies
 #   ==2.13.0 and wins over the CUDA wheel). vLLM 0.29.0 asks for exactly torch 2.13.0;
-#   0.33.0 asks for 2.14.0, which its KV sizing code does not need. Afterwards `pip check`
+#   0.33.0 and 0.34.0 ask for 2.14.0, which their KV sizing code does not need. Afterwards `pip check`
 #   lists only that torch pin (0.33.0), xgrammar's triton, kvbudget's typer<0.29 (typer
 #   0.29.2 is the one release pip's index holds here) and the GPU/serving packages
 #   deliberately not installed.
@@ -20,9 +21,11 @@
 #   Python; the rest are CPU-only binary wheels (numpy, pydantic-core, regex, msgspec,
 #   pyzmq, aiohttp & co, uvloop, pillow, tokenizers, safetensors, hf-xet, llguidance,
 #   apache-tvm-ffi, xgrammar, ...). xgrammar's own requirement on triton is left out
-#   (it imports without it). The two releases need the same pins but one: the harmony
-#   package for gpt-oss (0.33.0: oss-harmony 0.0.11; 0.29.0: openai-harmony 0.0.8, which
-#   0.33.0 replaced; both install the module openai_harmony).
+#   (it imports without it). The releases need the same pins but one: the harmony
+#   package for gpt-oss (0.33.0 and 0.34.0: oss-harmony 0.0.11; 0.29.0: openai-harmony
+#   0.0.8, which 0.33.0 replaced; both install the module openai_harmony). 0.34.0's
+#   requirements (transformers <5.23, the same xgrammar, compressed-tensors and
+#   apache-tvm-ffi) are met by the same list.
 # * kvbudget from this checkout, editable, with --no-deps, plus its runtime dependencies
 #   from pyproject.toml (rich, typer; pinned in the list below).
 set -euo pipefail
@@ -34,11 +37,11 @@ PYTHON=${PYTHON:-python3}
 
 # the pins that differ between the releases
 case "$VLLM_VERSION" in
-0.33.0) harmony="oss-harmony==0.0.11" ;;
+0.34.0 | 0.33.0) harmony="oss-harmony==0.0.11" ;;
 0.29.0) harmony="openai-harmony==0.0.8" ;;
 *)
     echo "setup_vllm_venv.sh: vLLM $VLLM_VERSION is not one the harness runs against" \
-        "(0.33.0, 0.29.0)" >&2
+        "(0.34.0, 0.33.0, 0.29.0)" >&2
     exit 2
     ;;
 esac

@@ -740,6 +740,41 @@ def _plan_kv_cache(vc, kv_cache_specs, available_memory):
     return seen[0], configs
 
 
+def _v2_model_runner(vc) -> bool:
+    """Whether the engine runs on Model Runner V2 (``VllmConfig.use_v2_model_runner``).
+
+    0.33.0 (config/vllm.py ``use_v2_model_runner``) and 0.29.0 choose between the V1 and
+    V2 runners; 0.34.0 has no such property and no V1 runner (``Platform.validate_environ``,
+    platforms/interface.py:1481-1490: "Model Runner V1 has been removed"), so V2.
+    """
+    return bool(getattr(vc, "use_v2_model_runner", True))
+
+
+def _minimax_m3_sparse_ids(hf) -> set[int]:
+    """The MiniMax-M3 layers that run sparse attention, as the release's model reads them.
+
+    0.34.0 reads the text config with transformers' ``MiniMaxM3VLTextConfig``, which folds
+    ``sparse_attention_config.sparse_attention_freq`` into ``layer_types``
+    (``"minimax_m3_sparse"``; all ``"full_attention"`` without either), and the model takes
+    those (models/minimax_m3/nvidia/model.py:191-193 ``_sparse_attention_layer_ids``);
+    0.33.0's own ``MiniMaxM3TextConfig`` keeps the dict (transformers_utils/configs/
+    minimax_m3.py), whose ``sparse_attention_freq`` its model reads.
+    """
+    sparse = getattr(hf, "sparse_attention_config", None)
+    if sparse is None:
+        return {i for i, t in enumerate(hf.layer_types) if t == "minimax_m3_sparse"}
+    return {i for i, f in enumerate(sparse["sparse_attention_freq"]) if f}
+
+
+def _minimax_m3_index(hf, flat: str, legacy: str):
+    """One MiniMax-M3 indexer setting: 0.34.0's flat ``index_*`` attribute of
+    ``MiniMaxM3VLTextConfig`` (transformers 5.20.2 configuration_minimax_m3_vl.py: the
+    legacy ``sparse_attention_config`` keys copied over its defaults) or 0.33.0's
+    ``sparse_attention_config[legacy]``."""
+    sparse = getattr(hf, "sparse_attention_config", None)
+    return getattr(hf, flat) if sparse is None else sparse[legacy]
+
+
 def _pool_bytes_per_block(vc, groups) -> int:
     """Bytes one block takes in a worker's pool, as ``get_kv_cache_configs`` divides by.
 
@@ -1457,7 +1492,7 @@ def _dsv41_cache_layers(vc, hf, i: int, prefix: str, draft: bool) -> list[tuple[
     swa = _bare(DeepseekV4SWACache)
     swa.__dict__.update(
         backend_cls=DeepseekSparseSWAFlashMLABackend,
-        bounded_replay=cache_config.swa_bounded_replay and vc.use_v2_model_runner,
+        bounded_replay=cache_config.swa_bounded_replay and _v2_model_runner(vc),
         head_dim=hf.head_dim, window_size=hf.sliding_window, prefix=f"{prefix}.attn.swa_cache",
         cache_config=cache_config, dtype=kv_torch_dtype, packed_bytes_per_token=swa_bytes,
         packed_page_alignment=512 if mxfp8 else 576,
@@ -1485,7 +1520,7 @@ def _minimax_m3_sparse_backend(vc, hf):
 
     tp = vc.parallel_config.tensor_parallel_size
     backend, _impl = select_main_backend_and_impl_cls(
-        topk_blocks=hf.sparse_attention_config["sparse_topk_blocks"],
+        topk_blocks=_minimax_m3_index(hf, "index_topk_blocks", "sparse_topk_blocks"),
         kv_cache_dtype=vc.cache_config.cache_dtype,
         num_kv_heads=max(1, hf.num_key_value_heads // tp),
     )
@@ -1499,10 +1534,12 @@ def _minimax_m3_sparse_layer(
     (nvidia/model.py ``MiniMaxM3SparseAttention``): the indexer's side cache
     ``{prefix}.attn.index_cache`` (common/indexer.py ``MiniMaxM3IndexerCache``: one key of
     ``sparse_index_dim`` a token, dtype from ``attention_config.indexer_kv_dtype``, bf16
-    by default), then the layer itself as ``{prefix}.attn`` (its own
-    ``get_kv_cache_spec``: the K/V of ``max(1, num_kv_heads // tp)`` heads). ``draft``:
-    an MTP module's layer (the proposer marks the layers the draft added,
-    v1/spec_decode/llm_base_proposer.py ``load_model``: ``is_draft_layer``)."""
+    by default; 0.34.0's ``get_kv_cache_spec`` reads its width from ``head_size``, the
+    same for bf16 and fp8, common/indexer.py:118-127, 160), then the layer itself as
+    ``{prefix}.attn`` (its own ``get_kv_cache_spec``: the K/V of
+    ``max(1, num_kv_heads // tp)`` heads). ``draft``: an MTP module's layer (the
+    proposer marks the layers the draft added, v1/spec_decode/llm_base_proposer.py
+    ``load_model``: ``is_draft_layer``)."""
     import torch
     from vllm.models.minimax_m3.common.indexer import MiniMaxM3IndexerBackend, MiniMaxM3IndexerCache
     from vllm.models.minimax_m3.nvidia.model import MiniMaxM3SparseAttention
@@ -1510,11 +1547,11 @@ def _minimax_m3_sparse_layer(
 
     tp = vc.parallel_config.tensor_parallel_size
     _check_tp_heads(prefix, hf.num_attention_heads, hf.num_key_value_heads, tp)
-    sparse = hf.sparse_attention_config
+    index_dim = _minimax_m3_index(hf, "index_head_dim", "sparse_index_dim")
     index_dtype = vc.attention_config.resolve_indexer_kv_dtype("bf16")
     cache = _bare(MiniMaxM3IndexerCache)
     cache.__dict__.update(
-        head_dim=sparse["sparse_index_dim"], indexer_kv_dtype=index_dtype,
+        head_dim=index_dim, head_size=index_dim, indexer_kv_dtype=index_dtype,
         dtype=torch.float8_e4m3fn if index_dtype in ("fp8", "fp8_e4m3") else torch.bfloat16,
         prefix=f"{prefix}.attn.index_cache", cache_config=vc.cache_config,
         backend_cls=MiniMaxM3IndexerBackend, is_draft_layer=draft,
@@ -1746,9 +1783,7 @@ def build_layers(vc, case: Case, stage: int = 0) -> list[str]:
         # Attention (MiniMaxM3Attention)
         sparse_backend = _minimax_m3_sparse_backend(vc, hf)
         backend_names += [attn_name, sparse_backend.get_name(), "MINIMAX_M3_SPARSE_INDEXER"]
-        sparse_ids = {
-            i for i, f in enumerate(hf.sparse_attention_config["sparse_attention_freq"]) if f
-        }
+        sparse_ids = _minimax_m3_sparse_ids(hf)
         for i in range(n):
             prefix = f"model.layers.{i}.self_attn"
             if i in sparse_ids:
@@ -2070,7 +2105,8 @@ def _draft_embedding(vc: Any, case: Case) -> str | None:
     cases' drafts come from config files and store none), and an ``embed_tokens`` (each
     case's drafter class builds one); the target's last stage holds an embedding only
     when the target ties it (``LlamaModel.__init__``: ``is_first_rank or
-    (tie_word_embeddings and is_last_rank)``, as every target class here), else a
+    (tie_word_embeddings and is_last_rank)``, as every target class here), or (0.34.0)
+    builds it there for the drafter (:func:`_target_builds_embed_for_drafter`), else a
     ``PPMissingLayer``."""
     spec = vc.speculative_config
     drafters = ("eagle", "eagle3", "mtp", "dflash", "dspark")
@@ -2091,8 +2127,9 @@ def _draft_embedding(vc: Any, case: Case) -> str | None:
         draft.has_own_embed_tokens = False
     draft_inner.embed_tokens = torch.nn.Embedding(2, 2, device="meta")
     tied = bool(getattr(vc.model_config.hf_text_config, "tie_word_embeddings", False))
+    built = tied or _target_builds_embed_for_drafter(vc, case.pp)
     target_inner.embed_tokens = (
-        torch.nn.Embedding(2, 2, device="meta") if tied else PPMissingLayer()
+        torch.nn.Embedding(2, 2, device="meta") if built else PPMissingLayer()
     )
     group = mock.Mock(world_size=case.pp)
     with mock.patch.object(eagle_utils, "get_pp_group", return_value=group):
@@ -2103,6 +2140,64 @@ def _draft_embedding(vc: Any, case: Case) -> str | None:
                 raise
             return "missing"
     return "shared" if draft_inner.embed_tokens is target_inner.embed_tokens else "kept"
+
+
+def _calls(cls: type, name: str) -> bool:
+    """Whether ``cls`` or a vLLM class it inherits from calls ``name`` in its body (the
+    class source: ``@support_torch_compile`` replaces a model's ``__init__``)."""
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("vllm."):
+            continue
+        try:
+            if f"{name}(" in inspect.getsource(klass):
+                return True
+        except (OSError, TypeError):
+            continue
+    return False
+
+
+def _target_builds_embed_for_drafter(vc: Any, pp: int) -> bool:
+    """Whether the target builds its ``embed_tokens`` on the last of ``pp`` stages for the
+    drafter (0.34.0: ``spec_decode_needs_target_embed``, model_executor/models/utils.py:
+    934-947, asked as on the last PP rank, and called by the target's model class:
+    ``LlamaModel.__init__``, llama.py:377-381, ``Qwen2Model``, ``DeepseekV4Model``, ...).
+    0.33.0 and 0.29.0 have no such function: False.
+
+    The model class is found from the resolved architecture: the classes its module and,
+    one module further, the modules of those classes define or import (a wrapper such as
+    ``Llama4ForConditionalGeneration`` builds its language model from another module),
+    each asked whether its body (or an inherited one) calls the function.
+    """
+    from vllm.model_executor.models import utils as model_utils
+
+    needs = getattr(model_utils, "spec_decode_needs_target_embed", None)
+    if needs is None:
+        return False
+    group = mock.Mock(world_size=pp, is_last_rank=True)
+    with mock.patch("vllm.distributed.parallel_state.get_pp_group", return_value=group):
+        if not needs(vc):
+            return False
+    import torch
+    from vllm.model_executor.models import ModelRegistry
+
+    mc = vc.model_config
+    cls, _ = ModelRegistry.resolve_model_cls(mc.architectures, model_config=mc)
+    seen: set[str] = set()
+    modules = [sys.modules[cls.__module__]]
+    for _depth in range(2):
+        found = []
+        for module in modules:
+            if module.__name__ in seen:
+                continue
+            seen.add(module.__name__)
+            for obj in vars(module).values():
+                if not (isinstance(obj, type) and issubclass(obj, torch.nn.Module)):
+                    continue
+                if obj.__module__.startswith("vllm.") and _calls(obj, needs.__name__):
+                    return True
+                found.append(sys.modules[obj.__module__])
+        modules = found
+    return False
 
 
 def _derived_max_model_len(model_config: Any) -> int | None:
@@ -2208,7 +2303,7 @@ def vllm_side(case: Case) -> VllmResult:
         )
         result.max_in_flight_tokens = vc.max_in_flight_tokens
         result.async_scheduling = vc.scheduler_config.async_scheduling
-        result.model_runner = "v2" if vc.use_v2_model_runner else "v1"
+        result.model_runner = "v2" if _v2_model_runner(vc) else "v1"
         # available_memory: --kv-cache-memory-bytes on every worker (gpu_worker.py:656-681)
         world = len(kv_cache_specs)
         groups, configs = _plan_kv_cache(vc, kv_cache_specs, [case.kv_budget] * world)

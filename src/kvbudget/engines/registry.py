@@ -3,6 +3,8 @@
 =====================  =========================================================
 ``kvbudget``           kvbudget's own :class:`~kvbudget.SpecDecodeCache`
 ``vllm@0.33.0``        vLLM 0.33.0 (the default ``vllm``)
+``vllm@0.34.0``        vLLM 0.34.0 (its sizing is 0.33.0's; the default memory knob
+                       differs)
 ``vllm@0.29.0``        the newest 0.2x release, where its sizing differs
 ``sglang@0.5.23``      SGLang 0.5.23, the PyPI wheel (the default ``sglang``)
 ``sglang@main@...``    SGLang main at the commit its facts were read, where it differs
@@ -31,6 +33,7 @@ from kvbudget.engines import (
     trtllm_v2,
     vllm,
     vllm_0_29,
+    vllm_0_34,
 )
 from kvbudget.engines.base import EngineModel
 from kvbudget.errors import InvalidArgumentError
@@ -38,6 +41,7 @@ from kvbudget.errors import InvalidArgumentError
 ENGINE_MODELS: tuple[EngineModel, ...] = (
     kvbudget_cache.MODEL,
     vllm.MODEL,
+    vllm_0_34.MODEL,
     vllm_0_29.MODEL,
     sglang.MODEL,
     sglang_main.MODEL,

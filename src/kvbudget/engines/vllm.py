@@ -151,6 +151,14 @@ class VllmRelease:
       ``get_state_dtype``); 0.29.0's passes none and keeps it float32 (kda.py:363-375,
       ``kda_state_dtype``, mamba_utils.py:132-138). Both keep one prefill checkpoint
       state on the FlashKDA prefill (``get_kv_cache_spec``; kda.py:594-600 in 0.29.0).
+    * ``gpu_memory_utilization``: the ``--gpu-memory-utilization`` the release takes when
+      none is given, from which kvbudget derives a budget when none is given either
+      (0.34.0: 1.0 with its extensible KV cache, the default on CUDA,
+      ``CacheConfig.resolved_gpu_memory_utilization``, config/cache.py:494-501).
+    * ``pp_embedding``: where a drafter finds an input embedding under PP > 1
+      (:class:`kvbudget.engines.vllm_pp_draft.PpEmbedding`: the targets that build it on
+      the last stage for a head, both releases; 0.34.0's DeepSeek-V4 and MiniMax-M3 MTP
+      classes share it).
     """
 
     version: str
@@ -164,6 +172,8 @@ class VllmRelease:
     check: Callable[[Deployment], None] | None = None
     kda_ssm_cache_dtype: bool = False
     absent_model_types: frozenset[str] = frozenset()
+    gpu_memory_utilization: str = "0.9"
+    pp_embedding: vllm_pp_draft.PpEmbedding = vllm_pp_draft.PP_EMBEDDING
 
 
 RELEASE = VllmRelease(
@@ -893,7 +903,7 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
         )
     warnings += _expert_padding_warnings(d)
     if release.speculation_with_pp:
-        warnings += vllm_pp_draft.kept_embedding_warnings(d)
+        warnings += vllm_pp_draft.kept_embedding_warnings(d, release.pp_embedding)
     length = derived_length(d.target.config, d.target.model_type, release.length_rule)
     long_length = length.refuses(d.max_seq_len)
     if long_length:
@@ -933,7 +943,7 @@ def plan(d: Deployment, ledger: Ledger, release: VllmRelease = RELEASE) -> Engin
             "derived_max_model_len": length.tokens,
             "allow_long_max_model_len": long_length,
             # the drafter's embed_tokens once loaded (maybe_share_target_embed)
-            "draft_embedding": vllm_pp_draft.draft_embedding(d),
+            "draft_embedding": vllm_pp_draft.draft_embedding(d, release.pp_embedding),
         },
     )
 
@@ -1052,7 +1062,7 @@ def _refusals(d: Deployment, pool: VllmPool, release: VllmRelease) -> tuple[str,
     configuration, at KV sizing, at CUDA-graph set-up (in that order)."""
     found = (
         _pp_refusal(d, release),
-        vllm_pp_draft.missing_embedding_refusal(d, release.version)
+        vllm_pp_draft.missing_embedding_refusal(d, release.version, release.pp_embedding)
         if release.speculation_with_pp
         else None,
         _pool_refusal(pool, release),
@@ -1585,8 +1595,7 @@ def engine_model(release: VllmRelease, *, default: bool) -> EngineModel:
         check=check_release,
         render=render,
         spec_names=frozenset(ENGINES["vllm"].spec_names),
-        # CacheConfig.gpu_memory_utilization: 0.9 (vllm/config/cache.py)
-        memory_default=("gpu_memory_utilization", "0.9"),
+        memory_default=("gpu_memory_utilization", release.gpu_memory_utilization),
     )
 
 

@@ -23,17 +23,38 @@ and mtp, ``dflash/utils.py`` for dflash), which decides what the drafter's
   tensor, ``model_executor/models/utils.py`` ``process_eagle_weight``), and
   DeepSeek-V4.1's DSpark drafter (``models/deepseek_v41/nvidia/dspark.py``:
   ``has_own_embed_tokens = False``, its embedding "aliased from the target"; loaded
-  through ``dspark/utils.py``), look for the target's embedding on the last stage, which
-  a target has there only when it ties it (its ``embed_tokens`` is built on the last
-  rank to tie the lm_head, else a ``PPMissingLayer``). Without it and without its own,
-  vLLM raises ``RuntimeError``: :func:`missing_embedding_refusal`.
+  through ``dspark/utils.py``), look for the target's embedding on the last stage. A
+  target has one there when it ties it (its ``embed_tokens`` is built on the last rank
+  to tie the lm_head), or when its class builds it there for the drafter
+  (``spec_decode_needs_target_embed``, model_executor/models/utils.py:863-883 in 0.33.0:
+  for an eagle, eagle3, dflash or dspark drafter at PP > 1 on the last rank; called by
+  ``LlamaModel``, llama.py:377-381, and so ``MistralModel``, ``Llama4Model``,
+  ``Glm4Model``; ``Qwen2Model``, qwen2.py:366-370, and so ``Qwen3Model``;
+  ``DeepseekV4Model``, models/deepseek_v4/nvidia/model.py:854; ``KimiLinearModel``, which
+  Kimi K3 and Kimi-Linear run, models/kimi_k3/nvidia/model.py:969; ``MiniMaxM3Model``,
+  models/minimax_m3/nvidia/model.py:814: :data:`TARGET_BUILDS`), else a
+  ``PPMissingLayer``. Without one and without its own, vLLM raises ``RuntimeError``:
+  :func:`missing_embedding_refusal`. An embedding built only for the drafter is weight
+  memory on each last-stage rank that kvbudget's weights do not hold either: the same
+  warning says how much.
 
 A draft-target model is loaded whole by its own speculator (``standalone_ar``) and
 counted whole; a release that refuses drafters under PP (0.29.0) never gets here.
+
+vLLM 0.34.0 keeps those target classes (``spec_decode_needs_target_embed`` asks the
+speculator instead of the method: a hidden-state drafter whose class declares
+``has_own_embed_tokens``, ``ModelInfo.may_use_target_embed``, models/registry.py:1023;
+model_executor/models/utils.py:934-947 in 0.34.0) and gives two MTP classes the
+attribute at class level (:attr:`PpEmbedding.mtp_shares`): DeepSeek-V4's
+(``has_own_embed_tokens = False``, ``models/deepseek_v4/nvidia/mtp.py:300-302``: "The
+checkpoint has no MTP embedding, so always reuse the target's") and MiniMax-M3's, so
+those share the target's embedding (which their targets then build on the last rank)
+instead of keeping one; the last stage holds one embedding either way.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from kvbudget.architectures import ties_embeddings
@@ -50,6 +71,53 @@ HEAD_SPECS = frozenset({"eagle", "eagle3", "dflash"})
 DraftEmbedding = Literal["shared", "kept", "missing"]
 
 
+@dataclass(frozen=True, kw_only=True)
+class PpEmbedding:
+    """Where a release's drafter finds an input embedding under PP > 1 (module docstring).
+
+    * ``target_builds``: target model types whose vLLM class builds ``embed_tokens`` on the
+      last PP rank for an EAGLE, EAGLE3, DFlash or DSpark drafter
+      (``spec_decode_needs_target_embed``: :data:`TARGET_BUILDS` in 0.33.0 and 0.34.0).
+    * ``mtp_shares``: target model types whose MTP class declares ``has_own_embed_tokens``
+      False and whose target then builds its embedding for it, so the MTP layers reuse
+      it (0.34.0: DeepSeek-V4, MiniMax-M3; none in 0.33.0).
+    """
+
+    target_builds: frozenset[str] = frozenset()
+    mtp_shares: frozenset[str] = frozenset()
+
+
+# the target model types whose class calls spec_decode_needs_target_embed (module
+# docstring; the same classes in the 0.33.0 and 0.34.0 wheels): LlamaModel (llama,
+# mistral, llama4 and glm4 subclass it), Qwen2Model (qwen2; qwen3 subclasses it),
+# DeepseekV4Model, KimiLinearModel (kimi_k3, kimi_linear), MiniMaxM3Model
+TARGET_BUILDS = frozenset(
+    {
+        "llama",
+        "mistral",
+        "llama4",
+        "glm4",
+        "qwen2",
+        "qwen3",
+        "deepseek_v4",
+        "kimi_k3",
+        "kimi_linear",
+        "minimax_m3_vl",
+        "minimax_m3_text",
+    }
+)
+
+# vLLM 0.33.0: those targets build an embedding for a head or DSpark drafter; every MTP
+# class kvbudget plans keeps its own
+PP_EMBEDDING = PpEmbedding(target_builds=TARGET_BUILDS)
+
+
+def _target_has_embedding(d: Deployment, rule: PpEmbedding) -> bool:
+    """Whether the target holds an ``embed_tokens`` on the last of PP > 1 stages: tied, or
+    built there for the drafter (``rule.target_builds``)."""
+    return ties_embeddings(d.target) or d.target.model_type in rule.target_builds
+
+
 def stores_embedding(model: ModelSpec) -> bool:
     """Whether ``model``'s checkpoint stores an ``embed_tokens`` tensor (False when no
     safetensors headers were read: the published heads kvbudget ships store none)."""
@@ -57,31 +125,37 @@ def stores_embedding(model: ModelSpec) -> bool:
     return checkpoint is not None and any("embed_tokens" in t.name for t in checkpoint.tensors)
 
 
-def draft_embedding(d: Deployment) -> DraftEmbedding | None:
+def draft_embedding(d: Deployment, rule: PpEmbedding = PP_EMBEDDING) -> DraftEmbedding | None:
     """What ``maybe_share_target_embed`` makes of the drafter's embedding (module
-    docstring); None without an EAGLE, EAGLE3, DFlash, DSpark or MTP drafter. A head that stores
-    its own is ``kept`` (vLLM shares it only when its values equal the target's, which
-    a plan cannot see)."""
+    docstring) under the release's ``rule``; None without an EAGLE, EAGLE3, DFlash, DSpark
+    or MTP drafter. A head that stores its own is ``kept`` (vLLM shares it only when its
+    values equal the target's, which a plan cannot see)."""
     spec = d.spec.name
-    if spec == "mtp":
-        return "shared" if d.parallel.pp == 1 else "kept"
-    if spec == "dspark":  # the target's own checkpoint, whose embedding it never loads
-        return "shared" if d.parallel.pp == 1 or ties_embeddings(d.target) else "missing"
+    if d.parallel.pp > 1 and spec == "mtp" and d.target.model_type not in rule.mtp_shares:
+        return "kept"
+    if spec == "mtp" or spec == "dspark":  # the target's checkpoint: no embedding of its own
+        return "shared" if d.parallel.pp == 1 or _target_has_embedding(d, rule) else "missing"
     if spec not in HEAD_SPECS or d.draft is None:
         return None
     if stores_embedding(d.draft):
         return "kept"
-    if d.parallel.pp == 1 or ties_embeddings(d.target):
+    if d.parallel.pp == 1 or _target_has_embedding(d, rule):
         return "shared"
     return "missing"
 
 
-def missing_embedding_refusal(d: Deployment, version: str) -> str | None:
+def missing_embedding_refusal(
+    d: Deployment, version: str, rule: PpEmbedding = PP_EMBEDDING
+) -> str | None:
     """vLLM's start-up refusal of a head under PP > 1 with no embedding on the last stage
     (module docstring); None when the head finds one."""
-    if draft_embedding(d) != "missing":
+    if draft_embedding(d, rule) != "missing":
         return None
-    drafter = f"{d.draft.name}'s model class" if d.draft is not None else "the DSpark drafter"
+    drafter = (
+        f"{d.draft.name}'s model class"
+        if d.draft is not None
+        else f"the {'MTP' if d.spec.name == 'mtp' else 'DSpark'} drafter"
+    )
     return (
         f"vLLM {version} would refuse to start: RuntimeError: {drafter} needs the target "
         "input embedding, but it is unavailable on this PP stage (the last of "
@@ -91,10 +165,23 @@ def missing_embedding_refusal(d: Deployment, version: str) -> str | None:
     )
 
 
-def kept_embedding_bytes(d: Deployment) -> int:
-    """Bytes per last-stage rank of the embedding an MTP drafter keeps under PP > 1
-    (module docstring): the target's embedding on one rank; 0 where none is kept."""
-    if d.spec.name != "mtp" or draft_embedding(d) != "kept":
+def built_for_drafter(d: Deployment, rule: PpEmbedding = PP_EMBEDDING) -> bool:
+    """Whether an untied target builds its embedding on the last of PP > 1 stages only for
+    its drafter, which then shares it (``rule.target_builds``)."""
+    return (
+        d.parallel.pp > 1
+        and draft_embedding(d, rule) == "shared"
+        and not ties_embeddings(d.target)
+        and d.target.model_type in rule.target_builds
+    )
+
+
+def kept_embedding_bytes(d: Deployment, rule: PpEmbedding = PP_EMBEDDING) -> int:
+    """Bytes per last-stage rank of the embedding an MTP drafter keeps, or an untied target
+    builds for its drafter, under PP > 1 (module docstring): the target's embedding on
+    one rank; 0 where there is none."""
+    kept = d.spec.name == "mtp" and draft_embedding(d, rule) == "kept"
+    if not kept and not built_for_drafter(d, rule):
         return 0
     layout = d.parallel
     return weights_bytes(
@@ -107,12 +194,21 @@ def kept_embedding_bytes(d: Deployment) -> int:
     ).embeddings_bytes
 
 
-def kept_embedding_warnings(d: Deployment) -> list[str]:
-    """A warning with the bytes of the embedding an MTP drafter keeps under PP > 1, which
-    the plan's weights do not hold (none with ``--weights-bytes``: the user's figure)."""
-    extra = kept_embedding_bytes(d)
+def kept_embedding_warnings(d: Deployment, rule: PpEmbedding = PP_EMBEDDING) -> list[str]:
+    """A warning with the bytes of the embedding an MTP drafter keeps, or the target builds
+    for its drafter, under PP > 1, which the plan's weights do not hold (none with
+    ``--weights-bytes``: the user's figure)."""
+    extra = kept_embedding_bytes(d, rule)
     if not extra or d.weights_override is not None:
         return []
+    if built_for_drafter(d, rule):
+        return [
+            f"vLLM builds {d.target.name}'s embed_tokens on the last of --pp "
+            f"{d.parallel.pp} stages too, for the drafter to share "
+            f"(spec_decode_needs_target_embed): {format_bytes(extra)} ({extra:,} B) more "
+            "weights per last-stage rank than the plan counts; leave that much GPU memory "
+            "free beyond --kv-budget, or use --pp 1"
+        ]
     return [
         f"vLLM keeps the MTP drafter's own embed_tokens on the last of --pp "
         f"{d.parallel.pp} stages (it shares the target's only at PP 1: "
@@ -124,7 +220,11 @@ def kept_embedding_warnings(d: Deployment) -> list[str]:
 
 __all__ = [
     "HEAD_SPECS",
+    "PP_EMBEDDING",
+    "TARGET_BUILDS",
     "DraftEmbedding",
+    "PpEmbedding",
+    "built_for_drafter",
     "draft_embedding",
     "kept_embedding_bytes",
     "kept_embedding_warnings",
