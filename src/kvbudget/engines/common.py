@@ -81,6 +81,17 @@ def refuse_unmodelled(d: Deployment, engine: str, *, models_indexer: bool = Fals
         )
 
 
+def refuse_unchecked_sglang(version: str, checked: str, name: str, family: str) -> None:
+    """InvalidArgumentError when ``version`` is not the SGLang release a family's pools
+    were read and run against (``checked``)."""
+    if version != checked:
+        raise InvalidArgumentError(
+            f"--engine sglang@{version} is not modelled for {name} ({family}; checked "
+            f"against SGLang {checked} only); plan it with --engine sglang@{checked} or "
+            "--engine vllm"
+        )
+
+
 def gib_text(num_bytes: int) -> str:
     """GiB with up to 3 decimals, rounded down so the engine never exceeds the plan."""
     thousandths = num_bytes * 1000 // GIB

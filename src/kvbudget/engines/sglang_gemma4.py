@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING
 
 from kvbudget.architectures import gemma4
 from kvbudget.config_fields import ConfigFields
+from kvbudget.engines.common import refuse_unchecked_sglang
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.layers import AttentionLayer, Layer
 
@@ -198,12 +199,7 @@ def check(d: Deployment, version: str) -> None:
             )
         return
     name = d.target.name
-    if version != CHECKED_VERSION:
-        raise InvalidArgumentError(
-            f"--engine sglang@{version} is not modelled for {name} (Gemma-4; checked "
-            f"against SGLang {CHECKED_VERSION} only); plan it with --engine "
-            f"sglang@{CHECKED_VERSION} or --engine vllm"
-        )
+    refuse_unchecked_sglang(version, CHECKED_VERSION, name, "Gemma-4")
     reason = _config_refusal(d) or _deployment_refusal(d)
     if reason is not None:
         raise InvalidArgumentError(

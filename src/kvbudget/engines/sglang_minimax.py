@@ -65,7 +65,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kvbudget.dtypes import parse_dtype
-from kvbudget.engines.common import GB
+from kvbudget.engines.common import GB, refuse_unchecked_sglang
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.layers import AttentionLayer, Layer
 
@@ -232,12 +232,7 @@ def check(d: Deployment, version: str, host_bytes: int) -> None:
     if not is_minimax_m3(d):
         return
     name = d.target.name
-    if version != CHECKED_VERSION:
-        raise InvalidArgumentError(
-            f"--engine sglang@{version} is not modelled for {name} (MiniMax-M3; checked "
-            f"against SGLang {CHECKED_VERSION} only); plan it with --engine "
-            f"sglang@{CHECKED_VERSION} or --engine vllm"
-        )
+    refuse_unchecked_sglang(version, CHECKED_VERSION, name, "MiniMax-M3")
     if d.spec.name not in PLANNED_SPECS:
         why = (
             "SGLang 0.5.23 has no MiniMax-M3 MTP model (MiniMaxM3SparseForCausalLM skips "

@@ -88,7 +88,7 @@ from typing import TYPE_CHECKING
 
 from kvbudget.architectures.step3p5 import plan_layers
 from kvbudget.config_fields import ConfigFields
-from kvbudget.engines.common import GB
+from kvbudget.engines.common import GB, refuse_unchecked_sglang
 from kvbudget.errors import InvalidArgumentError
 from kvbudget.units import format_bytes
 from kvbudget.weights import weights_bytes
@@ -172,12 +172,7 @@ def check(d: Deployment, version: str) -> None:
     if not is_step3p5(d):
         return
     name = d.target.name
-    if version != CHECKED_VERSION:
-        raise InvalidArgumentError(
-            f"--engine sglang@{version} is not modelled for {name} (Step-3.5; checked "
-            f"against SGLang {CHECKED_VERSION} only); plan it with --engine "
-            f"sglang@{CHECKED_VERSION} or --engine vllm"
-        )
+    refuse_unchecked_sglang(version, CHECKED_VERSION, name, "Step-3.5")
     reason = _config_refusal(d)
     if reason is not None:
         raise InvalidArgumentError(
