@@ -603,6 +603,32 @@ DFLASH_FULL = FAMILY_CONFIGS["family/dflash-full"]
 DFLASH_SWA = FAMILY_CONFIGS["family/dflash-swa"]
 
 
+# A small config for weights by hand (values chosen): hidden 256, 2 heads of 512 (64
+# rotary: the V4.1 compressor asserts both), 4 experts; layer 0 window-only, layer 1 a
+# ratio-2 KV and index source, layer 2 its consumer and an index source reading layer 1's
+# keys, layer 3 a ratio-1 KV and index source
+DEEPSEEK_V41_SMALL_TEXT: dict[str, Any] = {
+    **DEEPSEEK_V41["text_config"],
+    "vocab_size": 1000,
+    "hidden_size": 256,
+    "moe_intermediate_size": 32,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "q_lora_rank": 32,
+    "o_groups": 2,
+    "o_lora_rank": 16,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "hc_mult": 2,
+    "index_n_heads": 4,
+    "index_head_dim": 32,
+    "compress_ratios": [0, 2, 2, 1],
+    "kv_source_layer_ids": [1, 3],
+    "index_source_layer_ids": [1, 2, 3],
+    "candidate_source_layer_id": -1,
+}
+
+
 def folder(path: Path, cfg: dict[str, Any]) -> str:
     """``cfg`` written as ``path/config.json`` (``path`` created); the folder, as a str."""
     path.mkdir(parents=True, exist_ok=True)

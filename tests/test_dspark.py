@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from family_configs import DEEPSEEK_V41, DEEPSEEK_V41_DSPARK, folder, vllm_plan
+from family_configs import (
+    DEEPSEEK_V41,
+    DEEPSEEK_V41_DSPARK,
+    DEEPSEEK_V41_SMALL_TEXT,
+    folder,
+    vllm_plan,
+)
 
 from kvbudget import count_params, plan, weights_bytes
 from kvbudget.dtypes import parse_dtype
@@ -40,24 +46,7 @@ DSPARK_TEXT: dict[str, Any] = DEEPSEEK_V41_DSPARK["text_config"]
 # 2 heads of 512 (64 rotary), 4 experts (2 a stage), three fused target layers, a Markov
 # rank of 8; the stages past compress_ratios keep their window only
 SMALL_TEXT: dict[str, Any] = {
-    **DEEPSEEK_V41["text_config"],
-    "vocab_size": 1000,
-    "hidden_size": 256,
-    "moe_intermediate_size": 32,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 2,
-    "q_lora_rank": 32,
-    "o_groups": 2,
-    "o_lora_rank": 16,
-    "n_routed_experts": 4,
-    "num_experts_per_tok": 2,
-    "hc_mult": 2,
-    "index_n_heads": 4,
-    "index_head_dim": 32,
-    "compress_ratios": [0, 2, 2, 1],
-    "kv_source_layer_ids": [1, 3],
-    "index_source_layer_ids": [1, 2, 3],
-    "candidate_source_layer_id": -1,
+    **DEEPSEEK_V41_SMALL_TEXT,
     "num_nextn_predict_layers": 2,
     "dspark_target_layer_ids": [0, 2, 3],
     "dspark_markov_rank": 8,
