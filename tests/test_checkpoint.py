@@ -217,6 +217,22 @@ def test_an_index_naming_a_shard_outside_its_folder_is_refused(tmp_path: Path) -
         load_model(folder)
 
 
+def test_an_index_naming_a_shard_with_a_nul_character_is_refused(tmp_path: Path) -> None:
+    """A NUL in a shard name made pathlib raise ValueError ("embedded null byte"), a
+    traceback; both readers (the headers here, the reference engine's loader) now refuse
+    it with one ConfigError naming the index's weight_map (found by test_fuzz_inputs)."""
+    folder = write(tmp_path / "m", {"config.json": json.dumps(TINY_CONFIG).encode()})
+    index = {"weight_map": {"w": "model\u0000.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ConfigError, match="NUL character") as err:
+        load_model(folder)
+    assert err.value.field == "weight_map"
+    from kvbudget.engine.checkpoint import read_tensors
+
+    with pytest.raises(ConfigError, match="NUL character"):
+        read_tensors(folder)
+
+
 def test_a_folder_missing_a_shard_counts_from_the_inventory(tmp_path: Path) -> None:
     files = tiny_files()
     del files["model-00002-of-00002.safetensors"]  # a partial download

@@ -173,6 +173,27 @@ def read_header(path: Path) -> Mapping[str, Any]:
         raise ConfigError(f"cannot be read: {exc.strerror or exc}", source=where) from None
 
 
+def check_shard_name(name: str, where: str) -> None:
+    """Raises ConfigError (field ``weight_map``) unless ``name``, a shard file an index
+    names, lies in the index's own folder (not empty, not absolute, no ``..`` with either
+    separator) and is a name a file system can hold (no NUL character)."""
+    pure = PurePosixPath(name.replace("\\", "/"))
+    if not name or pure.is_absolute() or ".." in pure.parts:
+        raise ConfigError(
+            f"the index names the shard {name!r}, outside the checkpoint directory; "
+            "shards must be files in the directory of the index",
+            source=where,
+            field="weight_map",
+        )
+    if "\x00" in name:
+        raise ConfigError(
+            f"the index names the shard {name!r}, which holds a NUL character no file "
+            "name can; fix the index's weight_map",
+            source=where,
+            field="weight_map",
+        )
+
+
 def index_shards(index: Mapping[str, Any], where: str) -> tuple[tuple[str, ...], int | None]:
     """The shard files ``model.safetensors.index.json`` names (sorted, each inside the
     index's folder) and its ``metadata.total_size`` (None when absent)."""
@@ -184,20 +205,13 @@ def index_shards(index: Mapping[str, Any], where: str) -> tuple[tuple[str, ...],
             field="weight_map",
         )
     for tensor, f in weight_map.items():
-        pure = PurePosixPath(f.replace("\\", "/")) if isinstance(f, str) else None
-        if pure is None:
+        if not isinstance(f, str):
             raise ConfigError(
                 f"tensor {tensor!r} maps to {f!r}, not a shard file name",
                 source=where,
                 field="weight_map",
             )
-        if not f or pure.is_absolute() or ".." in pure.parts:
-            raise ConfigError(
-                f"the index names the shard {f!r}, outside the checkpoint directory; "
-                "shards must be files in the directory of the index",
-                source=where,
-                field="weight_map",
-            )
+        check_shard_name(f, where)
     files = sorted(set(weight_map.values()))
     metadata = index.get("metadata")
     total = metadata.get("total_size") if isinstance(metadata, Mapping) else None

@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import math
 import stat
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from kvbudget.checkpoint import check_shard_name
 from kvbudget.engine.config import DecoderConfig, config_file, read_decoder_config
 from kvbudget.engine.model import TORCH_DTYPES, Decoder, Eagle3Head
 from kvbudget.errors import ConfigError
@@ -45,16 +46,10 @@ def init_random(module: nn.Module, seed: int) -> None:
 
 def _inside(name: str, index: Path) -> str:
     """``name``, a shard file the index at ``index`` names, when it lies in the index's
-    own directory. Raises ConfigError naming it for an absolute path or one through
-    ``..`` (an index must not make the engine read files elsewhere)."""
-    pure = PurePath(name)
-    if not name or pure.is_absolute() or pure.anchor or ".." in pure.parts:
-        raise ConfigError(
-            f"the index names the shard {name!r}, outside the checkpoint directory; "
-            "shards must be files in the directory of the index",
-            source=str(index),
-            field="weight_map",
-        )
+    own directory. Raises ConfigError naming it for an absolute path, one through ``..``
+    or a name no file system holds (an index must not make the engine read files
+    elsewhere): :func:`kvbudget.checkpoint.check_shard_name`, the header reader's check."""
+    check_shard_name(name, str(index))
     return name
 
 
