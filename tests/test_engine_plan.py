@@ -220,18 +220,23 @@ def test_vllm_refuses_more_sequences_than_mamba_blocks() -> None:
 
 
 def test_each_engine_derives_the_budget_with_its_own_default_knob() -> None:
-    """Llama-3.1-8B on an RTX 3090 with no budget and no knob. vLLM's own default is
-    --gpu-memory-utilization 0.9: 23.59 GiB CUDA-visible x 0.9 - 14.96 GiB of weights -
-    1.77 GiB of non-KV memory = 4.50 GiB, "GPU KV cache size: 36,864 tokens" (the README's
-    deployer question, which names the knob); kvbudget's own cache and TensorRT-LLM use
-    free_gpu_memory_fraction 0.9 semantics, a larger budget (of what is free)."""
+    """Llama-3.1-8B on an RTX 3090 with no budget and no knob. vLLM 0.33.0's own default is
+    --gpu-memory-utilization 0.92 (CacheConfig.gpu_memory_utilization, vllm/config/cache.py:215);
+    the README's deployer question names 0.9: 23.59 GiB CUDA-visible x 0.9 - 14.96 GiB of
+    weights - 1.77 GiB of non-KV memory = 4.50 GiB, "GPU KV cache size: 36,864 tokens".
+    kvbudget's own cache and TensorRT-LLM use free_gpu_memory_fraction 0.9 semantics, a
+    larger budget (of what is free)."""
     args = {"gpu": "RTX 3090", "spec": "none", "max_seq_len": 8192, "tokens_per_block": 16}
     vllm = kvbudget.plan(engine="vllm", **args)  # type: ignore[arg-type]
-    named = kvbudget.plan(engine="vllm", gpu_memory_utilization=0.9, **args)  # type: ignore[arg-type]
-    assert vllm.budget.gpu_bytes == named.budget.gpu_bytes
+    default = kvbudget.plan(engine="vllm", gpu_memory_utilization=0.92, **args)  # type: ignore[arg-type]
+    assert vllm.budget.gpu_bytes == default.budget.gpu_bytes
     assert vllm.budget.memory_rule == "gpu_memory_utilization"
-    assert vllm.capacity.tokens == 36_864
-    assert "the engine's default" in vllm.budget.gpu_source
+    assert "0.92 (the engine's default)" in vllm.budget.gpu_source
+    named = kvbudget.plan(engine="vllm", gpu_memory_utilization=0.9, **args)  # type: ignore[arg-type]
+    assert named.capacity.tokens == 36_864
+    # the 3090 has 25,327,697,920 B CUDA-visible (gpus.csv): floor(0.92 x M) - floor(0.9 x M)
+    # = 23,301,482,086 - 22,794,928,128 = 506,553,958 B more at 0.92
+    assert vllm.budget.gpu_bytes - named.budget.gpu_bytes == 506_553_958
     own = kvbudget.plan(engine="kvbudget", **args)  # type: ignore[arg-type]
     trt = kvbudget.plan(engine="trtllm", **args)  # type: ignore[arg-type]
     assert own.budget.memory_rule == trt.budget.memory_rule == "memory_fraction"

@@ -153,8 +153,10 @@ class VllmRelease:
       state on the FlashKDA prefill (``get_kv_cache_spec``; kda.py:594-600 in 0.29.0).
     * ``gpu_memory_utilization``: the ``--gpu-memory-utilization`` the release takes when
       none is given, from which kvbudget derives a budget when none is given either
-      (0.34.0: 1.0 with its extensible KV cache, the default on CUDA,
-      ``CacheConfig.resolved_gpu_memory_utilization``, config/cache.py:494-501).
+      (0.33.0 and 0.29.0: 0.92, ``CacheConfig.gpu_memory_utilization``'s default in
+      vllm/config/cache.py:215 and :111; 0.34.0: 1.0 with its extensible KV cache, the
+      default on CUDA, ``CacheConfig.resolved_gpu_memory_utilization``,
+      config/cache.py:494-501).
     * ``pp_embedding``: where a drafter finds an input embedding under PP > 1
       (:class:`kvbudget.engines.vllm_pp_draft.PpEmbedding`: the targets that build it on
       the last stage for a head, both releases; 0.34.0's DeepSeek-V4 and MiniMax-M3 MTP
@@ -172,7 +174,7 @@ class VllmRelease:
     check: Callable[[Deployment], None] | None = None
     kda_ssm_cache_dtype: bool = False
     absent_model_types: frozenset[str] = frozenset()
-    gpu_memory_utilization: str = "0.9"
+    gpu_memory_utilization: str = "0.92"
     pp_embedding: vllm_pp_draft.PpEmbedding = vllm_pp_draft.PP_EMBEDDING
 
 
