@@ -3,10 +3,18 @@ every layer at its own shape, and what TensorRT-LLM does not run for it.
 
 Configs from tests/family_configs.py (shared with benchmarks/fidelity/trtllm, whose
 ``--match gemma4`` cases run TensorRT-LLM's transcribed KvCacheCreator and
-KVCacheManagerV2 on them). Expected figures by hand, each beside the code it follows:
-``_util.py`` @ 38198e34 (``_create_kv_cache_manager``: per-layer head_dim and kv heads from
-``layer_types``), ``kv_cache_manager_v2.py`` @ 38198e34 (``ceil(kv / tp)`` heads per layer,
-``head_dim_per_layer``) and the V2 runtime (kvbudget.engines.trtllm_v2_storage).
+KVCacheManagerV2 on them). Expected figures by hand, each beside the code it follows
+(line numbers of the transcription in shared/trtllm-src, NVIDIA/TensorRT-LLM @ 38198e34):
+``_util.py`` ``_non_hybrid_kv_cache_manager_cls`` (line 80: V2 for ``is_gemma4_hybrid``),
+``_validate_or_fallback_kv_cache_manager_v2`` (line 676: the Gemma-4 refusal, reached only
+for listed incompatibilities, none at this commit), ``_create_kv_cache_manager`` (lines
+2022-2041: per-layer head_dim and kv heads from ``layer_types``; 2049: derived windows,
+unused when ``max_attention_window`` is given); ``kv_cache_manager_v2.py``
+``KVCacheManagerV2.__init__`` (lines 526-564: ``(kv + tp - 1) // tp`` heads and
+``head_dim_per_layer`` per layer), the buffer size (lines 1003-1006: kv factor x heads x
+head_dim) and ``_get_static_cache_size_layer_components`` (lines 315-370: one
+``head_dim x num_key_value_heads`` size for every layer); and the V2 runtime
+(kvbudget.engines.trtllm_v2_storage).
 """
 
 from __future__ import annotations
@@ -98,6 +106,18 @@ def test_tp8_replicates_the_kv_heads_per_layer(tmp_path: Path) -> None:
     # KVCacheManagerV2: (kv + tp - 1) // tp heads per layer: 4 heads at TP 8 -> 1 per rank;
     # sliding 2 x 1 x 256 x 2 = 1,024 B, full 2 x 1 x 512 x 2 = 2,048 B per token
     assert manager(p)["bytes_per_token"] == 25 * 1024 + 5 * 2048 == 35_840
+
+
+def test_attention_dp_keeps_every_kv_head(tmp_path: Path) -> None:
+    moe = {**FAMILY_CONFIGS["family/gemma4-moe"], "enable_moe_block": True}
+    p = trt(tmp_path, moe, tp=8, dp=8, dp_attention=True, ep=8)
+    # attention DP: each rank its own attention group (tp 1 for the heads); sliding 8 KV
+    # heads x 256, full 2 (num_global_key_value_heads, attention_k_eq_v) x 512, at 2 B:
+    # 2 x 8 x 256 x 2 = 8,192 and 2 x 2 x 512 x 2 = 4,096 B per token
+    assert manager(p)["bytes_per_token"] == 25 * 8192 + 5 * 4096 == 225_280
+    # under TP 8: ceil(8 / 8) = 1 and ceil(2 / 8) = 1 head per rank
+    tp8 = trt(tmp_path / "tp8", moe, tp=8)
+    assert manager(tp8)["bytes_per_token"] == 25 * 1024 + 5 * 2048 == 35_840
 
 
 def test_kv_shared_layers_keep_their_slots(tmp_path: Path) -> None:

@@ -98,10 +98,16 @@ NGRAM_PRESETS = (
 # Gemma-4 family cases (V2 only: TensorRT-LLM builds it no V1 manager): the multimodal
 # checkpoint with Gemma4TextConfig's defaults, KV sharing (text and multimodal), the MoE
 # variant; the multimodal wrapper's text_config is what the manager reads
-FAMILIES: dict[str, dict[str, Any]] = {
-    name: FAMILY_CONFIGS[name]
-    for name in ("family/gemma4-defaults", "family/gemma4-kv-shared", "family/gemma4-moe")
-} | dict(GEMMA4_MULTIMODAL)
+FAMILIES: dict[str, dict[str, Any]] = (
+    {
+        name: FAMILY_CONFIGS[name]
+        for name in ("family/gemma4-defaults", "family/gemma4-kv-shared", "family/gemma4-moe")
+    }
+    | dict(GEMMA4_MULTIMODAL)
+    # the MoE variant with the flag Gemma4ForCausalLM wants for moe_ep_size > 1 (its
+    # attention DP + EP 8 cases run; without it they are refused)
+    | {"family/gemma4-moe-block": {**FAMILY_CONFIGS["family/gemma4-moe"], "enable_moe_block": True}}
+)
 FAMILY_DRAFTS = {"family/gemma4-eagle3-head", "family/gemma4-assistant"}
 FAMILY_SPECS: dict[str, list[tuple[str, str | None]]] = {
     # ngram runs (no draft in the model); EAGLE3 and the MTP assistant are refused
