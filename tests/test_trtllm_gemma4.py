@@ -133,6 +133,11 @@ def test_kv_shared_layers_keep_their_slots(tmp_path: Path) -> None:
     sliding, full = gpu_groups(p)
     assert sliding["slot_bytes"] == [29 * 2 * 256 * 2 * TPB] == [950_272]
     assert full["slot_bytes"] == [6 * 2 * 512 * 2 * TPB] == [393_216]
+    # the 20 shared layers' (15-34) slots: 4 full (17, 23, 29 and 34), 16 sliding:
+    # 16 x 1,024 + 4 x 2,048 = 24,576 of the 41,984 B per token
+    warning = "the 20 KV-shared ones (which read an earlier layer's cache) keep slots they "
+    warning += f"never write, {16 * 1024 + 4 * 2048} of the 41984 B per token per rank"
+    assert any(warning in w for w in p.engine.warnings), p.engine.warnings
     # the multimodal wrapper of the same text config: the same manager
     mm = trt(tmp_path / "mm", GEMMA4_MULTIMODAL["family/gemma4-kv-shared-mm"])
     assert manager(mm)["bytes_per_token"] == 41_984

@@ -127,6 +127,25 @@ def static_price(d: Deployment) -> int:
     return 2 * d.kv_dtype_value.bytes_for(values // d.parallel.attention_tp)
 
 
+def shared_layer_warnings(d: Deployment) -> list[str]:
+    """What the KV-shared layers' slots cost a Gemma-4 target (none without sharing): their
+    bytes per token of the manager's, which TensorRT-LLM allocates and never writes."""
+    if not is_gemma4(d):
+        return []
+    layers = cache_layers(d)
+    first = gemma4.first_kv_shared(_fields(d))
+    if first >= len(layers):
+        return []
+    dtype, tp = d.kv_dtype_value, d.parallel.attention_tp
+    shared = sum(x.bytes_per_token(dtype, tp) for x in layers[first:])
+    total = sum(x.bytes_per_token(dtype, tp) for x in layers)
+    return [
+        f"TensorRT-LLM's KV cache holds all {len(layers)} of {d.target.name}'s layers: the "
+        f"{len(layers) - first} KV-shared ones (which read an earlier layer's cache) keep "
+        f"slots they never write, {shared} of the {total} B per token per rank"
+    ]
+
+
 def check(d: Deployment) -> None:
     """InvalidArgumentError for what TensorRT-LLM does not run, or kvbudget does not model,
     with a Gemma-4 target (module docstring)."""
@@ -182,5 +201,6 @@ __all__ = [
     "is_gemma4",
     "is_hybrid",
     "refuse_v1",
+    "shared_layer_warnings",
     "static_price",
 ]

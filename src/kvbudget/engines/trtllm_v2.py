@@ -769,6 +769,7 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
             + _pinned_warnings(stages, host)
             + _host_warnings(d, ledger, stages, host)
             + _disk_warnings(ledger, disk)
+            + g4.shared_layer_warnings(d)
         ),
         detail=_detail(d, stages, auto_host_quotas(d, ledger, stages)),
     )
