@@ -44,6 +44,7 @@ Each case prints ``quantity kvbudget trtllm verdict`` rows; the run ends with
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -61,6 +62,11 @@ sys.path.insert(0, str(REPO / "src"))
 import kvbudget  # noqa: E402
 from kvbudget.errors import InfeasibleBudgetError, InvalidArgumentError  # noqa: E402
 from kvbudget.model import _preset_dir, list_presets, load_model  # noqa: E402
+
+# Families without a verbatim Hub config (no preset): the configs the tests read too
+# (tests/family_configs.py, plain dicts), written to a folder kvbudget plans from
+sys.path.insert(0, str(REPO / "tests"))
+from family_configs import FAMILY_CONFIGS, GEMMA4_MULTIMODAL  # noqa: E402
 
 GIB = 1 << 30
 H200_BYTES = 150_021_734_400  # the CUDA-visible total of an H200 SXM (kvbudget's preset)
@@ -89,6 +95,29 @@ NGRAM_PRESETS = (
     "google/gemma-3-27b-it",
     "deepseek-ai/DeepSeek-V3",
 )
+# Gemma-4 family cases (V2 only: TensorRT-LLM builds it no V1 manager): the multimodal
+# checkpoint with Gemma4TextConfig's defaults, KV sharing (text and multimodal), the MoE
+# variant; the multimodal wrapper's text_config is what the manager reads
+FAMILIES: dict[str, dict[str, Any]] = (
+    {
+        name: FAMILY_CONFIGS[name]
+        for name in ("family/gemma4-defaults", "family/gemma4-kv-shared", "family/gemma4-moe")
+    }
+    | dict(GEMMA4_MULTIMODAL)
+    # the MoE variant with the flag Gemma4ForCausalLM wants for moe_ep_size > 1 (its
+    # attention DP + EP 8 cases run; without it they are refused)
+    | {"family/gemma4-moe-block": {**FAMILY_CONFIGS["family/gemma4-moe"], "enable_moe_block": True}}
+)
+FAMILY_DRAFTS = {"family/gemma4-eagle3-head", "family/gemma4-assistant"}
+FAMILY_SPECS: dict[str, list[tuple[str, str | None]]] = {
+    # ngram runs (no draft in the model); EAGLE3 and the MTP assistant are refused
+    # (Gemma4ForCausalLM builds no one-model draft) and listed as skipped
+    "family/gemma4-defaults": [
+        ("ngram", None),
+        ("eagle3", "family/gemma4-eagle3-head"),
+        ("mtp", "family/gemma4-assistant"),
+    ],
+}
 
 
 # ----------------------------------------------------------------------------- cases
@@ -117,10 +146,11 @@ class Case:
         )
 
     def plan_args(self) -> dict[str, Any]:
-        seq = min(MAX_SEQ_LEN, load_model(self.target).max_position_embeddings)
+        target = _source(self.target)
+        seq = min(MAX_SEQ_LEN, load_model(target).max_position_embeddings)
         return {
-            "target": self.target,
-            "draft": self.draft,
+            "target": target,
+            "draft": None if self.draft is None else _source(self.draft),
             "spec": self.spec,
             "engine": self.engine,
             "kv_budget": BUDGETS[self.budget],
@@ -138,8 +168,28 @@ class Case:
         return self.engine == V2_ENGINE and HOSTS[self.host] == 0
 
 
+_TMP = tempfile.TemporaryDirectory(prefix="kvbudget-trtllm-fidelity-")
+
+
+def _source(name: str) -> str:
+    """What kvbudget plans from: a preset's name, or a folder holding a family config's
+    config.json (written once)."""
+    if name not in FAMILIES and name not in FAMILY_DRAFTS:
+        return name
+    folder = Path(_TMP.name) / name.replace("/", "--")
+    if not folder.is_dir():
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(_raw(name)), encoding="utf-8")
+    return str(folder)
+
+
 def _raw(name: str) -> dict[str, Any]:
-    """The preset's config.json, as TensorRT-LLM's ModelConfig would read it."""
+    """The preset's (or family config's) config.json, as TensorRT-LLM's ModelConfig would
+    read it."""
+    if name in FAMILIES:
+        return copy.deepcopy(FAMILIES[name])
+    if name in FAMILY_DRAFTS:
+        return copy.deepcopy(FAMILY_CONFIGS[name])
     path = _preset_dir() / f"{name.replace('/', '--', 1)}.json"
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
@@ -157,6 +207,8 @@ def _specs(name: str) -> list[tuple[str, str | None]]:
 
     raw = _raw(name)
     out: list[tuple[str, str | None]] = [("none", None)]
+    if name in FAMILIES:
+        return out + FAMILY_SPECS.get(name, [])
     if name in EAGLE3_DRAFTS:
         out.append(("eagle3", EAGLE3_DRAFTS[name]))
     family = raw.get("model_type", "")
@@ -199,11 +251,13 @@ def all_cases() -> list[Case]:
 def _v2_cases() -> list[Case]:
     """The presets ``trtllm@v2`` plans x spec x dtype x host x disk x layout x budget."""
     cases = []
-    for name in list_presets():
-        if load_model(name).is_head:
+    for name in [*list_presets(), *FAMILIES]:
+        if name not in FAMILIES and load_model(name).is_head:
             continue
         try:
-            kvbudget.plan(name, spec="none", engine=V2_ENGINE, kv_budget="40GiB", max_seq_len=4096)
+            kvbudget.plan(
+                _source(name), spec="none", engine=V2_ENGINE, kv_budget="40GiB", max_seq_len=4096
+            )
         except InvalidArgumentError:
             continue  # sparse indexers: not the V2 model's yet
         except InfeasibleBudgetError:
@@ -261,6 +315,8 @@ def _pretrained(name: str) -> SimpleNamespace:
     raw = _raw(name)
     text = dict(raw.get("text_config") or raw)
     text.setdefault("architectures", raw.get("architectures"))
+    if text.get("model_type") == "gemma4_text":
+        text = _gemma4_text(text)
     # Qwen3.5's vision-language checkpoint: TensorRT-LLM builds its language model as the
     # text architecture (Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM, the names
     # config_utils.is_qwen3_5 checks), whose config is this text_config
@@ -275,6 +331,43 @@ def _pretrained(name: str) -> SimpleNamespace:
     dtype = next((c[k] for c in (text, raw) for k in ("torch_dtype", "dtype") if c.get(k)), None)
     text["torch_dtype"] = getattr(torch, dtype) if isinstance(dtype, str) else None
     return SimpleNamespace(**text)
+
+
+# transformers 5.20.2 Gemma4TextConfig's defaults for the fields TensorRT-LLM's sizing path
+# reads (config_utils.is_gemma4_hybrid, _util.py _create_kv_cache_manager, modeling_gemma4.py)
+GEMMA4_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262_144,
+    "num_hidden_layers": 30,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "global_head_dim": 512,
+    "num_global_key_value_heads": None,
+    "attention_k_eq_v": False,
+    "num_kv_shared_layers": 0,
+    "enable_moe_block": False,
+    "sliding_window": 512,
+    "use_bidirectional_attention": None,
+    "max_position_embeddings": 131_072,
+    "layer_types": None,
+}
+
+
+def _gemma4_text(text: dict[str, Any]) -> dict[str, Any]:
+    """A Gemma-4 text config as transformers' ``Gemma4TextConfig`` hands it to
+    TensorRT-LLM: its defaults, and ``__post_init__``'s rewrites (the window halved plus
+    one under bidirectional "all"; ``layer_types`` every sixth layer full when absent,
+    the last layer forced full). ``global_head_dim`` stays an attribute, as
+    ``is_gemma4_hybrid`` and ``_create_kv_cache_manager`` read it."""
+    out = {**GEMMA4_TEXT_DEFAULTS, **text}
+    if out["use_bidirectional_attention"] == "all":
+        out["sliding_window"] = out["sliding_window"] // 2 + 1
+    n = out["num_hidden_layers"]
+    types = list(out["layer_types"] or [])
+    if not types:
+        types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
+    types[-1] = "full_attention"
+    out["layer_types"] = types
+    return out
 
 
 class _QuantMode:

@@ -264,7 +264,7 @@ GEMMA4 = Architecture(
             "vocab_size_per_layer_input": 262_144,
         }
     ),
-    unmodelled_engines=frozenset({"trtllm"}),
+    # TensorRT-LLM: engines/trtllm_gemma4.py (the V2 manager, every layer at its shape)
 )
 
 GEMMA4_ASSISTANT = Architecture(
@@ -277,6 +277,13 @@ GEMMA4_ASSISTANT = Architecture(
     nested_types=frozenset({"gemma4_assistant"}),
     text_defaults=GEMMA4.text_defaults,
     unmodelled_engines=frozenset({"trtllm"}),
+    unmodelled_reasons=MappingProxyType(
+        {
+            "trtllm": "TensorRT-LLM's Gemma4ForCausalLM builds no one-model draft (it is no "
+            "SpecDecOneEngineForCausalLM), and its transcribed sizing path has no Gemma-4 "
+            "assistant draft manager",
+        }
+    ),
 )
 
 ARCHITECTURES = (GEMMA4, GEMMA4_ASSISTANT)

@@ -12,7 +12,9 @@ Facts from ``NVIDIA/TensorRT-LLM``: ``tensorrt_llm/_torch/pyexecutor/_util.py`` 
   sets it false: the V1 ``KVCacheManager`` (hybrid Mamba models need V2). The default
   ``trtllm`` (:func:`plan_auto`) plans the manager "auto" picks for the model class
   (:func:`auto_manager`), through :mod:`kvbudget.engines.trtllm_v2` where that is V2 and
-  kvbudget models it; ``trtllm@v1`` is V1 whatever the model.
+  kvbudget models it; ``trtllm@v1`` is V1 whatever the model, except Gemma-4, which
+  TensorRT-LLM runs on V2 whatever the setting (:mod:`kvbudget.engines.trtllm_gemma4`):
+  ``trtllm@v1`` refuses it.
 * **Block size** (``create_py_executor``; ``ModelConfig.enable_flash_mla``): an MLA model
   whose latent is 576 values wide (``kv_lora_rank + qk_rope_head_dim``: DeepSeek-V3,
   Kimi-K2) runs FlashMLA on an SM 9.0 GPU under the TRTLLM attention backend (the
@@ -70,6 +72,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from kvbudget.engines import trtllm_gemma4
 from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import (
     GIB,
@@ -349,6 +352,7 @@ def _draft_window(d: Deployment) -> int | None:
 
 def managers(d: Deployment, stage: int | None = None) -> tuple[Manager, ...]:
     """The managers of PP stage ``stage`` (default: the last, where draft layers live)."""
+    trtllm_gemma4.refuse_v1(d)  # TensorRT-LLM builds Gemma-4 no V1 manager
     for layer in d.target.layers:
         if layer.state_bytes(d.state_dtype_value, d.parallel.attention_tp):
             raise InvalidArgumentError(
@@ -1146,6 +1150,10 @@ V2_DEFAULTS: dict[str, str] = {
     "DeepseekV3ForCausalLM": "PR #16060",
     "Gemma3ForCausalLM": "PR #17396",
     "Gemma3ForConditionalGeneration": "PR #17396",
+    # Gemma-4 (SOURCES.md: "Gemma3/4 (#17396)"); a Gemma-4 hybrid gets V2 whatever the
+    # setting (trtllm_gemma4.MANAGER_REASON), which auto_manager says first
+    "Gemma4ForCausalLM": "PR #17396",
+    "Gemma4ForConditionalGeneration": "PR #17396",
     # hybrid Mamba / Gated-DeltaNet models: is_hybrid_linear routes them to
     # MambaHybridCacheManagerV2 under V2 (kvcache.md @ 0076e939: the hybrid Mamba models and
     # Qwen3-Next default to V2; Qwen3.5 is a Gated-DeltaNet hybrid of the same route)
@@ -1162,6 +1170,8 @@ def auto_manager(d: Deployment) -> tuple[str, str]:
     # its text_config, which is what ``config`` holds)
     archs = list(d.target.architectures) or d.target.config.get("architectures") or ["?"]
     arch = str(archs[0])
+    if trtllm_gemma4.is_gemma4(d) and trtllm_gemma4.is_hybrid(d):
+        return "V2", trtllm_gemma4.MANAGER_REASON
     if arch in V2_DEFAULTS:
         return "V2", f"{arch} defaults to V2 ({V2_DEFAULTS[arch]})"
     return "V1", f"{arch} sets no V2 default"
@@ -1174,6 +1184,8 @@ def plan_auto(d: Deployment, ledger: Ledger) -> EnginePlan:
     from kvbudget.engines import trtllm_v2  # a sibling that builds on this module
 
     choice, why = auto_manager(d)
+    if trtllm_gemma4.is_gemma4(d):
+        trtllm_v2.check(d)  # V2 is its only manager: refuse what kvbudget's V2 does not cover
     gap = trtllm_v2.uncovered(d)
     if gap is not None or choice == "V1":
         v1_plan = plan(d, ledger, RELEASE)
@@ -1211,6 +1223,8 @@ def _other_tokens(other: Callable[[Deployment, Ledger], EnginePlan], d: Deployme
     except InfeasibleBudgetError:
         return "no block (it would not start)"
     except InvalidArgumentError:  # V1's hybrid managers (CppMambaHybridCacheManager)
+        if trtllm_gemma4.is_gemma4(d):
+            return "nothing: TensorRT-LLM builds Gemma-4 no V1 manager"
         return "what kvbudget does not model (its V1 hybrid manager is not transcribed)"
     return f"{p.capacity.tokens} tokens ({count_of(p.capacity.max_concurrency, 'sequence')})"
 

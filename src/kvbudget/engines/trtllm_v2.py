@@ -61,7 +61,11 @@ SOURCES.md): ``_torch/pyexecutor/_util.py`` (``KvCacheCreator.build_managers``,
   outside its pools and on top of ``max_gpu_total_bytes``: the plan emits the budget less
   them, and refuses a budget they exceed.
 
-Not covered (typed refusals): EAGLE3, draft-target or ngram on a hybrid.
+* **Gemma-4** (:mod:`kvbudget.engines.trtllm_gemma4`): every layer, KV-shared ones too,
+  at its own head_dim and KV heads (``_create_kv_cache_manager``'s per-layer lists).
+
+Not covered (typed refusals): EAGLE3, draft-target or ngram on a hybrid; for Gemma-4, what
+its TensorRT-LLM model does not run (PP, one-model drafts).
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvbudget.dtypes import parse_dtype
 from kvbudget.engines import trtllm as v1
+from kvbudget.engines import trtllm_gemma4 as g4
 from kvbudget.engines import trtllm_v2_storage as st
 from kvbudget.engines.base import EngineModel
 from kvbudget.engines.common import (
@@ -132,6 +137,7 @@ def uncovered(d: Deployment) -> str | None:
 def check(d: Deployment) -> None:
     """InvalidArgumentError for what this V2 model does not cover."""
     v1.check(d)
+    g4.check(d)
     if d.spec.name not in ("none", *SPEC_MODES):
         raise InvalidArgumentError(
             f"--engine trtllm@v2 models TensorRT-LLM's V2 manager with EAGLE3, MTP, "
@@ -333,7 +339,8 @@ def _target_static(d: Deployment, stage: int) -> tuple[tuple[int, int | None], .
         w = _norm(d, _pattern_window(d, i))
         if isinstance(types, list) and types and types[i % len(types)] == "full_attention":
             w = None
-        out.append((v1._price(layer, d), w))
+        price = g4.static_price(d) if g4.is_gemma4(d) else v1._price(layer, d)
+        out.append((price, w))
     return tuple(out)
 
 
@@ -728,6 +735,7 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
     facts = ENGINES["trtllm"]
     check_block(d.tokens_per_block, facts)
     check(d)
+    d = g4.engine_view(d)  # a Gemma-4 target's layers as TensorRT-LLM's manager holds them
     dtype = kv_dtype_name(d.kv_dtype, facts)
     gpu_total, host, disk = _gpu_total(d, ledger), ledger.host_bytes, disk_bytes(ledger)
     stages = allocate(d, gpu_total, host, disk)
@@ -761,6 +769,7 @@ def plan(d: Deployment, ledger: Ledger) -> EnginePlan:
             + _pinned_warnings(stages, host)
             + _host_warnings(d, ledger, stages, host)
             + _disk_warnings(ledger, disk)
+            + g4.shared_layer_warnings(d)
         ),
         detail=_detail(d, stages, auto_host_quotas(d, ledger, stages)),
     )
