@@ -150,3 +150,18 @@ def test_prefill_capture_sizes() -> None:
     assert sglang_memory.prefill_capture_sizes(8192) == 58
     assert sglang_memory.prefill_capture_sizes(4096) == 50  # 8 + 14 + 8 + 8 + 12
     assert sglang_memory.prefill_capture_sizes(3) == 0
+
+
+def test_multimodal_rule() -> None:
+    # ModelConfig.is_multimodal (configs/model_config.py): a text_config wrapper is
+    # multimodal unless its architecture has multimodal off or it is language-model only
+    wrapper = {"architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": {}}
+    assert sglang_memory.is_multimodal(wrapper)
+    assert not sglang_memory.is_multimodal({**wrapper, "language_model_only": True})
+    gemma3 = {"architectures": ["Gemma3ForConditionalGeneration"], "text_config": {}}
+    assert not sglang_memory.is_multimodal(gemma3)
+    assert not sglang_memory.is_multimodal({"architectures": ["Qwen3ForCausalLM"]})
+    # Kimi K3: SGLang's KimiK3VisionConfig (27 layers of 1,024) without a vision_config:
+    # ratio 27 / 24 = 1.125, factor 0.95 x (1 - 0.0125) = 0.938125
+    assert sglang_memory.vlm_factor({"model_type": "kimi_k3"}) == 0.95 * (1.0 - 0.1 * 0.125)
+    assert sglang_memory.vlm_factor({"model_type": "qwen3"}) is None

@@ -112,9 +112,10 @@ def _archs(raw: Mapping[str, Any]) -> list[str]:
 def is_multimodal(raw: Mapping[str, Any]) -> bool:
     """``ModelConfig.is_multimodal`` with the default ``--enable-multimodal``: a wrapper
     with a ``text_config`` (``has_multimodal_subconfig``) or a ``vision_config``,
-    unless its first architecture has multimodal off by default."""
+    unless its first architecture has multimodal off by default or the config says
+    ``language_model_only`` (``is_lm_only``)."""
     archs = _archs(raw)
-    if archs and archs[0] in MULTIMODAL_OFF_ARCHS:
+    if (archs and archs[0] in MULTIMODAL_OFF_ARCHS) or raw.get("language_model_only"):
         return False
     return "text_config" in raw or "vision_config" in raw
 
