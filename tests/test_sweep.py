@@ -130,8 +130,11 @@ def test_layouts_the_model_cannot_run_carry_the_reason() -> None:
 
 def test_an_engine_refusal_is_listed_with_the_engines_reason() -> None:
     """A10 (23,595,909,120 B): vLLM 0.33.0 refuses Llama-3.1-8B at 131,072 tokens, whose
-    one request needs 16 GiB of KV (tests/test_engine_plan.py has the arithmetic); SGLang
-    starts with a pool that holds no such request."""
+    one request needs 16 GiB of KV (tests/test_engine_plan.py has the arithmetic); SGLang's
+    own default --mem-fraction-static there (0.414, tests/test_sglang_mem_default.py:
+    round(1 - 13,488 / 23,028 MiB, 3)) holds not even the weights. On an RTX 5090 (its
+    default 0.586: round(1 - 13,488 / 32,607, 3)) SGLang starts with a pool that holds no
+    such request."""
     result = sweep(gpus=("a10",), specs=("none",), engines=("vllm", "sglang"))
     by_engine = {r.config.engine: r for r in result.rows}
     refused = by_engine["vllm@0.33.0"]
@@ -145,8 +148,14 @@ def test_an_engine_refusal_is_listed_with_the_engines_reason() -> None:
         "draft yuhuili/EAGLE3-LLaMA3.1-Instruct-8B was trained on 2,048 positions"
     )
     assert refused.warnings == ()  # vLLM's "holds 0.19 requests": a pool it never builds
+    sglang = kvbudget.get_engine_model("sglang").id
+    small = by_engine[sglang]
+    assert small.status == "infeasible" and small.reason is not None
+    assert "under mem_fraction_static=0.414" in small.reason
     # SGLang starts, but its pool holds no whole sequence of 131,072 tokens: listed too
-    empty = by_engine[kvbudget.get_engine_model("sglang").id]
+    larger = sweep(gpus=("rtx-5090",), specs=("none",), engines=("sglang",))
+    empty = larger.rows[0]
+    assert empty.config.engine == sglang
     assert empty.status == "infeasible" and empty.seqs_total == 0
     assert empty.reason is not None and "no whole sequence of 131072 tokens" in empty.reason
 

@@ -16,7 +16,9 @@ A plan says which way it went:
     and, since 0.21, its CUDA-graph estimate);
   - ``mem_fraction_static F`` (SGLang): ``floor(F x (M - runtime)) - W``, a share of the
     memory free before weights load for weights and KV pools; activations and CUDA
-    graphs must fit in the rest, and a warning says when they would not.
+    graphs must fit in the rest, and a warning says when they would not. SGLang's
+    default ``F`` is the one it computes itself for the deployment
+    (:mod:`kvbudget.engines.sglang_memory`, a :class:`MemoryDefault` with its reason).
 
 The budget knows devices and ledgers, not blocks.
 """
@@ -33,6 +35,20 @@ from kvbudget.memory import NonKvMemory
 from kvbudget.units import format_bytes, parse_bytes
 
 MemoryRule = Literal["memory_fraction", "gpu_memory_utilization", "mem_fraction_static"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryDefault:
+    """An engine's own GPU memory knob and the value it picks when none is given.
+
+    ``fraction_text`` is the value as the engine would hold it (a decimal string that
+    :func:`parse_fraction` reads exactly); ``reason`` says, for reports, how the engine
+    arrived at it when it computes the value itself (None: a fixed default).
+    """
+
+    rule: MemoryRule
+    fraction_text: str
+    reason: str | None = None
 
 
 def parse_fraction(value: float | str, name: str = "memory_fraction") -> Fraction:
@@ -60,13 +76,25 @@ class GpuBudgetRule:
     fraction_text: str
     rule: MemoryRule = "memory_fraction"
     fraction_given: bool = False  # the user named the knob; else the engine's default
+    default_reason: str | None = None  # how the engine computed its default (reports)
+    # what nvidia-smi reports as the device's memory.total (MiB; gpus.csv
+    # driver_total_mib), for engines that size from it; None for --gpu-memory
+    driver_total_mib: int | None = None
 
-    def with_default(self, default: tuple[MemoryRule, str]) -> GpuBudgetRule:
+    def with_default(self, default: MemoryDefault | tuple[MemoryRule, str]) -> GpuBudgetRule:
         """This rule under another engine's default knob, unless the user named one."""
         if self.fraction_given:
             return self
-        rule, text = default
-        return replace(self, rule=rule, fraction=parse_fraction(text, rule), fraction_text=text)
+        if isinstance(default, tuple):
+            default = MemoryDefault(rule=default[0], fraction_text=default[1])
+        rule, text = default.rule, default.fraction_text
+        return replace(
+            self,
+            rule=rule,
+            fraction=parse_fraction(text, rule),
+            fraction_text=text,
+            default_reason=default.reason,
+        )
 
     @property
     def derived(self) -> bool:
@@ -79,7 +107,8 @@ class GpuBudgetRule:
             return "given (--kv-budget), per rank"
         f = self.fraction_text
         if not self.fraction_given:
-            f = f"{f} (the engine's default)"
+            why = self.default_reason or "the engine's default"
+            f = f"{f} ({why})"
         return {
             "memory_fraction": f"(GPU memory - weights - non-KV memory) x {f}: the share of "
             "memory free after weights and a forward pass (TensorRT-LLM "
@@ -152,11 +181,12 @@ def gpu_budget_rule(
     given = None if kv_budget is None else parse_bytes(kv_budget, name="kv_budget")
     memory: int | None = None
     name: str | None = None
+    smi_mib: int | None = None
     if gpu_memory is not None:
         memory, name = parse_bytes(gpu_memory, name="gpu_memory"), "custom"
     elif gpu is not None:
         device = get_gpu(gpu)
-        memory, name = device.memory_bytes, device.name
+        memory, name, smi_mib = device.memory_bytes, device.name, device.driver_total_mib
     if given is None and memory is None:
         raise InvalidArgumentError(
             "give a GPU budget: --kv-budget BYTES, --gpu NAME or --gpu-memory BYTES"
@@ -185,4 +215,5 @@ def gpu_budget_rule(
         fraction_text=str(value),
         rule=rule,  # type: ignore[arg-type]
         fraction_given=bool(chosen),
+        driver_total_mib=smi_mib,
     )

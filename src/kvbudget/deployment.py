@@ -379,8 +379,7 @@ def resolve_deployment(
         memory_fraction=memory_fraction,
         gpu_memory_utilization=gpu_memory_utilization,
         mem_fraction_static=mem_fraction_static,
-        default=engine_model.memory_default,
-    )
+    )  # the engine's default knob is applied by for_engine, which knows the deployment
     sizes = {
         "kv_budget": kv_budget,
         "host_budget": host_budget,
@@ -470,7 +469,7 @@ def for_engine(
         deployment,
         engine=model,
         cached_states=states,
-        gpu_rule=deployment.gpu_rule.with_default(model.memory_default),
+        gpu_rule=deployment.gpu_rule.with_default(model.memory_default_for(deployment)),
     )
     model.check(planned)
     return planned

@@ -1,8 +1,12 @@
 """kvbudget's SGLang model against SGLang's own sizing code, run on CPU.
 
     /work/sglang-venv/bin/python benchmarks/fidelity/sglang/sglang_fidelity.py
-        [--cases quick|all] [--match TEXT ...] [--engine sglang@VERSION]
+        [--cases quick|all|memdefault] [--match TEXT ...] [--engine sglang@VERSION]
         [--pre-load-gib X] [--tsv out.tsv] [-v]
+
+``--cases memdefault``: SGLang's own default ``--mem-fraction-static`` against kvbudget's
+(``mem_sglang_side``: the emitted flags without ``--mem-fraction-static``, the device
+memory nvidia-smi reports for the GPU, the prefill CUDA-graph default of CUDA).
 
 Per case: ``kvbudget.plan(..., engine=...)`` and the command ``kvbudget.engines.emit``
 renders for it; that command's flags (and environment prefix) go through SGLang's own
@@ -1059,6 +1063,164 @@ def _state_side(result: Any) -> dict[str, Any]:
     return {"state_slots": mamba.size, "state_pool_bytes": _state_bytes(mamba)}
 
 
+# ---- SGLang's own default --mem-fraction-static (--cases memdefault) -------------------
+
+
+@dataclass(frozen=True)
+class MemCase:
+    """A deployment planned without --kv-budget or a memory knob on ``gpu``."""
+
+    target: str
+    spec: str
+    draft: str | None
+    gpu: str
+    tp: int
+    pp: int = 1
+    dp_attention: bool = False
+
+    @property
+    def id(self) -> str:
+        dpa = f" dpa{self.tp}" if self.dp_attention else ""
+        return f"memdefault {self.target} {self.spec} {self.gpu} tp{self.tp} pp{self.pp}{dpa}"
+
+
+_EAGLE3_8B = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+_MEM_CASES = (
+    MemCase("Qwen/Qwen3-0.6B", "none", None, "L4", 1),  # 24 GB class
+    MemCase("Qwen/Qwen3-0.6B", "none", None, "RTX-4090", 2, 2),
+    MemCase("Qwen/Qwen3-8B", "none", None, "RTX-5090", 4),  # 32 GB, TP >= 4
+    MemCase("Qwen/Qwen3-8B", "none", None, "L40S", 1),  # 48 GB class
+    MemCase("Qwen/Qwen3-32B", "none", None, "L40S", 4),
+    MemCase("Qwen/Qwen3-8B", "none", None, "H100", 1),  # 80 GB class
+    MemCase("Qwen/Qwen3-32B", "none", None, "H100", 4),
+    MemCase("Qwen/Qwen3-32B", "none", None, "H100", 2, 2),
+    MemCase("meta-llama/Llama-3.1-8B-Instruct", "eagle3", _EAGLE3_8B, "H100", 1),
+    MemCase("meta-llama/Llama-3.1-8B-Instruct", "ngram", None, "A100-40GB", 1),
+    MemCase("Qwen/Qwen3-8B", "none", None, "H200", 1),  # 141 GB class
+    MemCase("openai/gpt-oss-120b", "eagle3", "nvidia/gpt-oss-120b-Eagle3-long-context", "H200", 1),
+    MemCase("deepseek-ai/DeepSeek-V3", "none", None, "H200", 8),  # MLA
+    MemCase("deepseek-ai/DeepSeek-V3", "mtp", None, "H200", 8, dp_attention=True),
+    MemCase("Qwen/Qwen3-235B-A22B", "none", None, "H200", 8, dp_attention=True),
+    MemCase("Qwen/Qwen3-32B", "none", None, "B200", 1),  # 180+ GB class
+    MemCase("Qwen/Qwen3-235B-A22B", "none", None, "B300", 4),
+    MemCase("deepseek-ai/DeepSeek-V3", "none", None, "B200", 8, 2),
+    MemCase("google/gemma-3-27b-it", "none", None, "H200", 1),  # multimodal off by default
+    MemCase("meta-llama/Llama-4-Scout-17B-16E-Instruct", "none", None, "H100", 8),
+    MemCase("Qwen/Qwen3.5-27B", "none", None, "H200", 1),  # multimodal: the ViT factor
+    MemCase("Qwen/Qwen3.5-35B-A3B", "mtp", None, "H100", 2),
+    MemCase("Qwen/Qwen3.5-397B-A17B", "none", None, "B200", 8),
+    # the family configs of tests/family_configs.py (as SGLang reads them)
+    MemCase("family/deepseek-v4-defaults", "none", None, "H200", 8),  # no prefill graph
+    MemCase("family/deepseek-v41-defaults", "none", None, "B200", 8),
+    MemCase("family/gemma4-defaults", "none", None, "H100", 1),
+    MemCase("family/gemma4-moe-mm", "none", None, "H200", 1),
+    MemCase("family/kimi-k3", "none", None, "H200", 8),
+    MemCase("family/kimi-linear-defaults", "none", None, "H200", 1),  # KDA
+    MemCase("family/minimax-m3-defaults", "none", None, "H200", 8),
+    MemCase("family/step3p5-uniform", "mtp", None, "H200", 8),
+)
+
+
+def mem_cases() -> list[MemCase]:
+    return list(_MEM_CASES)
+
+
+def mem_kvbudget_side(case: MemCase, engine: str) -> tuple[dict[str, Any], KbSide]:
+    """kvbudget's default fraction for ``case`` and its emitted command."""
+    kb = _kvbudget()
+    from kvbudget.engines import emit
+
+    par: dict[str, Any] = {"tp": case.tp, "pp": case.pp}
+    if case.dp_attention:
+        par.update(dp=case.tp, dp_attention=True)
+    try:
+        p = kb.plan(
+            _model_dir(case.target) if _is_family(case.target) else case.target,
+            case.draft,
+            spec=case.spec,
+            engine=engine,
+            gpu=case.gpu,
+            **par,
+        )
+    except Exception as exc:
+        return {}, KbSide(error=f"{type(exc).__name__}: {_one_line(exc)}")
+    side = KbSide(command=emit(p), gpu_memory_bytes=p.budget.gpu_memory_bytes)
+    return {"refused": None, "mem_fraction_static": p.budget.memory_fraction}, side
+
+
+def mem_sglang_side(kb: KbSide, gpu: str) -> dict[str, Any]:
+    """SGLang's resolved ``mem_fraction_static`` for kvbudget's command without its
+    ``--mem-fraction-static``, the device memory that nvidia-smi reports for ``gpu``
+    (gpus.csv ``driver_total_mib``) and, as on CUDA, the breakable prefill CUDA graph
+    by default (``default_prefill_backend``). ``--max-running-requests`` is the
+    deployment's (kvbudget's ``max_batch_size``): the fraction is SGLang's pick for the
+    deployment as launched without kvbudget's memory flags, before kvbudget lowers the
+    flag to a Mamba hybrid's state pool (a figure of the budget it derives)."""
+    import sglang.srt.arg_groups.kv_shard_hook as kv_shard_hook
+    import sglang.srt.arg_groups.memory_hook as memory_hook
+    import sglang.srt.arg_groups.model_overrides.qwen3_vl as qwen3_vl
+    import sglang.srt.model_executor.cuda_graph_config as graph_config
+    from sglang.srt.arg_groups.overrides import resolved_view
+    from sglang.srt.server_args import prepare_server_args
+
+    from kvbudget.deployment import DEFAULT_MAX_BATCH_SIZE
+
+    assert kb.command is not None
+    env, argv = _command_argv(kb.command)
+    at = argv.index("--mem-fraction-static")
+    del argv[at : at + 2]
+    argv[argv.index("--max-running-requests") + 1] = str(DEFAULT_MAX_BATCH_SIZE)
+    mib = _kvbudget().get_gpu(gpu).driver_total_mib
+    modules = (memory_hook, kv_shard_hook, qwen3_vl)
+    saved = [m.get_device_memory_capacity for m in modules]
+    saved_backend = graph_config.default_prefill_backend
+    saved_env = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    for m in modules:
+        m.get_device_memory_capacity = lambda *a, **k: float(mib)
+    graph_config.default_prefill_backend = lambda: graph_config.Backend.BREAKABLE
+    try:
+        sa = prepare_server_args(argv)
+        sa.resolve_once()
+        return {"refused": None, "mem_fraction_static": resolved_view(sa).mem_fraction_static}
+    except (ValueError, RuntimeError, AssertionError) as exc:
+        return {"refused": f"{type(exc).__name__}: {_one_line(exc)}"}
+    finally:
+        for m, f in zip(modules, saved, strict=True):
+            m.get_device_memory_capacity = f
+        graph_config.default_prefill_backend = saved_backend
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_mem(cases: list[MemCase], engine: str, verbose: bool) -> int:
+    """Compare kvbudget's default fraction with SGLang's for each case."""
+    agree = differ = skipped = 0
+    for case in cases:
+        values, kb = mem_kvbudget_side(case, engine)
+        if kb.error is not None:
+            skipped += 1
+            print(f"{case.id}: n/a (kvbudget: {kb.error})")
+            continue
+        sg = mem_sglang_side(kb, case.gpu)
+        rows = compare(values, sg, ("refused", "mem_fraction_static"))
+        ok = all(r[3] for r in rows)
+        agree += ok
+        differ += not ok
+        print(f"{case.id}: {'OK' if ok else 'DIFF'}")
+        for key, k, s, same in rows:
+            if verbose or not same:
+                print(f"    {key}: kvbudget {k}  sglang {s}  {'ok' if same else 'DIFF'}")
+    print(
+        f"{len(cases)} cases, {agree} agree, {differ} differ ({skipped} not planned by "
+        "kvbudget for SGLang)"
+    )
+    return 1 if differ else 0
+
+
 # ---- comparison -----------------------------------------------------------------------
 
 
@@ -1066,9 +1228,11 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
-def compare(kb: dict[str, Any], sg: dict[str, Any]) -> list[tuple[str, Any, Any, bool]]:
+def compare(
+    kb: dict[str, Any], sg: dict[str, Any], keys: tuple[str, ...] = COMPARED
+) -> list[tuple[str, Any, Any, bool]]:
     rows = []
-    for key in COMPARED:
+    for key in keys:
         k, s = kb.get(key), sg.get(key)
         if key == "refused":
             rows.append((key, k, s, (k is None) == (s is None)))
@@ -1129,7 +1293,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cases", choices=("quick", "all"), default="quick")
+    parser.add_argument("--cases", choices=("quick", "all", "memdefault"), default="quick")
     parser.add_argument("--match", action="append", default=[])
     parser.add_argument("--engine", default="sglang")
     parser.add_argument(
@@ -1144,6 +1308,12 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     logging.disable(logging.WARNING)
+    if args.cases == "memdefault":
+        import sglang
+
+        memory = [c for c in mem_cases() if all(t in c.id for t in args.match)]
+        print(f"SGLang {sglang.__version__}: {len(memory)} cases, kvbudget --engine {args.engine}")
+        return run_mem(memory, args.engine, args.verbose)
     cases = all_cases() if args.cases == "all" else quick_cases()
     for text in args.match:
         cases = [c for c in cases if text in c.id]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvbudget.budget import MemoryRule
+from kvbudget.budget import MemoryDefault, MemoryRule
 from kvbudget.plan_types import EngineSource
 
 if TYPE_CHECKING:
@@ -39,7 +39,9 @@ class EngineModel:
       before weights load) enters this engine's settings; others ignore it (a warning).
     * ``spec_names``: the speculation modes it runs (None: every mode kvbudget plans).
     * ``memory_default``: the engine's own GPU memory knob and its default value, which
-      derives the KV budget when the user gives neither ``--kv-budget`` nor a knob.
+      derives the KV budget when the user gives neither ``--kv-budget`` nor a knob: a
+      fixed ``(knob, value)``, or a function of the deployment for an engine that
+      computes its default itself (:meth:`memory_default_for` is the one reader).
     * ``check(deployment)``: raises InvalidArgumentError for a deployment this model does
       not cover (before any planning); ``plan(deployment, ledger)``: the engine plan;
       ``render(plan)``: the emitted settings as text (None: nothing to emit).
@@ -57,7 +59,17 @@ class EngineModel:
     sizes_cached_states: bool = False
     reads_pre_load_bytes: bool = False
     spec_names: frozenset[str] | None = None
-    memory_default: tuple[MemoryRule, str] = ("memory_fraction", "0.9")
+    memory_default: tuple[MemoryRule, str] | Callable[[Deployment], MemoryDefault] = (
+        "memory_fraction",
+        "0.9",
+    )
+
+    def memory_default_for(self, deployment: Deployment) -> MemoryDefault:
+        """The knob and value this engine picks for ``deployment`` when none is given."""
+        if isinstance(self.memory_default, tuple):
+            rule, text = self.memory_default
+            return MemoryDefault(rule=rule, fraction_text=text)
+        return self.memory_default(deployment)
 
     @property
     def id(self) -> str:

@@ -84,6 +84,7 @@ from kvbudget.engines import (
     sglang_dsv4,
     sglang_gemma4,
     sglang_kimi,
+    sglang_memory,
     sglang_minimax,
     sglang_step3p5,
 )
@@ -1310,11 +1311,10 @@ def engine_model(release: SglangRelease) -> EngineModel:
         render=render,
         spec_names=frozenset(ENGINES["sglang"].spec_names),
         reads_pre_load_bytes=True,  # the computed --mem-fraction-static allows for it
-        # SGLang's own default --mem-fraction-static is a heuristic of its server
-        # arguments (ServerArgs._handle_gpu_memory_settings), not modelled: the budget is
-        # derived with free_gpu_memory_fraction 0.9 semantics and the emitted
-        # --mem-fraction-static realises it
-        memory_default=("memory_fraction", "0.9"),
+        # SGLang's own default --mem-fraction-static, a heuristic of its server arguments
+        # (arg_groups/memory_hook.py handle_gpu_memory_settings) for the emitted flags;
+        # the emitted --mem-fraction-static realises the budget it derives
+        memory_default=sglang_memory.default,
     )
 
 
