@@ -93,12 +93,18 @@ def test_multimodal() -> None:
 
 
 def test_budget_bytes_follow() -> None:
-    # kv = floor((M - runtime) x F) - weights (budget.py GpuBudgetRule.kv_bytes)
+    # SGLang profiles free after weights - free before weights x (1 - F)
+    # (KVCacheConfigurator._profile_available_bytes): kv = floor((M - pre-load) x F) -
+    # weights - the buffers beside them (budget.py GpuBudgetRule.kv_bytes; the 2.5 GiB
+    # pre-load default and the 512 MiB margin of engines/sglang.py)
     plan = kvbudget.plan("Qwen/Qwen3-8B", engine="sglang", gpu="H100")
-    assert plan.budget.non_kv is not None and plan.budget.weights_bytes is not None
-    runtime, weights = plan.budget.non_kv.runtime_bytes, plan.budget.weights_bytes
-    expected = int((H100_CUDA_TOTAL - runtime) * Fraction("0.83")) - weights
+    assert plan.budget.weights_bytes is not None
+    weights = plan.budget.weights_bytes
+    pre_load, margin = 5 * GIB // 2, 512 * 1024**2
+    expected = int((H100_CUDA_TOTAL - pre_load) * Fraction("0.83")) - weights - margin
     assert plan.budget.gpu_bytes == expected
+    # so the emitted --mem-fraction-static is SGLang's own 0.83, nothing more
+    assert plan.engine.settings["--mem-fraction-static"] == "0.830"
     # the same budget under the old 0.9 of free memory is not what SGLang would pick
     assert "(the engine's default)" not in plan.budget.gpu_source
 
@@ -123,6 +129,11 @@ def test_user_knob_wins() -> None:
     given = kvbudget.plan("Qwen/Qwen3-8B", engine="sglang", gpu="H100", mem_fraction_static="0.88")
     assert given.budget.memory_fraction == 0.88
     assert "SGLang's default" not in given.budget.gpu_source
+    # the knob given is the knob SGLang runs with: the budget is what SGLang profiles
+    # under it, so the plan emits it unchanged (it emitted 0.913 for 0.88 when the budget
+    # took 0.88 of (M - 256 MiB runtime) and the emitted fraction added the 2.5 GiB
+    # pre-load and the 512 MiB margin back)
+    assert given.engine.settings["--mem-fraction-static"] == "0.880"
     other = kvbudget.plan("Qwen/Qwen3-8B", engine="sglang", gpu="H100", memory_fraction="0.9")
     assert other.budget.memory_rule == "memory_fraction"
     assert other.budget.memory_fraction == 0.9

@@ -14,9 +14,14 @@ A plan says which way it went:
   - ``gpu_memory_utilization F`` (vLLM): ``floor(F x M) - W - N``, a share of the
     total for everything (vLLM subtracts its measured peak activation, non-torch memory
     and, since 0.21, its CUDA-graph estimate);
-  - ``mem_fraction_static F`` (SGLang): ``floor(F x (M - runtime)) - W``, a share of the
-    memory free before weights load for weights and KV pools; activations and CUDA
-    graphs must fit in the rest, and a warning says when they would not. SGLang's
+  - ``mem_fraction_static F`` (SGLang): ``floor(F x (M - P)) - W - B``, a share of the
+    memory free before weights load for weights and KV pools, as SGLang profiles it
+    (``free after weights - free before weights x (1 - F)``), with ``P`` the memory in
+    use before weights load and ``B`` the buffers it allocates beside the weights before
+    it profiles (the engine's :attr:`GpuBudgetRule.before_load`; SGLang's pre-load bytes
+    and margin: so the ``--mem-fraction-static`` the plan emits is ``F`` itself); under
+    an engine that gives none, ``P`` is the runtime estimate and ``B`` 0. Activations and
+    CUDA graphs must fit in the rest, and a warning says when they would not. SGLang's
     default ``F`` is the one it computes itself for the deployment
     (:mod:`kvbudget.engines.sglang_memory`, a :class:`MemoryDefault` with its reason).
 
@@ -77,6 +82,10 @@ class GpuBudgetRule:
     rule: MemoryRule = "memory_fraction"
     fraction_given: bool = False  # the user named the knob; else the engine's default
     default_reason: str | None = None  # how the engine computed its default (reports)
+    # (P, B) of mem_fraction_static: memory in use before weights load, and the buffers
+    # allocated beside the weights before the engine profiles (None: P is the runtime
+    # estimate, B is 0); set by the engine model (EngineModel.before_load)
+    before_load: tuple[int, int] | None = None
     # what nvidia-smi reports as the device's memory.total (MiB; gpus.csv
     # driver_total_mib), for engines that size from it; None for --gpu-memory
     driver_total_mib: int | None = None
@@ -115,9 +124,21 @@ class GpuBudgetRule:
             "free_gpu_memory_fraction semantics), per rank",
             "gpu_memory_utilization": f"GPU memory x {f} - weights - non-KV memory (vLLM "
             "--gpu-memory-utilization semantics), per rank",
-            "mem_fraction_static": f"(GPU memory - runtime) x {f} - weights (SGLang "
-            "--mem-fraction-static semantics: weights and KV pools), per rank",
+            "mem_fraction_static": self._static_text(f),
         }[self.rule]
+
+    def _static_text(self, f: str) -> str:
+        if self.before_load is None:
+            return (
+                f"(GPU memory - runtime) x {f} - weights (SGLang --mem-fraction-static "
+                "semantics: weights and KV pools), per rank"
+            )
+        pre_load, buffers = self.before_load
+        return (
+            f"(GPU memory - {format_bytes(pre_load)} in use before weights load) x {f} - "
+            f"weights - {format_bytes(buffers)} of buffers beside them (SGLang "
+            "--mem-fraction-static semantics: weights and KV pools), per rank"
+        )
 
     def non_kv(self, estimate: NonKvMemory) -> NonKvMemory:
         """``estimate``, or ``--reserve`` as the whole of it when given."""
@@ -144,7 +165,8 @@ class GpuBudgetRule:
         if self.rule == "gpu_memory_utilization":
             kv = int(memory * frac) - weights_bytes - non_kv.total_bytes
         elif self.rule == "mem_fraction_static":
-            kv = int((memory - non_kv.runtime_bytes) * frac) - weights_bytes
+            pre_load, buffers = self.before_load or (non_kv.runtime_bytes, 0)
+            kv = int((memory - pre_load) * frac) - weights_bytes - buffers
         else:
             kv = int(max(0, memory - weights_bytes - non_kv.total_bytes) * frac)
         if kv <= 0:

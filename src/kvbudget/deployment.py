@@ -465,12 +465,10 @@ def for_engine(
         states = cached_states
     else:
         states = deployment.max_batch_size if deployment.enable_prefix_caching else 0
-    planned = replace(
-        deployment,
-        engine=model,
-        cached_states=states,
-        gpu_rule=deployment.gpu_rule.with_default(model.memory_default_for(deployment)),
-    )
+    rule = deployment.gpu_rule.with_default(model.memory_default_for(deployment))
+    if model.before_load is not None:
+        rule = replace(rule, before_load=model.before_load(deployment))
+    planned = replace(deployment, engine=model, cached_states=states, gpu_rule=rule)
     model.check(planned)
     return planned
 

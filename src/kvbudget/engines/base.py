@@ -42,6 +42,10 @@ class EngineModel:
       derives the KV budget when the user gives neither ``--kv-budget`` nor a knob: a
       fixed ``(knob, value)``, or a function of the deployment for an engine that
       computes its default itself (:meth:`memory_default_for` is the one reader).
+    * ``before_load(deployment)``: for an engine whose ``mem_fraction_static`` is a share
+      of the memory free before weights load, the bytes in use before they load and the
+      buffers it allocates beside them before profiling (:attr:`GpuBudgetRule.before_load`;
+      None: the runtime estimate and nothing).
     * ``check(deployment)``: raises InvalidArgumentError for a deployment this model does
       not cover (before any planning); ``plan(deployment, ledger)``: the engine plan;
       ``render(plan)``: the emitted settings as text (None: nothing to emit).
@@ -63,6 +67,8 @@ class EngineModel:
         "memory_fraction",
         "0.9",
     )
+
+    before_load: Callable[[Deployment], tuple[int, int]] | None = None
 
     def memory_default_for(self, deployment: Deployment) -> MemoryDefault:
         """The knob and value this engine picks for ``deployment`` when none is given."""

@@ -1315,6 +1315,9 @@ def engine_model(release: SglangRelease) -> EngineModel:
         # (arg_groups/memory_hook.py handle_gpu_memory_settings) for the emitted flags;
         # the emitted --mem-fraction-static realises the budget it derives
         memory_default=sglang_memory.default,
+        # --mem-fraction-static F is a share of the memory free before weights load, for
+        # the weights, the buffers beside them and the pools (_mem_fraction)
+        before_load=lambda d: (pre_load_bytes(d), PROFILE_MARGIN_BYTES),
     )
 
 
