@@ -176,3 +176,18 @@ def test_multimodal_rule() -> None:
     # ratio 27 / 24 = 1.125, factor 0.95 x (1 - 0.0125) = 0.938125
     assert sglang_memory.vlm_factor({"model_type": "kimi_k3"}) == 0.95 * (1.0 - 0.1 * 0.125)
     assert sglang_memory.vlm_factor({"model_type": "qwen3"}) is None
+
+
+def test_a_hybrid_budget_counts_the_state_at_its_reservation() -> None:
+    """Qwen3.5-35B-A3B with MTP at TP 2 on an H100: SGLang takes the Mamba state pool out
+    of its profile at the reservation (``_handle_max_mamba_cache``), which is more than
+    MambaPool allocates for it here; the pools are sized beside the reservation, so what
+    SGLang must profile stays within the budget derived from its own fraction (0.76570...,
+    the vision factor leaves it unrounded) and the emitted flag is that fraction rounded
+    up to 3 decimals, 0.766 (it was 0.767: the profile exceeded the budget by the
+    reservation's excess)."""
+    p = kvbudget.plan("Qwen/Qwen3.5-35B-A3B", spec="mtp", engine="sglang", gpu="H100", tp=2)
+    d = p.engine.detail
+    assert d["mamba_reserved_bytes"] > d["mamba_state_bytes"]
+    assert d["profiled_budget_bytes"] <= p.budget.gpu_bytes
+    assert p.engine.settings["--mem-fraction-static"] == "0.766"

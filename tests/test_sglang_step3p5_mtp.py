@@ -187,3 +187,18 @@ def test_hicache_runners_take_the_full_rows_by_hand(tmp_path: Path) -> None:
 def test_refusals(tmp_path: Path, cfg: dict[str, Any], kw: dict[str, Any], match: str) -> None:
     with pytest.raises(InvalidArgumentError, match=match):
         mtp_plan(tmp_path, cfg, **kw)
+
+
+def test_a_derived_budget_leaves_room_for_the_runners_embeddings(tmp_path: Path) -> None:
+    """With no --kv-budget, SGLang's own --mem-fraction-static on an H200 at TP 8 (0.897,
+    benchmarks/fidelity/sglang --cases memdefault) derives the budget beside the ledger's
+    weights; SGLang also loads the 3 runners' embeddings (EMBEDDINGS), so the pools get
+    that much less and the emitted fraction is SGLang's own, not above it."""
+    p = mtp_plan(tmp_path, kv_budget=None)
+    d = p.engine.detail
+    assert p.budget.memory_fraction == 0.897
+    assert d["weights_bytes"] == p.budget.weights_bytes + EMBEDDINGS
+    assert d["profiled_budget_bytes"] <= p.budget.gpu_bytes - EMBEDDINGS
+    assert p.engine.settings["--mem-fraction-static"] == "0.897"
+    assert any("the KV budget derived from the GPU's memory leaves them room" in w
+               for w in p.warnings)  # fmt: skip

@@ -59,6 +59,7 @@ import tempfile
 import traceback
 import types
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -1145,7 +1146,9 @@ def mem_kvbudget_side(case: MemCase, engine: str) -> tuple[dict[str, Any], KbSid
     except Exception as exc:
         return {}, KbSide(error=f"{type(exc).__name__}: {_one_line(exc)}")
     side = KbSide(command=emit(p), gpu_memory_bytes=p.budget.gpu_memory_bytes)
-    return {"refused": None, "mem_fraction_static": p.budget.memory_fraction}, side
+    emitted = Decimal(str(p.engine.settings["--mem-fraction-static"]))
+    values = {"refused": None, "mem_fraction_static": p.budget.memory_fraction}
+    return {**values, "emitted_mem_fraction_static": emitted}, side
 
 
 def mem_sglang_side(kb: KbSide, gpu: str) -> dict[str, Any]:
@@ -1182,7 +1185,15 @@ def mem_sglang_side(kb: KbSide, gpu: str) -> dict[str, Any]:
     try:
         sa = prepare_server_args(argv)
         sa.resolve_once()
-        return {"refused": None, "mem_fraction_static": resolved_view(sa).mem_fraction_static}
+        fraction = resolved_view(sa).mem_fraction_static
+        # the flag that runs SGLang at its own pick: it, to the 3 decimals kvbudget emits
+        # (rounded up: a multimodal model's vision factor leaves more decimals)
+        flag = Decimal(str(fraction)).quantize(Decimal("0.001"), rounding=ROUND_CEILING)
+        return {
+            "refused": None,
+            "mem_fraction_static": fraction,
+            "emitted_mem_fraction_static": flag,
+        }
     except (ValueError, RuntimeError, AssertionError) as exc:
         return {"refused": f"{type(exc).__name__}: {_one_line(exc)}"}
     finally:
@@ -1206,7 +1217,9 @@ def run_mem(cases: list[MemCase], engine: str, verbose: bool) -> int:
             print(f"{case.id}: n/a (kvbudget: {kb.error})")
             continue
         sg = mem_sglang_side(kb, case.gpu)
-        rows = compare(values, sg, ("refused", "mem_fraction_static"))
+        rows = compare(
+            values, sg, ("refused", "mem_fraction_static", "emitted_mem_fraction_static")
+        )
         ok = all(r[3] for r in rows)
         agree += ok
         differ += not ok

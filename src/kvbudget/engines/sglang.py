@@ -505,14 +505,17 @@ class SglangPlan:
 
 
 def plan_stage(d: Deployment, stage: int, budget: int) -> SglangPlan:
-    """Backward: the largest page-aligned T whose real pools fit ``budget`` bytes."""
+    """Backward: the largest page-aligned T whose real pools fit ``budget`` bytes beside
+    a Mamba state pool counted at what SGLang's profile takes out for it, its reservation
+    where that is more than it allocates (so that the emitted ``--mem-fraction-static``
+    is the one the budget was derived under)."""
     lay = layout(d, stage)
     page = page_tokens(d)
     if not lay.full and not lay.swa:
         raise InvalidArgumentError(f"{d.target.name} caches nothing for SGLang to size")
     state = state_plan(d, lay.state, budget) if lay.state is not None else None
     if state is not None:
-        budget -= state.bytes
+        budget -= max(state.bytes, state.reserved_bytes)
     swa = _swa_tokens_needed(lay, d) if lay.swa_layers else 0
     swa_side = lay.swa + (lay.draft if lay.draft_in_swa else 0)  # bytes per sliding row
     fixed = (swa + page) * swa_side if lay.swa_layers else 0
@@ -602,6 +605,20 @@ def _mem_fraction(d: Deployment, weights_bytes: int | None, profiled_bytes: int)
     return str(value)
 
 
+def _stage_budget(d: Deployment, ledger: Ledger) -> int:
+    """The bytes per rank SGLang's pools may take: the ledger's, less, where the budget
+    was derived from the GPU's memory beside the ledger's weights, the weights SGLang
+    loads beyond them (Step-3.5's MTP runners' embeddings), which take that memory."""
+    extra = sglang_step3p5.draft_embedding_bytes(d) if d.gpu_rule.derived else 0
+    if extra >= ledger.min_stage_gpu_bytes:
+        raise InfeasibleBudgetError(
+            f"the {extra:,} B of embeddings SGLang's MTP draft runners load beside the "
+            f"weights leave nothing of the {ledger.min_stage_gpu_bytes:,} B KV budget per "
+            "rank; raise the memory fraction or --tp, or lower --max-draft-len"
+        )
+    return ledger.min_stage_gpu_bytes - extra
+
+
 def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) -> EnginePlan:
     """SGLang's plan for ``d`` under ``release`` (default 0.5.23): its pools, flags and
     start-up lines."""
@@ -612,7 +629,7 @@ def plan(d: Deployment, ledger: Ledger, release: SglangRelease | None = None) ->
         return _plan_dsv4(d, ledger, release)
     dtype = kv_dtype_name(d.kv_dtype, facts)
     page = page_tokens(d)
-    stages = [plan_stage(d, s, ledger.min_stage_gpu_bytes) for s in range(d.parallel.pp)]
+    stages = [plan_stage(d, s, _stage_budget(d, ledger)) for s in range(d.parallel.pp)]
     chosen = min(stages, key=lambda st: st.full_tokens)
     lay = stages[-1].layout  # the last stage holds the draft
     full, swa = chosen.full_tokens, chosen.swa_tokens

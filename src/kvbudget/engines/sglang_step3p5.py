@@ -276,12 +276,17 @@ def warnings(d: Deployment) -> list[str]:
     extra = draft_embedding_bytes(d)
     if not extra:
         return []
+    where = (
+        "the KV budget derived from the GPU's memory leaves them room"
+        if d.gpu_rule.derived
+        else "--mem-fraction-static covers them, so leave that much GPU memory free beyond "
+        "--kv-budget"
+    )
     return [
         f"SGLang's {d.lookahead_tokens} Step3p5MTP draft runners each load their own copy "
         "of the target's embed_tokens (Step3p5MTP.set_embed_and_head does not share it): "
         f"{format_bytes(extra)} ({extra:,} B) more weights per rank than the plan counts; "
-        "--mem-fraction-static covers them, so leave that much GPU memory free beyond "
-        "--kv-budget"
+        f"{where}"
     ]
 
 
