@@ -2,9 +2,10 @@
 and an MTP layer's stored copies of the main model's embedding and head in the weights.
 
 vLLM 0.33.0 ``v1/worker/gpu/spec_decode/eagle/utils.py`` ``maybe_share_target_embed``:
-at PP > 1 an MTP drafter (no ``has_own_embed_tokens``) keeps its own ``embed_tokens``,
-and an EAGLE/EAGLE3/DFlash head with none of its own needs the target's on the last
-stage, which a tied target has there, or one whose class builds it there for the head
+at PP > 1 an MTP drafter (no ``has_own_embed_tokens``) keeps its own ``embed_tokens``
+(MiniMax-M3's shares the one its target builds there for it: one copy either way), and
+an EAGLE/EAGLE3/DFlash head with none of its own needs the target's on the last stage,
+which a tied target has there, or one whose class builds it there for the head
 (``spec_decode_needs_target_embed``: Llama, Qwen2/3, ...), else it raises RuntimeError.
 The vLLM harness's PP cases run both functions (``draft_embedding`` compared on every
 PP > 1 drafter case).
@@ -31,17 +32,15 @@ DEEPSEEK = "deepseek-ai/DeepSeek-V3"
 GPT_OSS = "openai/gpt-oss-120b"
 
 
-def _vllm(target: Any, draft: Any, spec: str, **kw: Any) -> Any:
-    return plan(
-        target,
-        draft,
-        spec=spec,
-        engine="vllm",
-        kv_budget="40GiB",
-        host_budget=0,
-        max_seq_len=8192,
+def _vllm(target: Any, draft: Any, spec: str = "mtp", **kw: Any) -> Any:
+    args: dict[str, Any] = {
+        "engine": "vllm",
+        "kv_budget": "40GiB",
+        "host_budget": 0,
+        "max_seq_len": 8192,
         **kw,
-    )
+    }
+    return plan(target, draft, spec=spec, **args)
 
 
 def test_a_head_without_an_embedding_is_refused_at_pp_2() -> None:
@@ -185,3 +184,56 @@ def test_the_dspark_drafter_finds_no_embedding_at_pp_2(tmp_path: Path) -> None:
     assert one.engine.detail["draft_embedding"] == "shared"
     with pytest.raises(EngineRefusedError, match="the DSpark drafter needs the target input"):
         plan(target, spec="dspark", engine="vllm", kv_budget="8GiB", host_budget=0, pp=2)
+
+
+@pytest.mark.parametrize("engine", ["vllm@0.33.0", "vllm@0.34.0"])
+def test_minimax_m3_mtp_shares_the_embedding_its_target_builds_at_pp_2(
+    tmp_path: Path, engine: str
+) -> None:
+    """One embedding on the last stage, not two. 0.33.0: MiniMaxM3Model builds embed_tokens
+    on the last rank for its MTP drafter (spec_decode_needs_target_embed(vllm_config,
+    include_mtp=vllm_config.use_v2_model_runner), models/minimax_m3/nvidia/model.py:
+    814-824) and MiniMaxM3MTP its own (mtp.py:117-121), flagged has_own_embed_tokens at
+    PP > 1 (mtp.py:150-152) and loaded from the same model.embed_tokens.weight
+    (mtp.py:213-214); maybe_share_target_embed finds the two torch.equal
+    (v1/worker/gpu/spec_decode/eagle/utils.py:18-34) and deletes the MTP's (:74-77).
+    0.34.0: the same (model.py:1430, mtp.py:143-154, 306-311). The lm_head is one copy:
+    load_eagle_model points the MTP's at the target's (eagle/utils.py:107-119)."""
+    from family_configs import MINIMAX_M3, folder
+
+    path = folder(tmp_path, MINIMAX_M3)
+    model = load_model(path)
+    args = {"max_seq_len": 32768, "tokens_per_block": 128}
+    for tp in (1, 8):
+        p = _vllm(path, None, engine=engine, pp=2, tp=tp, **args)
+        assert p.engine.detail["draft_embedding"] == "shared"
+        assert not p.engine.refusals
+        # vocab 200,064 (a multiple of 64: no padding) x hidden 6,144 x 2 B (bf16) / TP:
+        # 2,458,386,432 B at TP 1, 25,008 rows = 307,298,304 B at TP 8; one copy
+        one = 200_064 * 6_144 * 2 // tp
+        assert one == {1: 2_458_386_432, 8: 307_298_304}[tp]
+        (warning,) = [w for w in p.warnings if "embed_tokens" in w]
+        assert f"({one:,} B) more weights per last-stage rank" in warning
+        assert "for the drafter to share (spec_decode_needs_target_embed)" in warning
+        # the plan's weights hold the embedding on stage 0 only: the same bytes
+        stage0 = weights_bytes(model, tp=tp, pp=2, pp_stage=0).embeddings_bytes
+        last = weights_bytes(model, tp=tp, pp=2, pp_stage=1, include_mtp=True)
+        assert stage0 == one and last.embeddings_bytes == 0
+    at_pp_1 = _vllm(path, None, engine=engine, **args)
+    assert at_pp_1.engine.detail["draft_embedding"] == "shared"
+    assert not [w for w in at_pp_1.warnings if "embed_tokens" in w]
+
+
+@pytest.mark.parametrize("engine", ["vllm@0.33.0", "vllm@0.34.0"])
+def test_glm_mtp_keeps_its_one_embedding_at_pp_2(engine: str) -> None:
+    """Glm4MoeMTP declares no has_own_embed_tokens (glm4_moe_mtp.py, both releases), so
+    maybe_share_target_embed returns before sharing at PP > 1 (eagle/utils.py:59-62 in
+    0.33.0, :97-100 in 0.34.0), and Glm4MoeModel builds no embed_tokens on the last rank:
+    the MTP's own is the one copy there, 151,552 x 4,096 x 2 B = 1,241,513,984 B."""
+    p = _vllm("zai-org/GLM-4.5-Air", None, "mtp", engine=engine, pp=2)
+    assert p.engine.detail["draft_embedding"] == "kept"
+    kept = 151_552 * 4_096 * 2
+    assert kept == 1_241_513_984
+    (warning,) = [w for w in p.warnings if "embed_tokens" in w]
+    assert f"({kept:,} B) more weights per last-stage rank" in warning
+    assert "MTP drafter's own embed_tokens" in warning

@@ -88,6 +88,7 @@ Exit status: 1 if any case differs or the harness itself failed on a case, else 
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import copy
 import functools
@@ -98,6 +99,7 @@ import logging
 import os
 import sys
 import tempfile
+import textwrap
 import time
 import traceback
 import warnings
@@ -2098,16 +2100,22 @@ def _draft_embedding(vc: Any, case: Case) -> str | None:
     on the last of PP > 1 stages: "shared", "kept" or "missing" (it raised RuntimeError);
     None for PP 1, no such drafter, or a vLLM without the function.
 
-    vLLM's own function decides, on stand-in modules: the drafter carries
-    ``has_own_embed_tokens`` False where its model class (``ModelRegistry``, the draft's
-    architecture as SpeculativeConfig resolved it) declares the attribute (it turns True
-    only when a checkpoint stores an embed_tokens tensor, ``process_eagle_weight``; the
-    cases' drafts come from config files and store none), and an ``embed_tokens`` (each
-    case's drafter class builds one); the target's last stage holds an embedding only
-    when the target ties it (``LlamaModel.__init__``: ``is_first_rank or
-    (tie_word_embeddings and is_last_rank)``, as every target class here), or (0.34.0)
-    builds it there for the drafter (:func:`_target_builds_embed_for_drafter`), else a
-    ``PPMissingLayer``."""
+    vLLM's own function decides, on stand-in modules:
+
+    * the drafter's ``has_own_embed_tokens`` as its model class (``ModelRegistry``, the
+      draft's architecture as SpeculativeConfig resolved it) sets it: an MTP drafter's
+      from the class's own ``__init__`` (:func:`_mtp_own_embed_flag`; MiniMax-M3's sets
+      it there, 0.33.0 models/minimax_m3/nvidia/mtp.py:150-152), a head's False where
+      its class declares the attribute (it turns True only when a checkpoint stores an
+      embed_tokens tensor, ``process_eagle_weight``; the cases' heads store none);
+    * the drafter's ``embed_tokens`` (each case's drafter class builds one); an MTP
+      drafter's holds the values of the target's (an MTP drafter loads the target's
+      checkpoint, whose ``model.embed_tokens.weight`` MiniMax-M3's loader maps onto its
+      own, mtp.py:213-214), so ``_should_share``'s ``torch.equal`` finds them equal;
+    * the target's last stage holding an embedding only when the target ties it
+      (``LlamaModel.__init__``: ``is_first_rank or (tie_word_embeddings and
+      is_last_rank)``, as every target class here), or builds it there for the drafter
+      (:func:`_target_builds_embed_for_drafter`), else a ``PPMissingLayer``."""
     spec = vc.speculative_config
     drafters = ("eagle", "eagle3", "mtp", "dflash", "dspark")
     if case.pp == 1 or spec is None or spec.method not in drafters:
@@ -2123,14 +2131,21 @@ def _draft_embedding(vc: Any, case: Case) -> str | None:
     dmc = spec.draft_model_config
     draft_cls, _ = ModelRegistry.resolve_model_cls(dmc.architectures, model_config=dmc)
     draft, draft_inner, target_inner = torch.nn.Module(), torch.nn.Module(), torch.nn.Module()
-    if hasattr(draft_cls, "has_own_embed_tokens"):
-        draft.has_own_embed_tokens = False
-    draft_inner.embed_tokens = torch.nn.Embedding(2, 2, device="meta")
+    flag = (
+        _mtp_own_embed_flag(vc, draft_cls, case.pp)
+        if spec.method == "mtp"
+        else (False if hasattr(draft_cls, "has_own_embed_tokens") else None)
+    )
+    if flag is not None:
+        draft.has_own_embed_tokens = flag
+    draft_inner.embed_tokens = torch.nn.Embedding(2, 2)
     tied = bool(getattr(vc.model_config.hf_text_config, "tie_word_embeddings", False))
     built = tied or _target_builds_embed_for_drafter(vc, case.pp)
-    target_inner.embed_tokens = (
-        torch.nn.Embedding(2, 2, device="meta") if built else PPMissingLayer()
-    )
+    if built:
+        target_inner.embed_tokens = torch.nn.Embedding(2, 2)
+        target_inner.embed_tokens.load_state_dict(draft_inner.embed_tokens.state_dict())
+    else:
+        target_inner.embed_tokens = PPMissingLayer()
     group = mock.Mock(world_size=case.pp)
     with mock.patch.object(eagle_utils, "get_pp_group", return_value=group):
         try:
@@ -2142,41 +2157,87 @@ def _draft_embedding(vc: Any, case: Case) -> str | None:
     return "shared" if draft_inner.embed_tokens is target_inner.embed_tokens else "kept"
 
 
-def _calls(cls: type, name: str) -> bool:
-    """Whether ``cls`` or a vLLM class it inherits from calls ``name`` in its body (the
+def _mtp_own_embed_flag(vc: Any, draft_cls: type, pp: int) -> bool | None:
+    """The ``has_own_embed_tokens`` an MTP drafter class holds once built on the last of
+    ``pp`` stages (None: it has none), from the class's own ``__init__`` run with the
+    release's config, ``get_pp_group`` answering ``pp`` ranks, and every other module
+    class of its file stubbed (they allocate weights and need the TP group). 0.33.0's
+    MiniMaxM3MTP sets it there under Model Runner V2 and PP > 1 to ``load_format !=
+    "dummy"`` (nvidia/mtp.py:150-152), and its ``load_weights`` keeps True when the
+    checkpoint holds ``model.embed_tokens.weight`` (:323-328), as the bundled target
+    checkpoint an MTP drafter loads does; 0.34.0's declares False at class level and sets
+    it the same way (mtp.py:143-154). A class whose ``__init__`` fails on the stubs and
+    does not assign the attribute has what its class declares; one that assigns it and
+    fails is a harness error."""
+    import torch
+    from vllm.config.vllm import set_current_vllm_config
+
+    module = sys.modules[draft_cls.__module__]
+
+    class Stub(torch.nn.Module):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__()
+            self.embed_tokens = torch.nn.Embedding(2, 2, device="meta")
+
+    stubs = {
+        name: Stub
+        for name, obj in vars(module).items()
+        if isinstance(obj, type) and issubclass(obj, torch.nn.Module) and obj is not draft_cls
+    }
+    group = mock.Mock(world_size=pp, is_last_rank=True, is_first_rank=pp == 1)
+    try:
+        with (
+            set_current_vllm_config(vc),
+            mock.patch.multiple(module, **stubs),
+            mock.patch.object(module, "get_pp_group", return_value=group, create=True),
+        ):
+            built = draft_cls(vllm_config=vc, prefix="")
+    except AttributeError:
+        if "self.has_own_embed_tokens =" in inspect.getsource(draft_cls):
+            raise
+        built = draft_cls
+    flag = getattr(built, "has_own_embed_tokens", None)
+    return None if flag is None else bool(flag)
+
+
+def _needs_target_embed_call(cls: type, name: str) -> ast.Call | None:
+    """The call of ``name`` in the body of ``cls`` or a vLLM class it inherits from (the
     class source: ``@support_torch_compile`` replaces a model's ``__init__``)."""
     for klass in cls.__mro__:
         if not klass.__module__.startswith("vllm."):
             continue
         try:
-            if f"{name}(" in inspect.getsource(klass):
-                return True
+            source = textwrap.dedent(inspect.getsource(klass))
         except (OSError, TypeError):
             continue
-    return False
+        if f"{name}(" not in source:
+            continue
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == name:
+                return node
+    return None
 
 
 def _target_builds_embed_for_drafter(vc: Any, pp: int) -> bool:
     """Whether the target builds its ``embed_tokens`` on the last of ``pp`` stages for the
-    drafter (0.34.0: ``spec_decode_needs_target_embed``, model_executor/models/utils.py:
-    934-947, asked as on the last PP rank, and called by the target's model class:
-    ``LlamaModel.__init__``, llama.py:377-381, ``Qwen2Model``, ``DeepseekV4Model``, ...).
-    0.33.0 and 0.29.0 have no such function: False.
+    drafter: its model class calls ``spec_decode_needs_target_embed`` (0.33.0
+    model_executor/models/utils.py:863-883, 0.34.0 :934-947; ``LlamaModel.__init__``,
+    llama.py:377-381, ``Qwen2Model``, ``DeepseekV4Model``, ``MiniMaxM3Model``, ...), and
+    the function, asked as on the last PP rank with the keywords that call passes
+    (0.33.0's ``MiniMaxM3Model`` passes ``include_mtp=vllm_config.use_v2_model_runner``,
+    models/minimax_m3/nvidia/model.py:814-816: each keyword's expression is evaluated
+    with ``vllm_config`` the case's config), says so. 0.29.0 has no such function: False.
 
     The model class is found from the resolved architecture: the classes its module and,
     one module further, the modules of those classes define or import (a wrapper such as
     ``Llama4ForConditionalGeneration`` builds its language model from another module),
-    each asked whether its body (or an inherited one) calls the function.
+    the first whose body (or an inherited one) calls the function.
     """
     from vllm.model_executor.models import utils as model_utils
 
     needs = getattr(model_utils, "spec_decode_needs_target_embed", None)
     if needs is None:
         return False
-    group = mock.Mock(world_size=pp, is_last_rank=True)
-    with mock.patch("vllm.distributed.parallel_state.get_pp_group", return_value=group):
-        if not needs(vc):
-            return False
     import torch
     from vllm.model_executor.models import ModelRegistry
 
@@ -2184,20 +2245,30 @@ def _target_builds_embed_for_drafter(vc: Any, pp: int) -> bool:
     cls, _ = ModelRegistry.resolve_model_cls(mc.architectures, model_config=mc)
     seen: set[str] = set()
     modules = [sys.modules[cls.__module__]]
+    call = None
     for _depth in range(2):
         found = []
         for module in modules:
-            if module.__name__ in seen:
+            if module.__name__ in seen or call is not None:
                 continue
             seen.add(module.__name__)
             for obj in vars(module).values():
                 if not (isinstance(obj, type) and issubclass(obj, torch.nn.Module)):
                     continue
-                if obj.__module__.startswith("vllm.") and _calls(obj, needs.__name__):
-                    return True
+                if obj.__module__.startswith("vllm."):
+                    call = call or _needs_target_embed_call(obj, needs.__name__)
                 found.append(sys.modules[obj.__module__])
         modules = found
-    return False
+    if call is None:
+        return False
+    kwargs = {
+        k.arg: eval(compile(ast.Expression(k.value), "<call>", "eval"), {"vllm_config": vc})
+        for k in call.keywords
+        if k.arg is not None
+    }
+    group = mock.Mock(world_size=pp, is_last_rank=True)
+    with mock.patch("vllm.distributed.parallel_state.get_pp_group", return_value=group):
+        return bool(needs(vc, **kwargs))
 
 
 def _derived_max_model_len(model_config: Any) -> int | None:

@@ -5,12 +5,14 @@ Two things differ from 0.33.0 in what a plan says (each a field of :data:`RELEAS
 * **An MTP drafter's embedding under PP > 1** (``pp_embedding.mtp_shares``,
   :class:`kvbudget.engines.vllm_pp_draft.PpEmbedding`): DeepSeek-V4's MTP class declares
   ``has_own_embed_tokens = False`` (``models/deepseek_v4/nvidia/mtp.py:300-302``) and
-  MiniMax-M3's declares it at class level (``models/minimax_m3/nvidia/mtp.py:143-154``),
-  and ``spec_decode_needs_target_embed`` now asks the drafter's class rather than the
-  method (``model_executor/models/utils.py:934-947``), so their targets build
-  ``embed_tokens`` on the last PP rank and the MTP layers share it (``shared``) where
-  0.33.0's kept their own (``kept``). The last stage holds one embedding either way;
-  the plan warns with its bytes.
+  ``spec_decode_needs_target_embed`` now asks the drafter's class rather than the
+  method (``model_executor/models/utils.py:934-947``, ``ModelInfo.may_use_target_embed``,
+  models/registry.py:1023), so ``DeepseekV4Model`` builds ``embed_tokens`` on the last PP
+  rank (model.py:866) and the MTP layers share it (``shared``) where 0.33.0's kept their
+  own (``kept``). MiniMax-M3's MTP shares the target's as in 0.33.0 (the class attribute
+  is new, ``models/minimax_m3/nvidia/mtp.py:143-154``; the target builds its embedding
+  for it, model.py:1430). The last stage holds one embedding either way; the plan warns
+  with its bytes.
 * **The default ``--gpu-memory-utilization``** (``gpu_memory_utilization``): 1.0 where
   the extensible KV cache is on, the default on CUDA (below).
 
@@ -73,15 +75,16 @@ from dataclasses import replace
 
 from kvbudget.engines.vllm import RELEASE as RELEASE_0_33
 from kvbudget.engines.vllm import engine_model
+from kvbudget.engines.vllm_pp_draft import MTP_SHARES as MTP_SHARES_0_33
 
-# the target model types whose 0.34.0 MTP class declares has_own_embed_tokens False and so
-# reuses the target's embedding: DeepSeekV4MTP (models/deepseek_v4/nvidia/mtp.py:300-302,
-# "The checkpoint has no MTP embedding, so always reuse the target's"); MiniMaxM3MTP
-# (models/minimax_m3/nvidia/mtp.py:143-154, 306-311: under PP it keeps one only when its
-# checkpoint loads ``model.embed_tokens.weight`` for the MTP module, "A complete
-# checkpoint without embeddings borrows the target's"; the configs kvbudget plans load
-# none, and the last stage holds one embedding either way)
-MTP_SHARES = frozenset({"deepseek_v4", "minimax_m3_vl", "minimax_m3_text"})
+# the target model types whose MTP drafter shares the target's embedding under PP > 1 in
+# 0.34.0: 0.33.0's (MiniMax-M3: its 0.34.0 MiniMaxM3MTP, models/minimax_m3/nvidia/mtp.py:
+# 143-154, 306-311, still sets has_own_embed_tokens True under PP when the checkpoint
+# loads model.embed_tokens.weight, and maybe_share_target_embed's torch.equal finds it the
+# target's, which MiniMaxM3Model builds on the last rank for it, model.py:1430) and
+# DeepSeek-V4 (DeepSeekV4MTP, models/deepseek_v4/nvidia/mtp.py:300-302: "The checkpoint
+# has no MTP embedding, so always reuse the target's")
+MTP_SHARES = MTP_SHARES_0_33 | {"deepseek_v4"}
 
 # every other field is 0.33.0's (see the module docstring for what was read)
 RELEASE = replace(

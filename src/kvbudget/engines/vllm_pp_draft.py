@@ -14,10 +14,26 @@ and mtp, ``dflash/utils.py`` for dflash), which decides what the drafter's
   hidden size it built: every MTP class kvbudget plans with ``--spec mtp``
   (``model_executor/models/deepseek_mtp.py``, ``qwen3_next_mtp.py``, ``qwen3_5_mtp.py``,
   ``glm4_moe_mtp.py``, ``step3p5_mtp.py``, ``models/deepseek_v4/nvidia/mtp.py``,
-  ``models/kimi_k3/nvidia/mtp.py``); ``MiniMaxM3MTP`` sets the attribute True at PP > 1
-  (unless ``load_format`` is ``dummy``) and keeps it too. That embedding is weight
-  memory on each last-stage rank that kvbudget's weights do not hold:
-  :func:`kept_embedding_warnings` says how much.
+  ``models/kimi_k3/nvidia/mtp.py``) but MiniMax-M3's; their targets build no
+  ``embed_tokens`` on the last rank for an MTP drafter (``spec_decode_needs_target_embed``
+  without ``include_mtp`` is False for ``mtp``), so the last stage holds that one copy.
+  That embedding is weight memory on each last-stage rank that kvbudget's weights do
+  not hold: :func:`kept_embedding_warnings` says how much.
+* MiniMax-M3 (:data:`MTP_SHARES`): ``MiniMaxM3Model`` builds ``embed_tokens`` on the
+  last rank for its MTP drafter (``spec_decode_needs_target_embed(vllm_config,
+  include_mtp=vllm_config.use_v2_model_runner)``, models/minimax_m3/nvidia/model.py:
+  814-824), and ``MiniMaxM3MTP`` builds its own too (mtp.py:117-121) with
+  ``has_own_embed_tokens`` True at PP > 1 under Model Runner V2 (mtp.py:150-152; its
+  ``load_weights`` keeps True when the checkpoint holds ``model.embed_tokens.weight``,
+  mtp.py:213-214, 323-328, as the bundled target checkpoint does). Both load the same
+  checkpoint tensor, so ``_should_share`` (eagle/utils.py:18-34) finds them
+  ``torch.equal`` and ``maybe_share_target_embed`` deletes the MTP's copy and points it
+  at the target's (:74-77): one embedding on the last stage, the target's, built there
+  for the drafter (``shared``), not two. The same warning gives its bytes. (Only with
+  ``--load-format dummy``, which kvbudget never emits, does the attribute stay unset and
+  both copies remain.) The lm_head is one copy for every MTP class: ``load_eagle_model``
+  points the drafter's ``lm_head`` and each MTP layer's ``shared_head.head`` at the
+  target's (:107-130; none of these classes declares ``has_own_lm_head``).
 * At PP > 1 an EAGLE, EAGLE3 or DFlash head (``SupportsEagleBase``:
   ``has_own_embed_tokens`` False unless its checkpoint stores an ``embed_tokens``
   tensor, ``model_executor/models/utils.py`` ``process_eagle_weight``), and
@@ -47,9 +63,11 @@ speculator instead of the method: a hidden-state drafter whose class declares
 model_executor/models/utils.py:934-947 in 0.34.0) and gives two MTP classes the
 attribute at class level (:attr:`PpEmbedding.mtp_shares`): DeepSeek-V4's
 (``has_own_embed_tokens = False``, ``models/deepseek_v4/nvidia/mtp.py:300-302``: "The
-checkpoint has no MTP embedding, so always reuse the target's") and MiniMax-M3's, so
-those share the target's embedding (which their targets then build on the last rank)
-instead of keeping one; the last stage holds one embedding either way.
+checkpoint has no MTP embedding, so always reuse the target's"), whose target then
+builds its embedding on the last rank (``DeepseekV4Model``, model.py:866) for the MTP
+layers to share instead of keeping one, and MiniMax-M3's (``has_own_embed_tokens =
+False``, mtp.py:143-154, set True at PP > 1 as in 0.33.0, shared by the same
+``torch.equal``). The last stage holds one embedding in every case.
 """
 
 from __future__ import annotations
@@ -78,9 +96,9 @@ class PpEmbedding:
     * ``target_builds``: target model types whose vLLM class builds ``embed_tokens`` on the
       last PP rank for an EAGLE, EAGLE3, DFlash or DSpark drafter
       (``spec_decode_needs_target_embed``: :data:`TARGET_BUILDS` in 0.33.0 and 0.34.0).
-    * ``mtp_shares``: target model types whose MTP class declares ``has_own_embed_tokens``
-      False and whose target then builds its embedding for it, so the MTP layers reuse
-      it (0.34.0: DeepSeek-V4, MiniMax-M3; none in 0.33.0).
+    * ``mtp_shares``: target model types whose target class builds its embedding on the
+      last rank for its MTP drafter, which then reuses it (module docstring: 0.33.0
+      MiniMax-M3, :data:`MTP_SHARES`; 0.34.0 DeepSeek-V4 and MiniMax-M3).
     """
 
     target_builds: frozenset[str] = frozenset()
@@ -107,9 +125,15 @@ TARGET_BUILDS = frozenset(
     }
 )
 
-# vLLM 0.33.0: those targets build an embedding for a head or DSpark drafter; every MTP
-# class kvbudget plans keeps its own
-PP_EMBEDDING = PpEmbedding(target_builds=TARGET_BUILDS)
+# vLLM 0.33.0's MiniMax-M3, whose MiniMaxM3Model builds embed_tokens on the last rank for
+# its MTP drafter (include_mtp=use_v2_model_runner, models/minimax_m3/nvidia/model.py:
+# 814-816) and whose MTP copy, equal to it, maybe_share_target_embed drops (module
+# docstring)
+MTP_SHARES = frozenset({"minimax_m3_vl", "minimax_m3_text"})
+
+# vLLM 0.33.0: those targets build an embedding for a head or DSpark drafter, and
+# MiniMax-M3's for its MTP drafter; every other MTP class kvbudget plans keeps its own
+PP_EMBEDDING = PpEmbedding(target_builds=TARGET_BUILDS, mtp_shares=MTP_SHARES)
 
 
 def _target_has_embedding(d: Deployment, rule: PpEmbedding) -> bool:
@@ -220,6 +244,7 @@ def kept_embedding_warnings(d: Deployment, rule: PpEmbedding = PP_EMBEDDING) -> 
 
 __all__ = [
     "HEAD_SPECS",
+    "MTP_SHARES",
     "PP_EMBEDDING",
     "TARGET_BUILDS",
     "DraftEmbedding",
