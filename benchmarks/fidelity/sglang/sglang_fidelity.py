@@ -1220,13 +1220,9 @@ def run_mem(cases: list[MemCase], engine: str, verbose: bool) -> int:
         rows = compare(
             values, sg, ("refused", "mem_fraction_static", "emitted_mem_fraction_static")
         )
-        ok = all(r[3] for r in rows)
+        ok = print_rows(case.id, rows, verbose)
         agree += ok
         differ += not ok
-        print(f"{case.id}: {'OK' if ok else 'DIFF'}")
-        for key, k, s, same in rows:
-            if verbose or not same:
-                print(f"    {key}: kvbudget {k}  sglang {s}  {'ok' if same else 'DIFF'}")
     print(
         f"{len(cases)} cases, {agree} agree, {differ} differ ({skipped} not planned by "
         "kvbudget for SGLang)"
@@ -1235,6 +1231,17 @@ def run_mem(cases: list[MemCase], engine: str, verbose: bool) -> int:
 
 
 # ---- comparison -----------------------------------------------------------------------
+
+
+def print_rows(case_id: str, rows: list[tuple[str, Any, Any, bool]], verbose: bool) -> bool:
+    """Print a case's verdict and its differing rows (every row with ``verbose``);
+    whether every row agrees."""
+    ok = all(r[3] for r in rows)
+    print(f"{case_id}: {'OK' if ok else 'DIFF'}")
+    for key, k, s, same in rows:
+        if verbose or not same:
+            print(f"    {key}: kvbudget {k}  sglang {s}  {'ok' if same else 'DIFF'}")
+    return ok
 
 
 def _one_line(exc: BaseException) -> str:
@@ -1284,14 +1291,11 @@ def run(
                     traceback.print_exc()
                 sg = {"refused": f"harness: {type(exc).__name__}: {_one_line(exc)}"}
             rows = compare(kb.values, sg)
-        ok = all(r[3] for r in rows)
+        ok = print_rows(case.id, rows, verbose)
         agree += ok
         differ += not ok
-        print(f"{case.id}: {'OK' if ok else 'DIFF'}")
-        for key, k, s, same in rows:
-            if verbose or not same:
-                print(f"    {key}: kvbudget {k}  sglang {s}  {'ok' if same else 'DIFF'}")
-            if out:
+        if out:
+            for key, k, s, same in rows:
                 out.write(f"{case.id}\t{key}\t{k}\t{s}\t{'agree' if same else 'differ'}\n")
     if out:
         out.close()
