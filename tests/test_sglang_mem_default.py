@@ -191,3 +191,14 @@ def test_a_hybrid_budget_counts_the_state_at_its_reservation() -> None:
     assert d["mamba_reserved_bytes"] > d["mamba_state_bytes"]
     assert d["profiled_budget_bytes"] <= p.budget.gpu_bytes
     assert p.engine.settings["--mem-fraction-static"] == "0.766"
+
+
+def test_a_fraction_too_small_for_the_weights_names_what_it_holds() -> None:
+    """On an A10 SGLang's own 0.414 (tests/test_sweep.py) holds not even Llama-3.1-8B's
+    14.96 GiB: the error names what mem_fraction_static covers (weights, the 512 MiB of
+    buffers, the 2.5 GiB in use before load), not the non-KV estimate it leaves outside."""
+    with pytest.raises(kvbudget.InfeasibleBudgetError) as err:
+        kvbudget.plan("meta-llama/Llama-3.1-8B-Instruct", engine="sglang", gpu="A10", spec="none")
+    text = str(err.value)
+    assert "512.00 MiB of buffers" in text and "2.50 GiB in use before weights load" in text
+    assert "mem_fraction_static=0.414" in text and "non-KV" not in text

@@ -170,13 +170,30 @@ class GpuBudgetRule:
         else:
             kv = int(max(0, memory - weights_bytes - non_kv.total_bytes) * frac)
         if kv <= 0:
-            raise InfeasibleBudgetError(
-                f"weights {format_bytes(weights_bytes)} + non-KV memory "
-                f"{format_bytes(non_kv.total_bytes)} on PP stage {pp_stage} leave nothing of "
-                f"the GPU's {format_bytes(memory)} for the KV cache under "
-                f"{self.rule}={self.fraction_text}; raise --tp/--pp or the fraction, use a "
-                "quantized checkpoint, a larger --gpu, or lower --max-num-batched-tokens"
-            )
+            if self.rule == "mem_fraction_static":
+                # this rule leaves activations outside the fraction: name what it takes
+                pre_load, buffers = self.before_load or (non_kv.runtime_bytes, 0)
+                taken = (
+                    f"weights {format_bytes(weights_bytes)} + {format_bytes(buffers)} of "
+                    f"buffers on PP stage {pp_stage} leave nothing for the KV cache under "
+                    f"{self.rule}={self.fraction_text} of the GPU's {format_bytes(memory)} "
+                    f"less {format_bytes(pre_load)} in use before weights load"
+                )
+                fix = (
+                    "raise --tp/--pp or the fraction, use a quantized checkpoint or a larger --gpu"
+                )
+            else:
+                taken = (
+                    f"weights {format_bytes(weights_bytes)} + non-KV memory "
+                    f"{format_bytes(non_kv.total_bytes)} on PP stage {pp_stage} leave nothing "
+                    f"of the GPU's {format_bytes(memory)} for the KV cache under "
+                    f"{self.rule}={self.fraction_text}"
+                )
+                fix = (
+                    "raise --tp/--pp or the fraction, use a quantized checkpoint, a larger "
+                    "--gpu, or lower --max-num-batched-tokens"
+                )
+            raise InfeasibleBudgetError(f"{taken}; {fix}")
         return kv
 
 

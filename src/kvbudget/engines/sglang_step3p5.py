@@ -277,7 +277,8 @@ def warnings(d: Deployment) -> list[str]:
     if not extra:
         return []
     where = (
-        "the KV budget derived from the GPU's memory leaves them room"
+        "the KV budget derived from the GPU's memory leaves them room: SGLang's pools get "
+        "that much less than the KV budget shown"
         if d.gpu_rule.derived
         else "--mem-fraction-static covers them, so leave that much GPU memory free beyond "
         "--kv-budget"
