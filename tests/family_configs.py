@@ -607,13 +607,14 @@ DFLASH_SWA = FAMILY_CONFIGS["family/dflash-swa"]
 # rotary: the V4.1 compressor asserts both), 4 experts; layer 0 window-only, layer 1 a
 # ratio-2 KV and index source, layer 2 its consumer and an index source reading layer 1's
 # keys, layer 3 a ratio-1 KV and index source
-DEEPSEEK_V41_SMALL_TEXT: dict[str, Any] = {
-    **DEEPSEEK_V41["text_config"],
+# The small DeepSeek-V4 / V4.1 dimensions the by-hand weight tests share (values chosen):
+# vocabulary 1000, hidden 256, 4 layers, 4 experts of 32 (2 a token), low-rank q 32 and o
+# 2 x 16, 2 hyper-connection copies, a 4-head indexer of 32
+DEEPSEEK_V4_SMALL_DIMS: dict[str, Any] = {
     "vocab_size": 1000,
     "hidden_size": 256,
     "moe_intermediate_size": 32,
     "num_hidden_layers": 4,
-    "num_attention_heads": 2,
     "q_lora_rank": 32,
     "o_groups": 2,
     "o_lora_rank": 16,
@@ -622,6 +623,12 @@ DEEPSEEK_V41_SMALL_TEXT: dict[str, Any] = {
     "hc_mult": 2,
     "index_n_heads": 4,
     "index_head_dim": 32,
+}
+
+DEEPSEEK_V41_SMALL_TEXT: dict[str, Any] = {
+    **DEEPSEEK_V41["text_config"],
+    **DEEPSEEK_V4_SMALL_DIMS,
+    "num_attention_heads": 2,
     "compress_ratios": [0, 2, 2, 1],
     "kv_source_layer_ids": [1, 3],
     "index_source_layer_ids": [1, 2, 3],

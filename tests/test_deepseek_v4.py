@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from family_configs import DEEPSEEK_V4, DEEPSEEK_V4_SLIDING, folder, vllm_plan
+from family_configs import (
+    DEEPSEEK_V4,
+    DEEPSEEK_V4_SLIDING,
+    DEEPSEEK_V4_SMALL_DIMS,
+    folder,
+    vllm_plan,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -40,21 +46,10 @@ CSA, HCA, SLIDING = (
 # second CSA layer, hidden 256, 8 heads of 64 (16 rotary), 4 experts
 SMALL: dict[str, Any] = {
     **DEEPSEEK_V4,
-    "vocab_size": 1000,
-    "hidden_size": 256,
-    "moe_intermediate_size": 32,
-    "num_hidden_layers": 4,
+    **DEEPSEEK_V4_SMALL_DIMS,
     "num_attention_heads": 8,
     "head_dim": 64,
     "qk_rope_head_dim": 16,
-    "q_lora_rank": 32,
-    "o_groups": 2,
-    "o_lora_rank": 16,
-    "n_routed_experts": 4,
-    "num_experts_per_tok": 2,
-    "hc_mult": 2,
-    "index_n_heads": 4,
-    "index_head_dim": 32,
     "layer_types": [SLIDING, CSA, HCA, CSA],
     "mlp_layer_types": ["hash_moe", "moe", "moe", "moe"],
 }
